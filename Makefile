@@ -1,0 +1,37 @@
+# The README's words: `make demo`, `make test`, `make bench`, `make lint`.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+PYTEST_WORKERS ?= 2
+
+.PHONY: install demo test test-fast bench lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+## The demo: twin + collectors + dashboard on SQLite and a real Redis (started if none is configured).
+demo: install
+	$(PY) -m fabricmon.demo
+
+## Everything: unit, integration against real services on loopback, browser end-to-end.
+test: install
+	bash scripts/test.sh
+
+## Pure units only (milliseconds each; no services needed).
+test-fast: install
+	$(PY) -m pytest -q -m "not integration and not e2e" -n $(PYTEST_WORKERS)
+
+bench: install
+	bash scripts/bench.sh
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy fabricmon/core collectors
+
+clean:
+	rm -rf var test-output .pytest_cache

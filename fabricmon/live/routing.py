@@ -1,0 +1,3 @@
+"""WebSocket routes (consumers arrive with the live dashboard)."""
+
+websocket_urlpatterns: list = []

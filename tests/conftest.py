@@ -1,0 +1,36 @@
+"""Shared fixtures. Integration fixtures start or reach *real* services on loopback; a missing
+service is a failure with a message saying how to start it, never a skip."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    import redis
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:  # pragma: no cover - environment problem
+        pytest.fail(f"integration tests need a Redis at {url} ({exc}); start one: redis-server --daemonize yes")
+    return url
+
+
+@pytest.fixture
+def redis_client(redis_url: str):
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fabric_name() -> str:
+    """A fabric name unique to this test, so parallel tests never share Redis keys."""
+    return f"t{uuid.uuid4().hex[:10]}"
