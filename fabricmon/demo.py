@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("worker", "beat", "web"):
             sup.start(name, fill(SERVICE_COMMANDS[name], values))
         print(BANNER.format(port=web_port, password=password, log_dir=log_dir))
-        return watch(sup, env, args)
+        return watch(sup, env, args, fabric_name(topology_file))
     except KeyboardInterrupt:
         print("\ndemo: stopping …")
         return 0
@@ -227,10 +227,15 @@ BANNER = """
 """
 
 
-def watch(sup: Supervisor, env: dict[str, str], args: argparse.Namespace) -> int:
+def fabric_name(topology_file: Path) -> str:
+    import yaml
+
+    return str(yaml.safe_load(topology_file.read_text())["fabric"])
+
+
+def watch(sup: Supervisor, env: dict[str, str], args: argparse.Namespace, fabric: str) -> int:
     """Keep the demo up; report a crashed child; with --check, prove frames flow."""
     started = time.monotonic()
-    fabric = "twin"
     while True:
         dead = sup.dead()
         if dead:
