@@ -3,6 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 PYTEST_WORKERS ?= 2
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: install demo test test-fast bench lint clean
 
@@ -11,6 +12,9 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	# torch is only for the probe's tests (the server never imports it). Pin the CPU build this
+	# machine ships; an unpinned `torch` would pull a multi-GB CUDA build.
+	$(PIP) install -q "torch==$(TORCH_VERSION)" || echo "make: torch $(TORCH_VERSION) not installable here; probe tests will fail"
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
