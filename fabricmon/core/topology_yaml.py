@@ -1,0 +1,588 @@
+"""Read and write the topology file (docs/topology-format.md) as a :class:`FabricSpec`.
+
+``load_fabric`` checks the whole file and reports *every* problem at once, each naming the file,
+the entry and the field::
+
+    su1.yaml: switches[3] (leaf-r2).ports[7]: field 'speed_gbps': expected a positive number, got 'fast'
+    su1.yaml: hosts[0] (node001).gpus[2]: field 'port': switch 'leaf-r2' has no port 'Ethernet99'
+
+so an operator fixes a file in one pass. Nothing here touches a database: the Django import
+(``fabricmon.topology.services.import_fabric``) only ever sees a spec that passed.
+
+``dump_fabric`` writes the same format. SNMP settings shared by most switches go to
+``defaults.snmp``; each switch lists only what differs. v3 secrets are written inline (the spec holds
+them) — export files with v3 fabrics are secrets; hand-written files should prefer
+``v3_auth_key_env`` / ``v3_priv_key_env``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, cast
+
+import yaml
+
+from fabricmon.core.topology import (
+    FabricSpec,
+    GpuSpec,
+    HostSpec,
+    LinkSpec,
+    PortSpec,
+    SnmpSettings,
+    SwitchSpec,
+)
+
+FORMAT = "fabricmon-topology/1"
+AUTH_PROTOCOLS = ("NONE", "MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512")
+PRIV_PROTOCOLS = ("NONE", "DES", "3DES", "AES", "AES128", "AES192", "AES256")
+# RFC 3414 / pysnmp refuse shorter USM pass phrases; better to say so at import than at first poll.
+MIN_V3_KEY_LEN = 8
+GBPS = 1_000_000_000
+
+_SnmpField = str
+_SNMP_FIELDS: tuple[_SnmpField, ...] = tuple(f.name for f in fields(SnmpSettings))
+# Secrets that may instead name an environment variable: ``<field>_env: NAME``.
+_SNMP_ENV_FIELDS = ("community", "v3_auth_key", "v3_priv_key")
+
+try:  # libyaml is ~10x faster on a 1-SU file; the pure-Python classes give the same result.
+    _Loader: type = yaml.CSafeLoader
+    _Dumper: type = yaml.CSafeDumper
+except AttributeError:  # pragma: no cover - PyYAML built without libyaml
+    _Loader, _Dumper = yaml.SafeLoader, yaml.SafeDumper
+
+
+class TopologyError(ValueError):
+    """A topology file that cannot be imported; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        n = len(problems)
+        head = f"{n} problem{'s' if n != 1 else ''} in topology:"
+        super().__init__("\n".join([head, *problems]))
+
+
+# ---------------------------------------------------------------------------------------------- dump
+
+
+def dump_fabric(spec: FabricSpec) -> str:
+    """The spec as a topology file; ``load_fabric(dump_fabric(s)) == s``."""
+    defaults = _common_snmp([sw.snmp for sw in spec.switches])
+    doc: dict[str, Any] = {"format": FORMAT, "fabric": spec.name}
+    if spec.description:
+        doc["description"] = spec.description
+    doc["defaults"] = {"snmp": _snmp_dict(defaults, base=SnmpSettings())}
+    doc["switches"] = [_switch_dict(sw, defaults) for sw in spec.switches]
+    doc["hosts"] = [
+        {"name": h.name, "gpus": [
+            {"index": g.index, "nic": g.nic, "rail": g.rail, "switch": g.switch, "port": g.port}
+            for g in h.gpus
+        ]}
+        for h in spec.hosts
+    ]
+    doc["links"] = [
+        {"a": f"{ln.a_switch}:{ln.a_port}", "b": f"{ln.b_switch}:{ln.b_port}"} for ln in spec.links
+    ]
+    text: str = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=200,
+                          allow_unicode=True)
+    return text
+
+
+def _common_snmp(all_snmp: list[SnmpSettings]) -> SnmpSettings:
+    """Per field, the value most switches share (so per-switch blocks stay short)."""
+    if not all_snmp:
+        return SnmpSettings()
+    dicts = [asdict(s) for s in all_snmp]
+    common = {k: Counter(d[k] for d in dicts).most_common(1)[0][0] for k in _SNMP_FIELDS}
+    return SnmpSettings(**common)
+
+
+def _snmp_dict(snmp: SnmpSettings, *, base: SnmpSettings) -> dict[str, Any]:
+    have, ref = asdict(snmp), asdict(base)
+    return {k: have[k] for k in _SNMP_FIELDS if have[k] != ref[k]}
+
+
+def _switch_dict(sw: SwitchSpec, defaults: SnmpSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": sw.name, "role": sw.role}
+    if sw.rail is not None:
+        out["rail"] = sw.rail
+    out["mgmt_address"] = sw.mgmt_address
+    snmp = _snmp_dict(sw.snmp, base=defaults)
+    if snmp:
+        out["snmp"] = snmp
+    out["ports"] = [_port_dict(p) for p in sw.ports]
+    return out
+
+
+def _port_dict(p: PortSpec) -> dict[str, Any]:
+    speed: dict[str, int] = (
+        {"speed_gbps": p.speed_bps // GBPS} if p.speed_bps % GBPS == 0 else {"speed_bps": p.speed_bps}
+    )
+    return {"ifindex": p.ifindex, "name": p.name, **speed, "facing": p.facing}
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+@dataclass
+class _Reader:
+    """Collects problems while pulling typed fields out of plain YAML data."""
+
+    source: str
+    problems: list[str]
+
+    def error(self, where: str, message: str, field: str | None = None) -> None:
+        prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
+        line = f"{prefix}field '{field}': {message}" if field else f"{prefix}{message}"
+        if line not in self.problems:  # a bad default would otherwise repeat once per switch
+            self.problems.append(line)
+
+    def mapping(self, value: Any, where: str, field: str | None = None) -> Mapping[str, Any] | None:
+        if isinstance(value, Mapping):
+            return value
+        self.error(where, f"expected a mapping, got {_show(value)}", field)
+        return None
+
+    def items(self, doc: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> list[Any]:
+        value = doc.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                self.error(where, "missing", key)
+            return []
+        if not isinstance(value, list):
+            self.error(where, f"expected a list, got {_show(value)}", key)
+            return []
+        return value
+
+    def field(self, doc: Mapping[str, Any], key: str, where: str, check: Callable[[Any], Any],
+              expected: str, *, default: Any = _MISSING) -> Any:
+        """``check(value)`` returns the converted value or raises ValueError/TypeError."""
+        value = doc.get(key, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                self.error(where, "missing", key)
+            return default
+        try:
+            return check(value)
+        except (TypeError, ValueError):
+            self.error(where, f"expected {expected}, got {_show(value)}", key)
+            return _MISSING
+
+    def unknown(self, doc: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+        for key in doc:
+            if key not in allowed:
+                self.error(where, f"unknown field (allowed: {', '.join(allowed)})", str(key))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise TypeError
+    return v
+
+
+def _any_str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError
+    return v
+
+
+def _pos_int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise TypeError
+    return v
+
+
+def _nonneg_int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TypeError
+    return v
+
+
+def _pos_number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf"):
+        raise TypeError
+    return float(v)
+
+
+def _udp_port(v: Any) -> int:
+    if _pos_int(v) > 65535:
+        raise ValueError
+    return cast(int, v)
+
+
+def _choice(*options: str, upper: bool = False) -> Callable[[Any], str]:
+    def check(v: Any) -> str:
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            raise TypeError
+        s = str(v).upper() if upper else str(v)
+        if s not in options:
+            raise ValueError
+        return s
+
+    return check
+
+
+def _one_of(*options: str) -> str:
+    return "one of " + ", ".join(repr(o) for o in options)
+
+
+def load_fabric(text: str, *, source: str = "<string>") -> FabricSpec:
+    """Parse and check a topology file; raise :class:`TopologyError` listing every problem."""
+    r = _Reader(source, [])
+    try:
+        doc = yaml.load(text, Loader=_Loader)  # a *safe* loader (C or Python)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TopologyError([f"{source}: {at}not valid YAML: {problem}"]) from None
+    top = r.mapping(doc, "", None) if doc is not None else None
+    if top is None:
+        if doc is None:
+            r.error("", "empty file (expected a mapping with 'format', 'fabric', 'switches')")
+        raise TopologyError(r.problems)
+    spec = _load_fabric_doc(r, top)
+    if r.problems or spec is None:
+        raise TopologyError(r.problems)
+    return spec
+
+
+_TOP_FIELDS = ("format", "fabric", "description", "defaults", "switches", "hosts", "links")
+_SWITCH_FIELDS = ("name", "role", "rail", "mgmt_address", "snmp", "ports")
+_PORT_FIELDS = ("ifindex", "name", "speed_gbps", "speed_bps", "facing")
+_HOST_FIELDS = ("name", "gpus")
+_GPU_FIELDS = ("index", "nic", "rail", "switch", "port")
+_LINK_FIELDS = ("a", "b")
+_SNMP_ALLOWED = (*_SNMP_FIELDS, *(f"{k}_env" for k in _SNMP_ENV_FIELDS))
+
+
+def _load_fabric_doc(r: _Reader, top: Mapping[str, Any]) -> FabricSpec | None:
+    r.unknown(top, _TOP_FIELDS, "")
+    fmt = top.get("format", _MISSING)
+    if fmt is _MISSING:
+        r.error("", f"missing (expected {FORMAT!r})", "format")
+    elif fmt != FORMAT:
+        r.error("", f"expected {FORMAT!r}, got {_show(fmt)}", "format")
+    name = r.field(top, "fabric", "", _str, "a non-empty string (the fabric name)")
+    description = r.field(top, "description", "", _any_str, "a string", default="")
+
+    default_snmp: dict[str, Any] = {}
+    defaults = top.get("defaults")
+    if defaults is not None and (d := r.mapping(defaults, "", "defaults")) is not None:
+        r.unknown(d, ("snmp",), "defaults")
+        if d.get("snmp") is not None and (ds := r.mapping(d["snmp"], "defaults", "snmp")) is not None:
+            r.unknown(ds, _SNMP_ALLOWED, "defaults.snmp")
+            default_snmp = dict(ds)
+
+    switches = [
+        sw for i, raw in enumerate(r.items(top, "switches", "", required=True))
+        if (sw := _load_switch(r, raw, i, default_snmp)) is not None
+    ]
+    _check_switch_names(r, top)
+    hosts = [
+        h for i, raw in enumerate(r.items(top, "hosts", "")) if (h := _load_host(r, raw, i)) is not None
+    ]
+    links = [
+        ln for i, raw in enumerate(r.items(top, "links", "")) if (ln := _load_link(r, raw, i)) is not None
+    ]
+    _check_cabling(r, top, hosts, links)
+    if r.problems or not isinstance(name, str):
+        return None
+    return FabricSpec(name=name, switches=tuple(switches), hosts=tuple(h for _, h in hosts),
+                      links=tuple(ln for _, ln in links), description=description)
+
+
+def _label(section: str, i: int, raw: Any) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"{section}[{i}] ({name})" if isinstance(name, str) and name else f"{section}[{i}]"
+
+
+def _load_switch(r: _Reader, raw: Any, i: int, default_snmp: Mapping[str, Any]) -> SwitchSpec | None:
+    where = _label("switches", i, raw)
+    doc = r.mapping(raw, where)
+    if doc is None:
+        return None
+    n_before = len(r.problems)
+    r.unknown(doc, _SWITCH_FIELDS, where)
+    name = r.field(doc, "name", where, _str, "a non-empty string")
+    role = r.field(doc, "role", where, _choice("leaf", "spine"), _one_of("leaf", "spine"))
+    rail = r.field(doc, "rail", where, _nonneg_int, "a rail number (integer >= 0)", default=None)
+    if role == "leaf" and rail is None and "rail" not in doc:
+        r.error(where, "missing (a leaf is a rail-leaf: say which rail)", "rail")
+    if role == "spine" and rail is not None:
+        r.error(where, "a spine has no rail (remove the field or make it a leaf)", "rail")
+    mgmt = r.field(doc, "mgmt_address", where, _str, "a host name or IP address")
+    own_snmp: Mapping[str, Any] = {}
+    if doc.get("snmp") is not None and (s := r.mapping(doc["snmp"], where, "snmp")) is not None:
+        r.unknown(s, _SNMP_ALLOWED, f"{where}.snmp")
+        own_snmp = s
+    snmp = _load_snmp(r, default_snmp, own_snmp, where)
+    ports = [
+        p for j, praw in enumerate(r.items(doc, "ports", where))
+        if (p := _load_port(r, praw, f"{where}.ports[{j}]")) is not None
+    ]
+    _check_port_keys(r, doc, where)
+    if len(r.problems) > n_before or snmp is None:
+        return None
+    return SwitchSpec(name=name, role=role, rail=rail, mgmt_address=mgmt, snmp=snmp, ports=tuple(ports))
+
+
+def _load_port(r: _Reader, raw: Any, where: str) -> PortSpec | None:
+    doc = r.mapping(raw, where)
+    if doc is None:
+        return None
+    n_before = len(r.problems)
+    r.unknown(doc, _PORT_FIELDS, where)
+    ifindex = r.field(doc, "ifindex", where, _pos_int, "a positive integer")
+    name = r.field(doc, "name", where, _str, "a non-empty string")
+    facing = r.field(doc, "facing", where, _choice("host", "fabric"), _one_of("host", "fabric"))
+    speed_bps: Any = _MISSING
+    if "speed_gbps" in doc and "speed_bps" in doc:
+        r.error(where, "give speed_gbps or speed_bps, not both", "speed_gbps")
+    elif "speed_bps" in doc:
+        speed_bps = r.field(doc, "speed_bps", where, _pos_int, "a positive integer (bits per second)")
+    else:
+        gbps = r.field(doc, "speed_gbps", where, _pos_number, "a positive number")
+        speed_bps = round(gbps * GBPS) if isinstance(gbps, float) else _MISSING
+    if len(r.problems) > n_before:
+        return None
+    return PortSpec(ifindex=ifindex, name=name, speed_bps=speed_bps, facing=facing)
+
+
+def _check_port_keys(r: _Reader, doc: Mapping[str, Any], where: str) -> None:
+    raw_ports = doc.get("ports") if isinstance(doc.get("ports"), list) else []
+    seen_ifx: dict[int, int] = {}
+    seen_name: dict[str, int] = {}
+    for j, raw in enumerate(cast(list[Any], raw_ports)):
+        if not isinstance(raw, Mapping):
+            continue
+        ifx, name = raw.get("ifindex"), raw.get("name")
+        if isinstance(ifx, int) and not isinstance(ifx, bool):
+            if ifx in seen_ifx:
+                r.error(f"{where}.ports[{j}]", f"duplicate ifindex {ifx} (also ports[{seen_ifx[ifx]}])",
+                        "ifindex")
+            seen_ifx.setdefault(ifx, j)
+        if isinstance(name, str):
+            if name in seen_name:
+                r.error(f"{where}.ports[{j}]",
+                        f"duplicate port name {name!r} (also ports[{seen_name[name]}])", "name")
+            seen_name.setdefault(name, j)
+
+
+def _load_snmp(r: _Reader, defaults: Mapping[str, Any], own: Mapping[str, Any],
+               where: str) -> SnmpSettings | None:
+    """Merge ``defaults.snmp`` under the switch's block; blame whichever block gave the bad value."""
+    merged = {**defaults, **own}
+    n_before = len(r.problems)
+
+    def at(key: str) -> str:
+        return f"{where}.snmp" if key in own else "defaults.snmp"
+
+    def get(key: str, check: Callable[[Any], Any], expected: str) -> Any:
+        base = getattr(SnmpSettings(), key)
+        return r.field(merged, key, at(key), check, expected, default=base)
+
+    values: dict[str, Any] = {
+        "version": get("version", _choice("2c", "3"), _one_of("2c", "3")),
+        "port": get("port", _udp_port, "a UDP port (1-65535)"),
+        "v3_user": get("v3_user", _any_str, "a string"),
+        "v3_auth_protocol": get("v3_auth_protocol", _choice(*AUTH_PROTOCOLS, upper=True),
+                                _one_of(*AUTH_PROTOCOLS)),
+        "v3_priv_protocol": get("v3_priv_protocol", _choice(*PRIV_PROTOCOLS, upper=True),
+                                _one_of(*PRIV_PROTOCOLS)),
+        "v3_context": get("v3_context", _any_str, "a string"),
+        "interval_s": get("interval_s", _pos_number, "a positive number of seconds"),
+        "timeout_s": get("timeout_s", _pos_number, "a positive number of seconds"),
+        "retries": get("retries", _nonneg_int, "an integer >= 0"),
+    }
+    for key in _SNMP_ENV_FIELDS:
+        values[key] = _secret(r, merged, key, at)
+    # A bad default is reported once (deduplicated), so look at the values, not the problem count.
+    if len(r.problems) > n_before or any(v is _MISSING for v in values.values()):
+        return None
+
+    timing_where = at("timeout_s") if {"timeout_s", "retries", "interval_s"} & set(own) == set() \
+        else f"{where}.snmp"
+    budget = values["timeout_s"] * (values["retries"] + 1)
+    if budget >= values["interval_s"]:
+        r.error(timing_where, f"timeout_s x (retries + 1) = {budget:g} s must be < interval_s = "
+                f"{values['interval_s']:g} s (a slow switch would overlap its next poll)", "timeout_s")
+    if values["version"] == "3":
+        _check_v3(r, values, at)
+    return None if len(r.problems) > n_before else SnmpSettings(**values)
+
+
+def _secret(r: _Reader, merged: Mapping[str, Any], key: str, at: Callable[[str], str]) -> Any:
+    env_key = f"{key}_env"
+    base = getattr(SnmpSettings(), key)
+    if key in merged and env_key in merged:
+        r.error(at(env_key), f"give {key} or {env_key}, not both", env_key)
+        return base
+    if env_key in merged:
+        var = r.field(merged, env_key, at(env_key), _str, "an environment variable name")
+        if not isinstance(var, str):
+            return base
+        value = os.environ.get(var)
+        if value is None:
+            r.error(at(env_key), f"environment variable {var!r} is not set", env_key)
+            return base
+        return value
+    # Secrets are never echoed back in errors: say only what kind of value was wrong.
+    value = merged.get(key, base)
+    if not isinstance(value, str):
+        r.error(at(key), f"expected a string, got a {type(value).__name__}", key)
+        return base
+    return value
+
+
+def _check_v3(r: _Reader, v: Mapping[str, Any], at: Callable[[str], str]) -> None:
+    if not v["v3_user"]:
+        r.error(at("v3_user"), "SNMP v3 needs a user (v3_user)", "v3_user")
+    auth, priv = v["v3_auth_protocol"], v["v3_priv_protocol"]
+    if auth != "NONE" and len(v["v3_auth_key"]) < MIN_V3_KEY_LEN:
+        what = "missing" if not v["v3_auth_key"] else f"shorter than {MIN_V3_KEY_LEN} characters"
+        r.error(at("v3_auth_key"), f"SNMP v3 with auth {auth} needs an auth key: {what} "
+                "(give v3_auth_key or v3_auth_key_env)", "v3_auth_key")
+    if priv != "NONE":
+        if auth == "NONE":
+            r.error(at("v3_priv_protocol"), "privacy without authentication is not allowed in SNMP v3 "
+                    "(set v3_auth_protocol)", "v3_priv_protocol")
+        if len(v["v3_priv_key"]) < MIN_V3_KEY_LEN:
+            what = "missing" if not v["v3_priv_key"] else f"shorter than {MIN_V3_KEY_LEN} characters"
+            r.error(at("v3_priv_key"), f"SNMP v3 with privacy {priv} needs a priv key: {what} "
+                    "(give v3_priv_key or v3_priv_key_env)", "v3_priv_key")
+
+
+def _check_switch_names(r: _Reader, top: Mapping[str, Any]) -> None:
+    raw = top.get("switches") if isinstance(top.get("switches"), list) else []
+    seen: dict[str, int] = {}
+    for i, sw in enumerate(cast(list[Any], raw)):
+        name = sw.get("name") if isinstance(sw, Mapping) else None
+        if isinstance(name, str):
+            if name in seen:
+                r.error(_label("switches", i, sw),
+                        f"duplicate switch name {name!r} (also switches[{seen[name]}])", "name")
+            seen.setdefault(name, i)
+
+
+def _load_host(r: _Reader, raw: Any, i: int) -> tuple[str, HostSpec] | None:
+    where = _label("hosts", i, raw)
+    doc = r.mapping(raw, where)
+    if doc is None:
+        return None
+    n_before = len(r.problems)
+    r.unknown(doc, _HOST_FIELDS, where)
+    name = r.field(doc, "name", where, _str, "a non-empty string")
+    gpus: list[GpuSpec] = []
+    for j, graw in enumerate(r.items(doc, "gpus", where)):
+        gwhere = f"{where}.gpus[{j}]"
+        g = r.mapping(graw, gwhere)
+        if g is None:
+            continue
+        r.unknown(g, _GPU_FIELDS, gwhere)
+        vals = {
+            "index": r.field(g, "index", gwhere, _nonneg_int, "an integer >= 0"),
+            "nic": r.field(g, "nic", gwhere, _str, "a NIC name (e.g. mlx5_0)"),
+            "rail": r.field(g, "rail", gwhere, _nonneg_int, "a rail number (integer >= 0)"),
+            "switch": r.field(g, "switch", gwhere, _str, "a switch name"),
+            "port": r.field(g, "port", gwhere, _str, "a port name of that switch"),
+        }
+        if _MISSING not in vals.values():
+            gpus.append(GpuSpec(**vals))
+    seen: dict[int, int] = {}
+    for j, gpu in enumerate(gpus):
+        if gpu.index in seen:
+            r.error(f"{where}.gpus[{j}]", f"duplicate GPU index {gpu.index} on this host", "index")
+        seen.setdefault(gpu.index, j)
+    if len(r.problems) > n_before:
+        return None
+    return where, HostSpec(name=name, gpus=tuple(gpus))
+
+
+def _split_endpoint(v: Any) -> tuple[str, str]:
+    # Split at the first ':' — port names may contain one (Junos breakout "et-0/0/1:2").
+    if not isinstance(v, str) or ":" not in v:
+        raise TypeError
+    sw, _, port = v.partition(":")
+    if not sw or not port:
+        raise ValueError
+    return sw, port
+
+
+def _load_link(r: _Reader, raw: Any, i: int) -> tuple[str, LinkSpec] | None:
+    where = f"links[{i}]"
+    doc = r.mapping(raw, where)
+    if doc is None:
+        return None
+    r.unknown(doc, _LINK_FIELDS, where)
+    a = r.field(doc, "a", where, _split_endpoint, "'switch:port'")
+    b = r.field(doc, "b", where, _split_endpoint, "'switch:port'")
+    if a is _MISSING or b is _MISSING:
+        return None
+    return where, LinkSpec(a_switch=a[0], a_port=a[1], b_switch=b[0], b_port=b[1])
+
+
+def _known_ports(top: Mapping[str, Any]) -> tuple[dict[str, set[str]], list[int]]:
+    """Switch → port names and the leaves' rails, read leniently from the raw file, so a switch
+    with a bad field elsewhere does not also make every cable to it "unknown"."""
+    ports: dict[str, set[str]] = {}
+    rails: set[int] = set()
+    raw = top.get("switches")
+    for sw in raw if isinstance(raw, list) else []:
+        if not isinstance(sw, Mapping) or not isinstance(sw.get("name"), str):
+            continue
+        raw_ports = sw.get("ports")
+        names = ports.setdefault(sw["name"], set())
+        for p in raw_ports if isinstance(raw_ports, list) else []:
+            if isinstance(p, Mapping) and isinstance(p.get("name"), str):
+                names.add(p["name"])
+        rail = sw.get("rail")
+        if sw.get("role") == "leaf" and isinstance(rail, int) and not isinstance(rail, bool):
+            rails.add(rail)
+    return ports, sorted(rails)
+
+
+def _check_cabling(r: _Reader, top: Mapping[str, Any], hosts: list[tuple[str, HostSpec]],
+                   links: list[tuple[str, LinkSpec]]) -> None:
+    """Every cable end names an existing port, once; every GPU rail is served by some leaf."""
+    ports, rails = _known_ports(top)
+    cabled: dict[tuple[str, str], str] = {}
+
+    def plug(where: str, field: str, switch: str, port: str) -> None:
+        if switch not in ports:
+            r.error(where, f"unknown switch {switch!r}", field)
+        elif port not in ports[switch]:
+            r.error(where, f"switch {switch!r} has no port {port!r}", field)
+        elif (switch, port) in cabled:
+            r.error(where, f"port {switch}:{port} is cabled twice (also {cabled[switch, port]})", field)
+        else:
+            cabled[switch, port] = where
+
+    hosts_seen: dict[str, str] = {}
+    for where, host in hosts:
+        if host.name in hosts_seen:
+            r.error(where, f"duplicate host name {host.name!r} (also {hosts_seen[host.name]})", "name")
+        hosts_seen.setdefault(host.name, where)
+        for j, g in enumerate(host.gpus):
+            gwhere = f"{where}.gpus[{j}]"
+            if g.rail not in rails:
+                known = ", ".join(map(str, rails)) or "none"
+                r.error(gwhere, f"unknown rail {g.rail} (the leaves serve rails: {known})", "rail")
+            plug(gwhere, "port" if g.switch in ports else "switch", g.switch, g.port)
+    for where, ln in links:
+        plug(where, "a", ln.a_switch, ln.a_port)
+        plug(where, "b", ln.b_switch, ln.b_port)
