@@ -1,0 +1,276 @@
+"""Topology verbs: import a fabric, read it back as a spec, its port index, peers and rail plan.
+
+Everything else in fabricmon reads the topology through these functions (or the core spec they
+return), never by walking the ORM per port: frames are indexed by ``port_index(fabric)``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from fabricmon.core.topology import (
+    FabricSpec,
+    GpuSpec,
+    HostSpec,
+    LinkSpec,
+    PortIndex,
+    PortSpec,
+    SnmpSettings,
+    SwitchSpec,
+    build_port_index,
+)
+from fabricmon.core.topology_yaml import dump_fabric, load_fabric
+from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
+
+
+class FabricExistsError(ValueError):
+    """``import_fabric(..., replace=False)`` for a name that is already taken."""
+
+
+def validate_spec(spec: FabricSpec) -> None:
+    """Apply the topology file's rules to a spec built in code (railgen, twin).
+
+    Round-tripping through the file format keeps one set of rules, with the same messages.
+    Raises :class:`~fabricmon.core.topology_yaml.TopologyError`.
+    """
+    load_fabric(dump_fabric(spec), source=f"fabric {spec.name!r}")
+
+
+@transaction.atomic
+def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = True) -> Fabric:
+    """Store ``spec`` in one transaction: all of it, or (on any error) nothing.
+
+    Re-importing an existing name keeps the :class:`Fabric` row (and its version history and
+    whatever other apps hang off it) and replaces everything below it. Records the port layout
+    as a :class:`TopologyVersion` and numbers ``Port.index`` by ``build_port_index``.
+    """
+    if validate:
+        validate_spec(spec)
+    index = build_port_index(spec)
+    fabric, created = Fabric.objects.select_for_update().get_or_create(
+        name=spec.name, defaults={"description": spec.description}
+    )
+    if not created:
+        if not replace:
+            raise FabricExistsError(f"fabric {spec.name!r} exists (use replace=True to re-import it)")
+        # Links and NICs go with their ports/GPUs through CASCADE.
+        Host.objects.filter(fabric=fabric).delete()
+        Switch.objects.filter(fabric=fabric).delete()
+
+    switches = Switch.objects.bulk_create([_switch_row(fabric, sw) for sw in spec.switches])
+    switch_id = {sw.name: row.pk for sw, row in zip(spec.switches, switches, strict=True)}
+    position = {
+        (index.switch_names[s], int(ifx)): i
+        for i, (s, ifx) in enumerate(zip(index.switch_of.tolist(), index.ifindex.tolist(), strict=True))
+    }
+    peers = _peer_labels(spec)
+    port_rows = [
+        Port(switch_id=switch_id[sw.name], ifindex=p.ifindex, name=p.name, speed_bps=p.speed_bps,
+             facing=p.facing, index=position[sw.name, p.ifindex], peer=peers.get((sw.name, p.name), ""))
+        for sw in spec.switches for p in sw.ports
+    ]
+    ports = Port.objects.bulk_create(port_rows, batch_size=2000)
+    port_id = {}
+    it = iter(ports)
+    for sw in spec.switches:
+        for p in sw.ports:
+            port_id[sw.name, p.name] = next(it).pk
+
+    Link.objects.bulk_create(
+        [Link(fabric=fabric, a_id=port_id[ln.a_switch, ln.a_port], b_id=port_id[ln.b_switch, ln.b_port])
+         for ln in spec.links],
+        batch_size=2000,
+    )
+    hosts = Host.objects.bulk_create([Host(fabric=fabric, name=h.name) for h in spec.hosts], batch_size=2000)
+    gpu_rows = [Gpu(host_id=row.pk, index=g.index, rail=g.rail)
+                for h, row in zip(spec.hosts, hosts, strict=True) for g in h.gpus]
+    gpus = Gpu.objects.bulk_create(gpu_rows, batch_size=2000)
+    all_gpus = [g for h in spec.hosts for g in h.gpus]
+    Nic.objects.bulk_create(
+        [Nic(gpu_id=row.pk, name=g.nic, rail=g.rail, port_id=port_id.get((g.switch, g.port)))
+         for g, row in zip(all_gpus, gpus, strict=True)],
+        batch_size=2000,
+    )
+
+    fabric.description = spec.description
+    fabric.topology_version = index.version
+    fabric.save(update_fields=["description", "topology_version", "updated"])
+    keys = [f"{index.switch_names[s]}:{ifx}"
+            for s, ifx in zip(index.switch_of.tolist(), index.ifindex.tolist(), strict=True)]
+    peer_list = [""] * len(index)
+    for p in port_rows:
+        peer_list[p.index] = p.peer
+    TopologyVersion.objects.update_or_create(
+        fabric=fabric, version=index.version, defaults={"port_keys": keys, "port_peers": peer_list}
+    )
+    return fabric
+
+
+def _switch_row(fabric: Fabric, sw: SwitchSpec) -> Switch:
+    s = sw.snmp
+    return Switch(
+        fabric=fabric, name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
+        snmp_version=s.version, snmp_port=s.port, snmp_community=s.community, v3_user=s.v3_user,
+        v3_auth_protocol=s.v3_auth_protocol, v3_auth_key=s.v3_auth_key,
+        v3_priv_protocol=s.v3_priv_protocol, v3_priv_key=s.v3_priv_key, v3_context=s.v3_context,
+        interval_s=s.interval_s, timeout_s=s.timeout_s, retries=s.retries,
+    )
+
+
+def _peer_labels(spec: FabricSpec) -> dict[tuple[str, str], str]:
+    """(switch, port name) → what the other end of its cable is."""
+    peers: dict[tuple[str, str], str] = {}
+    for h in spec.hosts:
+        for g in h.gpus:
+            peers[g.switch, g.port] = f"{h.name} gpu{g.index} {g.nic}"
+    for ln in spec.links:
+        peers[ln.a_switch, ln.a_port] = f"{ln.b_switch}:{ln.b_port}"
+        peers[ln.b_switch, ln.b_port] = f"{ln.a_switch}:{ln.a_port}"
+    return peers
+
+
+def _fabric(fabric: Fabric | str) -> Fabric:
+    return fabric if isinstance(fabric, Fabric) else Fabric.objects.get(name=fabric)
+
+
+def fabric_spec(fabric: Fabric | str) -> FabricSpec:
+    """The stored fabric as a core :class:`FabricSpec` (SNMP settings included), in import order.
+
+    Six queries whatever the fabric's size.
+    """
+    fabric = _fabric(fabric)
+    switches = list(Switch.objects.filter(fabric=fabric).order_by("id"))
+    ports_of: dict[int, list[PortSpec]] = defaultdict(list)
+    port_key: dict[int, tuple[str, str]] = {}
+    names = {sw.pk: sw.name for sw in switches}
+    for pk, sw_id, ifx, name, speed, facing in (
+        Port.objects.filter(switch__fabric=fabric).order_by("id")
+        .values_list("id", "switch_id", "ifindex", "name", "speed_bps", "facing")
+    ):
+        ports_of[sw_id].append(PortSpec(ifindex=ifx, name=name, speed_bps=speed, facing=facing))
+        port_key[pk] = (names[sw_id], name)
+    gpus_of: dict[int, list[GpuSpec]] = defaultdict(list)
+    for host_id, index, nic, rail, port_id in (
+        Nic.objects.filter(gpu__host__fabric=fabric).order_by("gpu_id", "id")
+        .values_list("gpu__host_id", "gpu__index", "name", "rail", "port_id")
+    ):
+        sw, port = port_key.get(port_id, ("", "")) if port_id is not None else ("", "")
+        gpus_of[host_id].append(GpuSpec(index=index, nic=nic, rail=rail, switch=sw, port=port))
+    hosts = tuple(
+        HostSpec(name=name, gpus=tuple(gpus_of[pk]))
+        for pk, name in Host.objects.filter(fabric=fabric).order_by("id").values_list("id", "name")
+    )
+    links = []
+    for a_id, b_id in Link.objects.filter(fabric=fabric).order_by("id").values_list("a_id", "b_id"):
+        (a_sw, a_port), (b_sw, b_port) = port_key[a_id], port_key[b_id]
+        links.append(LinkSpec(a_switch=a_sw, a_port=a_port, b_switch=b_sw, b_port=b_port))
+    return FabricSpec(
+        name=fabric.name,
+        description=fabric.description,
+        switches=tuple(
+            SwitchSpec(name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,  # type: ignore[arg-type]
+                       snmp=snmp_settings(sw), ports=tuple(ports_of[sw.pk]))
+            for sw in switches
+        ),
+        hosts=hosts,
+        links=tuple(links),
+    )
+
+
+def snmp_settings(switch: Switch) -> SnmpSettings:
+    """The collector's view of one switch's SNMP settings."""
+    return SnmpSettings(
+        version=switch.snmp_version,  # type: ignore[arg-type]
+        port=switch.snmp_port, community=switch.snmp_community, v3_user=switch.v3_user,
+        v3_auth_protocol=switch.v3_auth_protocol, v3_auth_key=switch.v3_auth_key,
+        v3_priv_protocol=switch.v3_priv_protocol, v3_priv_key=switch.v3_priv_key,
+        v3_context=switch.v3_context, interval_s=switch.interval_s, timeout_s=switch.timeout_s,
+        retries=switch.retries,
+    )
+
+
+# Built port indexes per (fabric id, topology version, last update): frames are decoded against
+# this on every tick, so it must not cost queries beyond looking the fabric up.
+_INDEX_CACHE: dict[tuple[int, str, str], PortIndex] = {}
+_INDEX_LOCK = threading.Lock()
+_INDEX_CACHE_MAX = 64
+
+
+def port_index(fabric: Fabric | str) -> PortIndex:
+    """The fabric's current port index (equal to ``build_port_index(fabric_spec(fabric))``)."""
+    fabric = _fabric(fabric)
+    key = (fabric.pk, fabric.topology_version, fabric.updated.isoformat())
+    with _INDEX_LOCK:
+        hit = _INDEX_CACHE.get(key)
+    if hit is not None:
+        return hit
+    index = build_port_index(fabric_spec(fabric))
+    with _INDEX_LOCK:
+        if len(_INDEX_CACHE) >= _INDEX_CACHE_MAX:
+            _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+        _INDEX_CACHE[key] = index
+    return index
+
+
+def port_peers(fabric: Fabric | str) -> list[str]:
+    """Per port index position, what the port faces: ``"node017 gpu3 mlx5_3"`` for a host-facing
+    port, ``"spine2:Ethernet9"`` for a fabric-facing one, ``""`` when nothing is cabled.
+
+    Computed from the current NICs and links (so admin edits show), in three queries.
+    """
+    fabric = _fabric(fabric)
+    rows = list(Port.objects.filter(switch__fabric=fabric).order_by("index")
+                .values_list("id", "index", "switch__name", "name"))
+    name_of = {pk: f"{sw}:{name}" for pk, _, sw, name in rows}
+    peer: dict[int, str] = {}
+    for port_id, host, gpu, nic in (
+        Nic.objects.filter(gpu__host__fabric=fabric, port__isnull=False)
+        .values_list("port_id", "gpu__host__name", "gpu__index", "name")
+    ):
+        peer[port_id] = f"{host} gpu{gpu} {nic}"
+    for a_id, b_id in Link.objects.filter(fabric=fabric).values_list("a_id", "b_id"):
+        peer[a_id], peer[b_id] = name_of.get(b_id, ""), name_of.get(a_id, "")
+    out = [""] * len(rows)
+    for pk, index, _, _ in rows:
+        out[index] = peer.get(pk, "")
+    return out
+
+
+@dataclass(frozen=True)
+class RailPlanViolation:
+    """A NIC not cabled to a leaf of its rail (``switch`` is ``""`` when it is not cabled at all)."""
+
+    host: str
+    gpu: int
+    nic: str
+    rail: int
+    switch: str
+    port: str
+    switch_rail: int | None
+
+    def __str__(self) -> str:
+        if not self.switch:
+            return f"{self.host} gpu{self.gpu} {self.nic}: rail {self.rail}, not cabled to any switch port"
+        found = f"rail {self.switch_rail}" if self.switch_rail is not None else "no rail (a spine)"
+        return (f"{self.host} gpu{self.gpu} {self.nic}: rail {self.rail}, cabled to "
+                f"{self.switch}:{self.port} which serves {found}; expected a leaf of rail {self.rail}")
+
+
+def rail_plan_violations(fabric: Fabric | str) -> list[RailPlanViolation]:
+    """NICs whose cable does not end on a leaf of their rail, in host/GPU order (one query)."""
+    fabric = _fabric(fabric)
+    out = []
+    for host, gpu, nic, rail, sw, role, sw_rail, port in (
+        Nic.objects.filter(gpu__host__fabric=fabric).order_by("gpu__host_id", "gpu__index", "id")
+        .values_list("gpu__host__name", "gpu__index", "name", "rail", "port__switch__name",
+                     "port__switch__role", "port__switch__rail", "port__name")
+    ):
+        if sw is not None and role == Switch.Role.LEAF and sw_rail == rail:
+            continue
+        out.append(RailPlanViolation(host=host, gpu=gpu, nic=nic, rail=rail, switch=sw or "",
+                                     port=port or "", switch_rail=sw_rail))
+    return out
