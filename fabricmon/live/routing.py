@@ -1,3 +1,9 @@
-"""WebSocket routes (consumers arrive with the live dashboard)."""
+"""WebSocket routes: one consumer per fabric view."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from fabricmon.live.consumers import FabricConsumer
+
+websocket_urlpatterns = [
+    path("ws/fabric/<str:fabric>/", FabricConsumer.as_asgi()),
+]

@@ -1,0 +1,83 @@
+"""The fabric heatmap WebSocket: a thin shell over :class:`fabricmon.live.services.FabricStream`.
+
+Origin is checked by ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``; here the user must be
+logged in and an operator or admin, else the socket is closed before it is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from fabricmon.live import services, wire
+from fabricmon.live.messages import CLOSE_FORBIDDEN, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
+
+log = logging.getLogger(__name__)
+
+
+class FabricConsumer(AsyncWebsocketConsumer):
+    stream: services.FabricStream | None = None
+    pump: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(services.can_view)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        metric = query.get("metric", [wire.DEFAULT_METRIC])[0]
+        if metric not in wire.METRIC_IDS:
+            metric = wire.DEFAULT_METRIC
+        window_s = min(float(query.get("window_s", [services.DEFAULT_WINDOW_S])[0]), 3600.0)
+        self.stream = services.FabricStream(
+            r=services.async_redis(),
+            fabric=self.scope["url_route"]["kwargs"]["fabric"],
+            metric=metric,
+            window_s=max(window_s, 10.0),
+            send_text=lambda msg: self.send(text_data=json.dumps(msg)),
+            send_bytes=lambda blob: self.send(bytes_data=blob),
+        )
+        await self.accept()
+        self.pump = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        assert self.stream is not None
+        try:
+            await self.stream.follow()
+        except services.ClientStalled:
+            await self.close(code=CLOSE_TOO_SLOW)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # Redis gone, bad frame: close so the browser reconnects with backoff
+            log.exception("live stream for %s failed", self.stream.fabric)
+            await self.close(code=1011)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.stream is None or text_data is None:
+            return
+        try:
+            msg: dict[str, Any] = json.loads(text_data)
+            if msg.get("type") == "ack":
+                await self.stream.on_ack(int(msg["seq"]))
+            elif msg.get("type") == "subscribe":
+                await self.stream.on_subscribe(str(msg["metric"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            await self.send(text_data=json.dumps({"type": "error", "message": f"bad message: {exc}"}))
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.pump
+        if self.stream is not None:
+            await self.stream.r.aclose()

@@ -1,0 +1,84 @@
+"""Every message the live fabric WebSocket carries, declared in one place.
+
+Text frames are JSON (``type`` names the message); data travels in binary frames so an update
+costs about one byte per port. Binary layout (little-endian)::
+
+    COLUMN  u8 kind=1 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | f64 ts_ms | n_ports × u8
+    WINDOW  u8 kind=2 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | u32 n_cols | 2 × u32 pad
+            | n_cols × f64 ts_ms | n_cols × n_ports × u8 (column after column, oldest first)
+
+A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`` means *no data*
+(failed poll, stale switch) and is drawn as such, never as zero. ``frontend/static/live/protocol.js``
+mirrors these constants; tests/live/test_protocol.py keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+PROTOCOL_VERSION = 1
+NO_DATA = 255
+CODE_MAX = 254  # highest code that carries a value
+
+KIND_COLUMN = 1
+KIND_WINDOW = 2
+COLUMN_HEADER_BYTES = 20
+WINDOW_HEADER_BYTES = 24
+
+# Close codes the browser acts on (4000–4999 are the application's range).
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_SLOW = 4408  # the client stopped acknowledging; it reconnects and resynchronises
+
+
+class Scale(TypedDict):
+    """How a u8 code maps back to a value: linear ``lo + code/254·(hi−lo)`` or log10 between lo and hi
+    (code 0 = at or below ``lo``, including zero)."""
+
+    kind: Literal["linear", "log"]
+    lo: float
+    hi: float
+    unit: str
+
+
+# --- server → client (text) -----------------------------------------------------------------
+class Hello(TypedDict):
+    """Sent on connect and after every ``subscribe``: what the following binary frames mean."""
+
+    type: Literal["hello"]
+    protocol: int
+    fabric: str
+    metric: str
+    metric_id: int
+    metrics: list[str]  # metrics the latest frame carries (the selector offers only these)
+    scale: Scale
+    n_ports: int
+    topology_version: str
+    interval_s: float
+    window_cols: int
+    max_in_flight: int
+
+
+class ErrorMessage(TypedDict):
+    type: Literal["error"]
+    message: str
+
+
+# --- client → server (text) -----------------------------------------------------------------
+class Ack(TypedDict):
+    """The browser has drawn binary message ``seq``; the server keeps at most ``max_in_flight``
+    unacknowledged, so a slow client gets the newest frame and older ones are dropped."""
+
+    type: Literal["ack"]
+    seq: int
+
+
+class Subscribe(TypedDict):
+    """Switch metric; the server answers with a new ``hello`` and ``WINDOW``."""
+
+    type: Literal["subscribe"]
+    metric: str
+
+
+ServerText = Hello | ErrorMessage
+ClientText = Ack | Subscribe

@@ -1,0 +1,181 @@
+"""The fabric WebSocket against the real ASGI application (auth + Origin stack) and real Redis.
+
+Frames are appended to the live window the way collectors do (live_window.append); the socket is
+driven with Channels' WebsocketCommunicator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from fabricmon.asgi import application
+from fabricmon.core.frames import Frame
+from fabricmon.live import messages, wire
+from fabricmon.live.services import MAX_IN_FLIGHT
+from fabricmon.telemetry import live_window
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+GOOD_ORIGIN = b"http://127.0.0.1"
+N_PORTS = 64
+
+
+def session_cookie(username: str, role: str | None = "operators") -> bytes:
+    user = User.objects.create_user(username, password="pw-not-secret")
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def append_frame(r, fabric: str, util: float, *, hot: int = 5, ts_ns: int | None = None) -> Frame:
+    values = np.full(N_PORTS, util, dtype=np.float32)
+    values[hot] = 0.9
+    values[7] = np.nan
+    frame = Frame(fabric, "topoA", ts_ns or time.time_ns(), 1.0, {"util": values, "out_bps": values * 4e11})
+    live_window.append(r, frame, max_frames=600)
+    return frame
+
+
+def hottest(codes: np.ndarray) -> int:
+    """Index of the highest value, ignoring no-data (255)."""
+    return int(np.argmax(np.where(codes == messages.NO_DATA, -1, codes.astype(np.int16))))
+
+
+def communicator(fabric: str, *, origin: bytes | None = GOOD_ORIGIN, cookie: bytes | None = None, query: str = ""):
+    headers = [(b"host", b"127.0.0.1")]
+    if origin is not None:
+        headers.append((b"origin", origin))
+    if cookie is not None:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, f"/ws/fabric/{fabric}/{query}", headers=headers)
+
+
+async def open_socket(comm: WebsocketCommunicator) -> tuple[bool, int | None]:
+    connected, code = await comm.connect(timeout=5)
+    if connected:
+        await comm.disconnect()
+    return connected, code
+
+
+def test_unauthenticated_socket_is_refused(fabric_name: str) -> None:
+    connected, code = async_to_sync(open_socket)(communicator(fabric_name))
+    assert not connected and code == messages.CLOSE_UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("origin", [b"http://evil.example", b"null", b"", None, b"http://127.0.0.1.evil.example"])
+def test_foreign_or_missing_origin_is_refused_even_when_logged_in(fabric_name: str, origin: bytes | None) -> None:
+    cookie = session_cookie("op")
+    connected, _ = async_to_sync(open_socket)(communicator(fabric_name, origin=origin, cookie=cookie))
+    assert not connected
+
+
+def test_user_without_a_role_is_refused(fabric_name: str) -> None:
+    cookie = session_cookie("nobody", role=None)
+    connected, code = async_to_sync(open_socket)(communicator(fabric_name, cookie=cookie))
+    assert not connected and code == messages.CLOSE_FORBIDDEN
+
+
+def test_operator_gets_window_then_one_column_per_frame(fabric_name: str, redis_client) -> None:
+    cookie = session_cookie("op")
+    for i in range(3):
+        append_frame(redis_client, fabric_name, 0.1 * i, ts_ns=time.time_ns() - (3 - i) * 10**9)
+
+    async def scenario() -> None:
+        comm = communicator(fabric_name, cookie=cookie)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        hello = json.loads(await comm.receive_from(timeout=5))
+        assert hello["type"] == "hello" and hello["n_ports"] == N_PORTS and hello["metric"] == "util"
+        assert hello["topology_version"] == "topoA" and hello["metrics"] == ["out_bps", "util"]
+        kind, _, seq, ts_ms, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        assert kind == messages.KIND_WINDOW and codes.shape == (3, N_PORTS)
+        assert codes[:, 7].tolist() == [255, 255, 255]  # no data stays no data
+        assert codes[2, 5] == round(0.9 * 254)
+        await comm.send_to(text_data=json.dumps({"type": "ack", "seq": seq}))
+
+        frame = append_frame(redis_client, fabric_name, 0.5, hot=11)
+        blob = await comm.receive_from(timeout=5)
+        assert len(blob) == messages.COLUMN_HEADER_BYTES + N_PORTS
+        kind, _, seq2, ts_ms, codes = wire.decode_message(blob)
+        assert kind == messages.KIND_COLUMN and seq2 == seq + 1
+        assert ts_ms[0] == frame.ts_ns / 1e6
+        assert hottest(codes[0]) == 11 and codes[0, 7] == messages.NO_DATA
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_slow_client_gets_the_newest_frame_and_older_ones_are_dropped(fabric_name: str, redis_client) -> None:
+    cookie = session_cookie("op")
+    append_frame(redis_client, fabric_name, 0.1)
+
+    async def scenario() -> None:
+        comm = communicator(fabric_name, cookie=cookie)
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_from(timeout=5)  # hello
+        _, _, window_seq, _, _ = wire.decode_message(await comm.receive_from(timeout=5))
+        # The window is unacknowledged: only MAX_IN_FLIGHT - 1 more message may be in flight.
+        for i in range(MAX_IN_FLIGHT - 1):
+            append_frame(redis_client, fabric_name, 0.2, hot=20 + i)
+            await comm.receive_from(timeout=5)
+        for hot in (30, 31, 32, 33):  # a burst the client does not read
+            append_frame(redis_client, fabric_name, 0.2, hot=hot)
+            time.sleep(0.05)
+        assert await comm.receive_nothing(timeout=0.5)
+        await comm.send_to(text_data=json.dumps({"type": "ack", "seq": window_seq + MAX_IN_FLIGHT - 1}))
+        _, _, _, _, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        assert hottest(codes[0]) == 33  # the newest, not the oldest of the burst
+        assert await comm.receive_nothing(timeout=0.3)  # …and the dropped ones never follow
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_subscribe_switches_metric_with_a_new_window(fabric_name: str, redis_client) -> None:
+    cookie = session_cookie("op")
+    append_frame(redis_client, fabric_name, 0.1)
+
+    async def scenario() -> None:
+        comm = communicator(fabric_name, cookie=cookie, query="?metric=util")
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_from(timeout=5)
+        await comm.receive_from(timeout=5)
+        await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "out_bps"}))
+        hello = json.loads(await comm.receive_from(timeout=5))
+        assert hello["metric"] == "out_bps" and hello["scale"]["kind"] == "log"
+        kind, metric_id, *_ = wire.decode_message(await comm.receive_from(timeout=5))
+        assert kind == messages.KIND_WINDOW and metric_id == wire.METRIC_IDS["out_bps"]
+        await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "nonsense"}))
+        err = json.loads(await comm.receive_from(timeout=5))
+        assert err["type"] == "error" and "nonsense" in err["message"]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_first_frame_of_an_empty_fabric_resynchronises(fabric_name: str, redis_client) -> None:
+    cookie = session_cookie("op")
+
+    async def scenario() -> None:
+        comm = communicator(fabric_name, cookie=cookie)
+        assert (await comm.connect(timeout=5))[0]
+        hello = json.loads(await comm.receive_from(timeout=5))
+        assert hello["n_ports"] == 0
+        await comm.receive_from(timeout=5)
+        append_frame(redis_client, fabric_name, 0.3)
+        hello = json.loads(await comm.receive_from(timeout=5))
+        assert hello["n_ports"] == N_PORTS
+        kind, *_, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        assert kind == messages.KIND_WINDOW and codes.shape == (1, N_PORTS)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
