@@ -161,6 +161,20 @@ FABRICMON_LEASE_S = env_float("FABRICMON_LEASE_S", 30.0)
 FABRICMON_SHARD_SIZE = env_int("FABRICMON_SHARD_SIZE", 16)
 # Downsampled history kept in the database: one row per port per this many seconds.
 FABRICMON_HISTORY_STEP_S = env_int("FABRICMON_HISTORY_STEP_S", 60)
+# History rows older than this are pruned (default 30 days).
+FABRICMON_HISTORY_RETENTION_S = env_float("FABRICMON_HISTORY_RETENTION_S", 30 * 86400.0)
+# Celery queue the shard collectors run on ("celery" = the default queue every worker consumes).
+FABRICMON_COLLECTOR_QUEUE = env_str("FABRICMON_COLLECTOR_QUEUE", "celery")
+# Beat hands every free shard (none running, or its worker died) to a collector this often.
+FABRICMON_ENSURE_COLLECTORS_S = env_float("FABRICMON_ENSURE_COLLECTORS_S", 3.0)
+CELERY_BEAT_SCHEDULE = {
+    "ensure-collectors": {
+        "task": "telemetry.ensure_collectors",
+        "schedule": FABRICMON_ENSURE_COLLECTORS_S,
+        # A beat tick nobody ran in time is superseded by the next one: never let them pile up.
+        "options": {"expires": FABRICMON_ENSURE_COLLECTORS_S, "queue": FABRICMON_COLLECTOR_QUEUE},
+    },
+}
 
 LOGGING = {
     "version": 1,

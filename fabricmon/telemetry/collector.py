@@ -1,0 +1,266 @@
+"""The shard loop: poll a shard's switches on their own wall-clock grids, for one lease.
+
+One asyncio task per switch, one per fabric deadline, one supervisor::
+
+    supervisor ── every 0.1 s: stop requested? lease over? renew lease (compare-and-PEXPIRE)
+    leaf-r0   ──▶ sleep to next k·I ─▶ poll ─▶ rates vs previous read ─▶ slice ─▶ report ─▶ health
+    leaf-r1   ──▶ …                                    (a dead switch times out on its own task;
+    spine0    ──▶ …                                     the others keep their schedule)
+    deadline  ──▶ at tick + budget: build the frame with whatever reported (dead shard → NaN)
+
+Polls are aligned to multiples of the switch's interval on the wall clock, so switches of all
+shards sample together and a frame mixes counters read within one poll budget of each other.
+The last good read of each switch is kept in Redis (``fm:read:{fabric}:{switch}``) so the next
+lease holder, on any worker, differences against it instead of losing a sample per handover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from fabricmon.core.frames import Frame
+from fabricmon.core.topology import SwitchSpec
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.leases import Lease
+from fabricmon.telemetry.shards import Shard
+from fabricmon.telemetry.slices import SwitchRead, SwitchSlice, compute_slice, decode_read, encode_read, read_from_snapshot
+
+log = logging.getLogger(__name__)
+
+PollFn = Callable[[SwitchSpec], Awaitable[Any]]  # → collectors.snmp.IfSnapshot, raises SnmpPollError
+HistorySink = Callable[[FabricFramer, int, int], None]  # (framer, start_ns, end_ns), run off-loop
+# A previous read older than this many intervals is not differenced against (the sample would
+# average over a stretch nobody watched: better one NaN than a smeared value).
+MAX_BASELINE_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class PollRecord:
+    """What happened at one scheduled poll (given to an observer: tests, diagnostics)."""
+
+    fabric: str
+    switch: str
+    scheduled_ns: int
+    frame_tick_ns: int
+    started_ns: int
+    finished_ns: int
+    slice: SwitchSlice
+    error_kind: str | None
+
+
+@dataclass
+class ShardReport:
+    """How a lease went: returned by ``services.run_shard``."""
+
+    shard_id: str
+    acquired: bool
+    ended: str = ""  # lease_end | stopped | lease_lost | not_acquired
+    polls: int = 0
+    failures: int = 0
+    frames_built: int = 0
+
+
+def read_key(fabric: str, switch: str) -> str:
+    return f"fm:read:{fabric}:{switch}"
+
+
+def history_guard_key(fabric: str, start_ns: int) -> str:
+    return f"fm:hist:{fabric}:{start_ns}"
+
+
+@dataclass
+class _Health:
+    """One switch's health, kept in memory and written to the live window's health hash."""
+
+    shard_id: str
+    interval_s: float
+    up: bool = False
+    last_success_ns: int | None = None
+    last_poll_ns: int | None = None
+    poll_ms: float | None = None
+    consecutive_failures: int = 0
+    polls: int = 0
+    error_counts: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    last_error: str = ""
+
+    @classmethod
+    def resume(cls, shard_id: str, interval_s: float, old: dict[str, Any] | None) -> _Health:
+        """Carry the counts of the previous lease holder (health is per switch, not per lease)."""
+        h = cls(shard_id, interval_s)
+        if old:
+            h.last_success_ns = old.get("last_success_ns")
+            h.consecutive_failures = int(old.get("consecutive_failures", 0))
+            h.polls = int(old.get("polls", 0))
+            h.error_counts.update(old.get("error_counts", {}))
+            h.dropped.update(old.get("dropped", {}))
+            h.last_error = str(old.get("last_error", ""))
+        return h
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "up": self.up, "last_success_ns": self.last_success_ns, "last_poll_ns": self.last_poll_ns,
+            "poll_ms": self.poll_ms, "errors": self.consecutive_failures,
+            "consecutive_failures": self.consecutive_failures, "polls": self.polls,
+            "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
+            "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
+        }
+
+
+class ShardCollector:
+    """Runs one shard for one lease on the current event loop. Build it, then ``await run()``."""
+
+    def __init__(
+        self, r: redis.Redis, shard: Shard, framer: FabricFramer, lease: Lease, poll: PollFn, *,
+        run_s: float, stop_event: threading.Event | None = None,
+        observer: Callable[[PollRecord], None] | None = None, history_sink: HistorySink | None = None,
+        history_step_s: float = 60.0,
+    ) -> None:
+        self.r, self.shard, self.framer, self.lease, self.poll = r, shard, framer, lease, poll
+        self.run_s, self.stop_event, self.observer = run_s, stop_event, observer
+        self.history_sink, self.history_step_ns = history_sink, round(history_step_s * 1e9)
+        self.report = ShardReport(shard.shard_id, acquired=True)
+        self.fabric = framer.fabric
+        old = live_window.read_health(r, self.fabric)
+        self.health = {
+            name: _Health.resume(shard.shard_id, framer.spec.switch(name).snmp.interval_s, old.get(name))
+            for name in shard.switches
+        }
+
+    async def run(self) -> ShardReport:
+        tasks = [asyncio.create_task(self._switch_loop(self.framer.spec.switch(n))) for n in self.shard.switches]
+        tasks.append(asyncio.create_task(self._deadline_loop()))
+        try:
+            self.report.ended = await self._supervise()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return self.report
+
+    async def _supervise(self) -> str:
+        end = time.monotonic() + self.run_s
+        renew_every = self.lease.ttl_s / 3
+        next_renew = time.monotonic() + renew_every
+        while True:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            if self.stop_event is not None and self.stop_event.is_set():
+                return "stopped"
+            if now >= end:
+                return "lease_end"
+            if now >= next_renew:
+                if not self.lease.renew():
+                    log.warning("shard %s: lease lost, stopping", self.shard.shard_id)
+                    return "lease_lost"
+                next_renew = now + renew_every
+
+    # --- one switch ---------------------------------------------------------------------------
+
+    async def _switch_loop(self, sw: SwitchSpec) -> None:
+        sl = self.framer.slices[sw.name]
+        ifindex = self.framer.index.ifindex[sl]
+        spec_speed = self.framer.index.speed_bps[sl]
+        interval_ns = self.framer.interval_ns[sw.name]
+        prev = self._load_read(sw.name)
+        while True:
+            now = time.time_ns()
+            scheduled = (now // interval_ns + 1) * interval_ns
+            await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
+            started = time.time_ns()
+            cur: SwitchRead | None = None
+            kind: str | None = None
+            message = ""
+            try:
+                snapshot = await self.poll(sw)
+                cur = read_from_snapshot(snapshot, ifindex)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # SnmpPollError carries .kind; anything else is our bug
+                kind = str(getattr(exc, "kind", "internal"))
+                message = str(getattr(exc, "message", "") or exc)
+                if kind == "internal":
+                    log.exception("shard %s: polling %s failed unexpectedly", self.shard.shard_id, sw.name)
+            finished = time.time_ns()
+            if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > MAX_BASELINE_INTERVALS * interval_ns:
+                prev = None
+            part = compute_slice(sw.name, prev, cur, spec_speed, started)
+            tick = self.framer.frame_tick(scheduled)
+            self._deliver(sw.name, tick, part)
+            self._record_health(sw.name, started, finished, cur, kind, message, part)
+            if cur is not None:
+                prev = cur
+                self.r.set(read_key(self.fabric, sw.name), encode_read(cur), px=max(60_000, 10 * interval_ns // 1_000_000))
+            if self.observer is not None:
+                self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part, kind))
+
+    def _load_read(self, switch: str) -> SwitchRead | None:
+        blob = self.r.get(read_key(self.fabric, switch))
+        return decode_read(blob) if isinstance(blob, bytes) else None
+
+    def _deliver(self, switch: str, tick_ns: int, part: SwitchSlice) -> None:
+        blob = part.encode(self.framer.index.version) if part.ok else b""
+        frame = self.framer.report(self.r, switch, tick_ns, blob)
+        if frame is not None:
+            self._after_frame(frame)
+
+    def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,
+                       kind: str | None, message: str, part: SwitchSlice) -> None:
+        h = self.health[switch]
+        h.polls += 1
+        h.last_poll_ns = started
+        h.poll_ms = round((finished - started) / 1e6, 3)
+        self.report.polls += 1
+        if cur is None:
+            h.up = False
+            h.consecutive_failures += 1
+            h.error_counts[kind or "internal"] += 1
+            h.last_error = f"{kind}: {message}"[:300]
+            self.report.failures += 1
+        else:
+            h.up = True
+            h.consecutive_failures = 0
+            h.last_success_ns = cur.ts_ns
+            h.dropped.update({k: v for k, v in part.dropped.items() if k not in ("no_baseline",)})
+        live_window.write_health(self.r, self.fabric, switch, h.as_dict())
+
+    # --- frames -------------------------------------------------------------------------------
+
+    async def _deadline_loop(self) -> None:
+        """Build each tick's frame at its deadline if the fast path did not (a shard is dead)."""
+        f = self.framer
+        tick = f.frame_tick(time.time_ns()) + f.frame_ns
+        deadline_ns = round(f.deadline_s * 1e9)
+        while True:
+            await asyncio.sleep(max(0.0, (tick + deadline_ns - time.time_ns()) / 1e9))
+            frame = f.build(self.r, tick, at_deadline=True)
+            if frame is not None:
+                self._after_frame(frame)
+            tick += f.frame_ns
+            behind = time.time_ns() - (tick + deadline_ns)
+            if behind > f.frame_ns:  # the loop was starved: skip ticks rather than replay them
+                tick += (behind // f.frame_ns) * f.frame_ns
+
+    def _after_frame(self, frame: Frame) -> None:
+        self.report.frames_built += 1
+        if self.history_sink is None:
+            return
+        step = self.history_step_ns
+        step_end = -(-frame.ts_ns // step) * step
+        if frame.ts_ns + self.framer.frame_ns <= step_end:
+            return  # not the last tick of its step yet
+        start = step_end - step
+        if self.r.set(history_guard_key(self.fabric, start), b"1", nx=True, px=max(600_000, 3 * step // 1_000_000)):
+            loop = asyncio.get_running_loop()
+            # The database write must not stall the polls: run it on the default executor.
+            loop.run_in_executor(None, self.history_sink, self.framer, start, step_end)

@@ -1,0 +1,145 @@
+"""Frames from switch slices: one frame per fabric per tick, exactly once, as early as possible.
+
+Every collector (one per shard, possibly on different machines) reports each switch's slice for a
+tick into one Redis hash per fabric and tick. Whoever reports the *last* due switch builds the
+frame at once — no slow timer between the last counter read and the browser::
+
+    fm:tick:{fabric}:{tick_ns}   hash  switch → encoded slice (b"" = explicit poll failure)
+    fm:latest:{fabric}           hash  switch → last good slice (for switches polled less often)
+    fm:framed:{fabric}:{tick_ns} SET NX guard: the frame of a tick is appended once
+
+    shard A: leaf0 ✓ leaf1 ✓ ─┐
+    shard B: spine0 ✓ ────────┼─▶ HLEN == due(tick) ─▶ SET NX framed ─▶ assemble ─▶ XADD live window
+    shard C: (dead) ──────────┘            │
+                                 deadline ─┘ (every live shard of the fabric tries; C's ports → NaN)
+
+Ticks are wall-clock multiples of the fabric's frame interval (the smallest switch interval); a
+switch polled every ``I`` is *due* in the ticks that contain one of its poll times. A switch not
+due in a tick contributes its latest slice while that is younger than its interval; otherwise NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+
+from fabricmon.core.frames import Frame, FrameFormatError
+from fabricmon.core.topology import FabricSpec, PortIndex, build_port_index
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.slices import SLICE_METRICS
+
+# Lua: record one switch's slice for a tick and return how many switches have reported.
+_REPORT = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if string.len(ARGV[2]) > 0 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+end
+return redis.call('HLEN', KEYS[1])
+"""
+TICK_TTL_MS = 120_000
+# After a tick's deadline a slice is late; the frame is built with what is there.
+DEADLINE_GRACE_S = 0.25
+
+
+def tick_key(fabric: str, tick_ns: int) -> str:
+    return f"fm:tick:{fabric}:{tick_ns}"
+
+
+def latest_key(fabric: str) -> str:
+    return f"fm:latest:{fabric}"
+
+
+def framed_key(fabric: str, tick_ns: int) -> str:
+    return f"fm:framed:{fabric}:{tick_ns}"
+
+
+@dataclass
+class FabricFramer:
+    """Everything needed to frame one fabric: its port index and who is due in which tick."""
+
+    spec: FabricSpec
+    window_s: float
+    index: PortIndex = field(init=False)
+    frame_ns: int = field(init=False)
+    interval_ns: dict[str, int] = field(init=False)
+    slices: dict[str, slice] = field(init=False)
+    deadline_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.index = build_port_index(self.spec)
+        self.interval_ns = {sw.name: round(sw.snmp.interval_s * 1e9) for sw in self.spec.switches}
+        self.frame_ns = min(self.interval_ns.values())
+        self.slices = {name: self.index.slice_of(name) for name in self.index.switch_names}
+        # A due switch's poll starts at the tick and ends within timeout × attempts (< interval).
+        budget = max(sw.snmp.timeout_s * (sw.snmp.retries + 1) for sw in self.spec.switches)
+        self.deadline_s = min(budget, self.frame_ns / 1e9) + DEADLINE_GRACE_S
+
+    @property
+    def fabric(self) -> str:
+        return self.spec.name
+
+    @property
+    def max_frames(self) -> int:
+        return max(1, math.ceil(self.window_s * 1e9 / self.frame_ns))
+
+    def frame_tick(self, poll_ns: int) -> int:
+        """The frame tick a poll scheduled at ``poll_ns`` belongs to."""
+        return (poll_ns // self.frame_ns) * self.frame_ns
+
+    def is_due(self, switch: str, tick_ns: int) -> bool:
+        interval = self.interval_ns[switch]
+        first_poll = -(-tick_ns // interval) * interval  # ceil to the switch's own grid
+        return first_poll < tick_ns + self.frame_ns
+
+    def due(self, tick_ns: int) -> list[str]:
+        return [s for s in self.interval_ns if self.is_due(s, tick_ns)]
+
+    def report(self, r: redis.Redis, switch: str, tick_ns: int, blob: bytes) -> Frame | None:
+        """Record a switch's slice (``b""`` = failed poll); build the frame if the tick is complete."""
+        reported = int(r.eval(_REPORT, 2, tick_key(self.fabric, tick_ns), latest_key(self.fabric),
+                              switch, blob, TICK_TTL_MS))
+        if reported >= len(self.due(tick_ns)):
+            return self.build(r, tick_ns)
+        return None
+
+    def build(self, r: redis.Redis, tick_ns: int, *, at_deadline: bool = False) -> Frame | None:
+        """Assemble and append the tick's frame unless someone already did (or, at the deadline,
+        nobody reported anything: a fabric with no live collector gets no frames, not NaN ones)."""
+        reported = r.hgetall(tick_key(self.fabric, tick_ns))
+        if at_deadline and not reported:
+            return None
+        if not r.set(framed_key(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
+            return None
+        frame = self.assemble(tick_ns, {k.decode(): v for k, v in reported.items()},
+                              {k.decode(): v for k, v in r.hgetall(latest_key(self.fabric)).items()})
+        live_window.append(r, frame, max_frames=self.max_frames)
+        return frame
+
+    def assemble(self, tick_ns: int, reported: dict[str, bytes], latest: dict[str, bytes]) -> Frame:
+        n = len(self.index)
+        metrics = {m: np.full(n, np.nan, dtype=np.float32) for m in SLICE_METRICS}
+        for switch, sl in self.slices.items():
+            blob = reported.get(switch)
+            if blob is None and not self.is_due(switch, tick_ns):
+                blob = latest.get(switch)
+                fresh_after = tick_ns - self.interval_ns[switch] - round(self.deadline_s * 1e9)
+            else:
+                fresh_after = None
+            if not blob:
+                continue  # failed poll, missing (dead shard) or nothing recent: NaN
+            try:
+                part = Frame.decode(blob)
+            except FrameFormatError:
+                continue
+            if fresh_after is not None and part.ts_ns < fresh_after:
+                continue
+            if part.n_ports != sl.stop - sl.start:
+                continue  # sliced against another topology version; drawn as no data
+            for m in SLICE_METRICS:
+                if m in part.metrics:
+                    metrics[m][sl] = part.metrics[m]
+        return Frame(self.fabric, self.index.version, tick_ns, self.frame_ns / 1e9, metrics)

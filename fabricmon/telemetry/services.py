@@ -1,0 +1,250 @@
+"""Telemetry verbs: run a shard for one lease, keep every shard collected, write history, report.
+
+Celery tasks (``tasks.py``) and the ``fabric_status`` command are thin shells over these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import redis
+from django.conf import settings
+from django.db import close_old_connections
+
+from fabricmon.core.frames import Frame, FrameFormatError
+from fabricmon.core.topology import FabricSpec, SwitchSpec
+from fabricmon.telemetry import live_window, runtime
+from fabricmon.telemetry.collector import PollRecord, ShardCollector, ShardReport
+from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.history import downsample
+from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.shards import Shard, find_shard, plan_shards
+
+log = logging.getLogger(__name__)
+
+
+def load_fabrics() -> list[FabricSpec]:
+    """Every fabric in the database, as specs (what the collectors poll)."""
+    from fabricmon.topology.models import Fabric
+    from fabricmon.topology.services import fabric_spec
+
+    return [fabric_spec(f) for f in Fabric.objects.all()]
+
+
+def all_shards(fabrics: Sequence[FabricSpec] | None = None) -> list[Shard]:
+    return plan_shards(load_fabrics() if fabrics is None else fabrics, settings.FABRICMON_SHARD_SIZE)
+
+
+# --- the shard loop -------------------------------------------------------------------------------
+
+
+def run_shard(
+    shard_id: str, *, lease_s: float, stop_event: threading.Event | None = None,
+    fabrics: Sequence[FabricSpec] | None = None, redis_url: str | None = None, run_s: float | None = None,
+    observer: Callable[[PollRecord], None] | None = None, history: bool = True,
+) -> ShardReport:
+    """Hold shard ``shard_id`` for one lease (``run_s``, default ``lease_s``) and collect it.
+
+    Returns at once with ``acquired=False`` if another collector holds the shard. Otherwise polls
+    the shard's switches on this thread's long-lived event loop (one pysnmp engine per loop),
+    reports slices and builds frames, renews the lease every ``lease_s / 3`` and hands the shard
+    back at the end — or earlier on ``stop_event`` or a lost lease. ``fabrics`` defaults to the
+    database topology; ``observer`` sees every poll (diagnostics, tests).
+    """
+    specs = load_fabrics() if fabrics is None else list(fabrics)
+    shard = find_shard(specs, settings.FABRICMON_SHARD_SIZE, shard_id)
+    spec = next(f for f in specs if f.name == shard.fabric)
+    r = live_window.connect(redis_url)
+    lease = Lease.acquire(r, shard_id, lease_s)
+    if lease is None:
+        return ShardReport(shard_id, acquired=False, ended="not_acquired")
+    try:
+        framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
+        sink = _history_sink(redis_url) if history else None
+        collector = ShardCollector(
+            r, shard, framer, lease, _snmp_poll_fn(), run_s=lease_s if run_s is None else run_s,
+            stop_event=stop_event, observer=observer, history_sink=sink,
+            history_step_s=settings.FABRICMON_HISTORY_STEP_S,
+        )
+        return runtime.event_loop().run_until_complete(collector.run())
+    finally:
+        lease.release()
+        r.close()
+
+
+def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
+    from collectors.snmp.poller import SnmpPoller, SnmpPollError, SnmpTarget
+
+    poller = SnmpPoller()
+
+    async def poll(sw: SwitchSpec) -> Any:
+        target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
+        try:
+            # Belt and braces: whatever pysnmp does, a poll never outlives 90 % of its interval.
+            return await asyncio.wait_for(poller.poll(target), sw.snmp.interval_s * 0.9)
+        except TimeoutError:
+            raise SnmpPollError("timeout", f"{sw.name}: no complete poll within the interval") from None
+
+    return poll
+
+
+# --- keeping every shard collected ----------------------------------------------------------------
+
+
+def enqueued_key(shard_id: str) -> str:
+    return f"fm:enqueued:{shard_id}"
+
+
+def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
+                      redis_url: str | None = None) -> list[str]:
+    """Enqueue a collector for every shard whose lease is free (none running, or its worker died).
+
+    A short ``fm:enqueued:{shard}`` marker keeps a backlog from piling up while a queued task has
+    not started yet; a task that starts and finds the shard held simply returns.
+    """
+    r = live_window.connect(redis_url)
+    started: list[str] = []
+    try:
+        for shard in all_shards():
+            if holder(r, shard.shard_id) is not None:
+                continue
+            if r.set(enqueued_key(shard.shard_id), b"1", nx=True, px=round(hold_s * 1000)):
+                enqueue(shard.shard_id)
+                started.append(shard.shard_id)
+    finally:
+        r.close()
+    return started
+
+
+def shard_started(shard_id: str, redis_url: str | None = None) -> None:
+    """Clear the enqueue marker once a task runs, so a free shard can be re-enqueued right away."""
+    r = live_window.connect(redis_url)
+    try:
+        r.delete(enqueued_key(shard_id))
+    finally:
+        r.close()
+
+
+# --- history --------------------------------------------------------------------------------------
+
+
+def _history_sink(redis_url: str | None) -> Callable[[FabricFramer, int, int], None]:
+    def sink(framer: FabricFramer, start_ns: int, end_ns: int) -> None:
+        try:
+            write_history(framer.fabric, start_ns, end_ns, max_frames=framer.max_frames, redis_url=redis_url)
+        except Exception:  # history must never take the collector down
+            log.exception("history for %s at %d failed", framer.fabric, start_ns)
+
+    return sink
+
+
+def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 10_000,
+                  redis_url: str | None = None) -> int:
+    """Downsample the live window's frames with ``start_ns < ts ≤ end_ns`` into HistoryFrame rows
+    (one per topology version present), then prune rows older than the retention. Returns rows written."""
+    from fabricmon.telemetry.models import HistoryFrame
+    from fabricmon.topology.models import Fabric
+
+    close_old_connections()
+    r = live_window.connect(redis_url)
+    try:
+        frames = [f for f in recent_frames(r, fabric, max_frames) if start_ns < f.ts_ns <= end_ns]
+    finally:
+        r.close()
+    row = Fabric.objects.filter(name=fabric).first()
+    if row is None or not frames:
+        return 0
+    step_s = (end_ns - start_ns) / 1e9
+    by_version: dict[str, list[Frame]] = {}
+    for f in frames:
+        by_version.setdefault(f.topology_version, []).append(f)
+    ts = datetime.fromtimestamp(start_ns / 1e9, tz=UTC)
+    for version, group in by_version.items():
+        summary = downsample(group, end_ns=end_ns, step_s=step_s)
+        HistoryFrame.objects.update_or_create(
+            fabric=row, ts=ts, step_s=step_s, topology_version=version,
+            defaults={"n_samples": len(group), "blob": summary.encode()},
+        )
+    prune_history(settings.FABRICMON_HISTORY_RETENTION_S)
+    return len(by_version)
+
+
+def prune_history(retention_s: float) -> int:
+    from fabricmon.telemetry.models import HistoryFrame
+
+    cutoff = datetime.now(tz=UTC) - timedelta(seconds=retention_s)
+    deleted, _ = HistoryFrame.objects.filter(ts__lt=cutoff).delete()
+    return deleted
+
+
+def recent_frames(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
+    """The newest ``count`` frames of the live window, oldest first (unreadable entries skipped)."""
+    out = []
+    for _eid, fields in reversed(r.xrevrange(live_window.frames_key(fabric), count=count)):
+        try:
+            out.append(Frame.decode(fields[live_window.FIELD]))
+        except (FrameFormatError, KeyError):
+            continue
+    return out
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HotPort:
+    switch: str
+    port: str
+    peer: str
+    util: float
+    in_bps: float
+    out_bps: float
+
+
+@dataclass(frozen=True)
+class FabricStatus:
+    """What ``fabric_status`` prints: per-switch health and the hottest ports of the latest frame."""
+
+    fabric: str
+    health: dict[str, dict[str, Any]]
+    frame_ts_ns: int | None
+    hot: list[HotPort] = field(default_factory=list)
+    note: str = ""
+
+
+def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -> FabricStatus:
+    from fabricmon.topology.services import port_index, port_peers
+
+    r = live_window.connect(redis_url)
+    try:
+        health = live_window.read_health(r, fabric)
+        latest = live_window.latest(r, fabric)
+    finally:
+        r.close()
+    if latest is None:
+        return FabricStatus(fabric, health, None, note="no frames yet — is the collector running?")
+    frame = latest[1]
+    index = port_index(fabric)
+    if frame.topology_version != index.version or frame.n_ports != len(index):
+        return FabricStatus(fabric, health, frame.ts_ns,
+                            note=f"latest frame is for topology {frame.topology_version}, "
+                                 f"the database has {index.version}: re-cabled? waiting for new frames")
+    util = np.asarray(frame.metrics.get("util", np.full(len(index), np.nan)), dtype=np.float64)
+    order = np.argsort(np.where(np.isfinite(util), -util, np.inf), kind="stable")[:top]
+    order = order[np.isfinite(util[order])]
+    peers = port_peers(fabric)
+    nan = np.full(len(index), np.nan)
+    in_bps, out_bps = frame.metrics.get("in_bps", nan), frame.metrics.get("out_bps", nan)
+    hot = [
+        HotPort(index.switch_names[index.switch_of[i]], index.port_names[i], peers[i] if i < len(peers) else "",
+                float(util[i]), float(in_bps[i]), float(out_bps[i]))
+        for i in order.tolist()
+    ]
+    return FabricStatus(fabric, health, frame.ts_ns, hot)

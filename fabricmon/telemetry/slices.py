@@ -1,0 +1,191 @@
+"""One switch's part of a frame: counters → rates → the frame metrics for that switch's ports.
+
+A poll returns a snapshot of one switch (``collectors.snmp.IfSnapshot``). It is first aligned to
+the switch's ports in the fabric's :class:`~fabricmon.core.topology.PortIndex` (a
+:class:`SwitchRead`, raw counters as ``uint64``), then turned into rates against the previous read
+with :func:`fabricmon.core.rates.counter_rates`::
+
+    prev read ──▶ cur read            in_octets/out_octets: Counter64 → in_bps, out_bps, util
+                                       discards/errors:      Counter32 → *_ps
+    cur is None (poll failed)   → every metric NaN (an explicit gap, never a carried value)
+    prev is None (first poll)   → NaN (nothing to difference against yet)
+    reset / wrap / discontinuity → NaN for the affected ports (reason codes kept for health)
+
+Everything is array arithmetic on the switch's port slice; no per-port Python loops.
+
+A read is also persisted to Redis (:func:`encode_read`) so that a collector taking over a shard
+differences against the last holder's read instead of losing one sample per handover.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.frames import Frame
+from fabricmon.core.rates import CounterRead, RateReason, align_ports, counter_rates
+
+U64Array = npt.NDArray[np.uint64]
+F64Array = npt.NDArray[np.float64]
+F32Array = npt.NDArray[np.float32]
+
+# The frame metrics a switch slice fills, in the order of fabricmon.core.frames.METRICS.
+SLICE_METRICS = ("in_bps", "out_bps", "util", "in_discards_ps", "out_discards_ps", "in_errors_ps")
+# Snapshot counter → (width, unit, metric, scale). Octets are bytes: ×8 for bit/s.
+_COUNTERS: tuple[tuple[str, int, str, str, float], ...] = (
+    ("in_octets", 64, "octets", "in_bps", 8.0),
+    ("out_octets", 64, "octets", "out_bps", 8.0),
+    ("in_discards", 32, "packets", "in_discards_ps", 1.0),
+    ("out_discards", 32, "packets", "out_discards_ps", 1.0),
+    ("in_errors", 32, "packets", "in_errors_ps", 1.0),
+)
+COUNTER_NAMES = tuple(c[0] for c in _COUNTERS)
+
+
+@dataclass(frozen=True)
+class SwitchRead:
+    """One successful poll of one switch, aligned to the switch's ports in the port index."""
+
+    ts_ns: int
+    sys_uptime_ticks: int | None
+    counters: Mapping[str, U64Array]  # COUNTER_NAMES → uint64 per port
+    present: npt.NDArray[np.bool_]  # the agent reported this port
+    discontinuity_ticks: npt.NDArray[np.int64] | None
+    speed_bps: F64Array  # from ifHighSpeed; NaN where the agent did not say
+
+
+@dataclass(frozen=True)
+class SwitchSlice:
+    """The frame metrics of one switch for one sample, over ``[t_prev_ns, t_cur_ns]``."""
+
+    switch: str
+    t_prev_ns: int | None
+    t_cur_ns: int
+    metrics: Mapping[str, F32Array]
+    dropped: Mapping[str, int]  # reason name → ports dropped (not OK), summed over counters
+
+    @property
+    def ok(self) -> bool:
+        return self.t_prev_ns is not None
+
+    def encode(self, topology_version: str) -> bytes:
+        """Wire form for the per-tick hash: a Frame named after the switch (ts = end, interval = span)."""
+        span_s = (self.t_cur_ns - self.t_prev_ns) / 1e9 if self.t_prev_ns is not None else 0.0
+        return Frame(self.switch, topology_version, self.t_cur_ns, span_s, dict(self.metrics)).encode()
+
+
+def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchRead:
+    """Align a ``collectors.snmp.IfSnapshot`` to the port order ``ifindex`` (the switch's slice)."""
+    src = np.asarray(snapshot.ifindex, dtype=np.int64)
+    counters: dict[str, U64Array] = {}
+    present = align_ports(src, np.ones(len(src), dtype=bool), ifindex)[1]
+    for name in COUNTER_NAMES:
+        if name in snapshot.counters:  # a column the agent does not serve stays absent (→ NaN)
+            raw = np.asarray(snapshot.counters[name], dtype=np.uint64)
+            counters[name] = align_ports(src, raw, ifindex)[0].astype(np.uint64)
+    speed_mbps, _ = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)
+    speed = np.where(speed_mbps > 0, speed_mbps * 1e6, np.nan)
+    disc = getattr(snapshot, "discontinuity_ticks", None)
+    disc_aligned = None
+    if disc is not None and len(np.asarray(disc)) == len(src):
+        disc_aligned = align_ports(src, np.asarray(disc, dtype=np.int64), ifindex)[0].astype(np.int64)
+    uptime = snapshot.sys_uptime_ticks
+    return SwitchRead(
+        ts_ns=int(snapshot.ts_ns),
+        sys_uptime_ticks=None if uptime is None else int(uptime),
+        counters=counters,
+        present=present,
+        discontinuity_ticks=disc_aligned,
+        speed_bps=speed,
+    )
+
+
+def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, spec_speed_bps: F64Array,
+                  ts_ns: int) -> SwitchSlice:
+    """Rates of one switch between two reads. ``ts_ns`` is used as the sample end when ``cur`` is None."""
+    n = len(spec_speed_bps)
+    nan = np.full(n, np.nan, dtype=np.float32)
+    if cur is None or prev is None:
+        reason = "gap" if cur is None else "no_baseline"
+        return SwitchSlice(switch, None, cur.ts_ns if cur else ts_ns, dict.fromkeys(SLICE_METRICS, nan),
+                           {reason: n})
+    # The agent's ifHighSpeed is the port's real speed (a 400G port may run at 200G); else the spec.
+    speed = np.where(np.isfinite(cur.speed_bps), cur.speed_bps, spec_speed_bps)
+    metrics: dict[str, F32Array] = {}
+    dropped: dict[str, int] = {}
+    for name, width, unit, metric, scale in _COUNTERS:
+        if name not in prev.counters or name not in cur.counters:
+            metrics[metric] = np.full(n, np.nan, dtype=np.float32)
+            continue
+        rates = counter_rates(
+            _counter_read(prev, name), _counter_read(cur, name), speed,
+            width_bits=64 if width == 64 else 32, unit="octets" if unit == "octets" else "packets",
+        )
+        metrics[metric] = (rates.rate_per_s * scale).astype(np.float32)
+        bad = rates.reason[rates.reason != RateReason.OK]
+        if len(bad):
+            codes, counts = np.unique(bad, return_counts=True)
+            for code, k in zip(codes, counts, strict=True):
+                key = RateReason(int(code)).name.lower()
+                dropped[key] = dropped.get(key, 0) + int(k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # np.maximum propagates NaN: a port whose in- or out-rate was dropped has no utilisation.
+        util = np.maximum(metrics["in_bps"], metrics["out_bps"]) / np.where(speed > 0, speed, np.nan)
+    metrics["util"] = util.astype(np.float32)
+    return SwitchSlice(switch, prev.ts_ns, cur.ts_ns, {m: metrics[m] for m in SLICE_METRICS}, dropped)
+
+
+def _counter_read(read: SwitchRead, name: str) -> CounterRead:
+    return CounterRead(read.ts_ns, read.counters[name], read.sys_uptime_ticks, read.discontinuity_ticks,
+                       read.present)
+
+
+def decode_slice(blob: bytes) -> Frame:
+    return Frame.decode(blob)
+
+
+# --- persisted reads (handover between collectors) ----------------------------------------------
+
+_READ_MAGIC = b"FMR1"
+
+
+def encode_read(read: SwitchRead) -> bytes:
+    n = len(read.present)
+    names = [c for c in COUNTER_NAMES if c in read.counters]
+    header = json.dumps({"ts_ns": read.ts_ns, "uptime": read.sys_uptime_ticks, "n": n, "counters": names,
+                         "disc": read.discontinuity_ticks is not None}).encode()
+    parts = [np.ascontiguousarray(read.counters[c], dtype="<u8").tobytes() for c in names]
+    parts.append(np.ascontiguousarray(read.present, dtype="u1").tobytes())
+    parts.append(np.ascontiguousarray(read.speed_bps, dtype="<f8").tobytes())
+    if read.discontinuity_ticks is not None:
+        parts.append(np.ascontiguousarray(read.discontinuity_ticks, dtype="<i8").tobytes())
+    return _READ_MAGIC + struct.pack("<I", len(header)) + header + b"".join(parts)
+
+
+def decode_read(blob: bytes) -> SwitchRead | None:
+    """The persisted read, or None if the blob is not one (an old format is simply not used)."""
+    if len(blob) < 8 or blob[:4] != _READ_MAGIC:
+        return None
+    (hlen,) = struct.unpack_from("<I", blob, 4)
+    try:
+        h = json.loads(blob[8 : 8 + hlen])
+        n = int(h["n"])
+        off = 8 + hlen
+        counters = {}
+        for c in h["counters"]:
+            counters[str(c)] = np.frombuffer(blob, "<u8", n, off).astype(np.uint64)
+            off += 8 * n
+        present = np.frombuffer(blob, "u1", n, off).astype(bool)
+        off += n
+        speed = np.frombuffer(blob, "<f8", n, off).astype(np.float64)
+        off += 8 * n
+        disc = np.frombuffer(blob, "<i8", n, off).astype(np.int64) if h["disc"] else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return SwitchRead(int(h["ts_ns"]), h["uptime"], counters, present, disc, speed)
