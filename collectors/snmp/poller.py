@@ -1,0 +1,331 @@
+"""Poll a switch's IF-MIB counters with multi-column GETBULK, into numpy arrays.
+
+One poll = one walk of all :data:`~collectors.snmp.oids.COLUMNS` in lock-step (one GETBULK
+carries every still-active column x ``max_repetitions`` rows), with ``sysUpTime.0`` riding as a
+non-repeater in the first request, so a 64-port leaf costs ~3 round trips::
+
+    GETBULK nonRep=1 maxRep=R  [sysUpTime, col1, col2, … col10]  ─▶ agent
+    ◀─ sysUpTime, R x (col1 … col10) row-major                         (cursor per column advances)
+    GETBULK nonRep=0 maxRep=R  [cursor1, …]                       ─▶ until every column leaves its prefix
+
+Failures never escape as foreign exceptions: :meth:`SnmpPoller.poll` raises only
+:class:`SnmpPollError` (kind ``timeout`` / ``auth`` / ``malformed`` / ``agent_error``), and
+:meth:`SnmpPoller.poll_many` returns it in place of that target's snapshot. Bad *cells* (wrong
+type, odd index) drop their row and are counted in :data:`PARSE_ERRORS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pyasn1.type.univ import Null
+from pysnmp.entity.rfc3413 import cmdgen
+from pysnmp.proto import errind, rfc1902, rfc1905
+
+from collectors.snmp.engine import LoopContext, loop_context
+from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
+from fabricmon.core.rates import align_ports
+from fabricmon.core.topology import SnmpSettings
+
+PollErrorKind = Literal["timeout", "auth", "malformed", "agent_error"]
+
+# Per-process counts of dropped cells/rows and malformed polls, by reason (health and tests).
+PARSE_ERRORS: Counter[str] = Counter()
+
+_KIND_TYPES: dict[str, type | tuple[type, ...]] = {
+    "counter64": rfc1902.Counter64,
+    "counter32": rfc1902.Counter32,
+    "gauge32": (rfc1902.Gauge32, rfc1902.Unsigned32),  # one tag, two classes
+    "integer": rfc1902.Integer32,  # the decoder yields rfc1902.Integer, a subclass
+    "timeticks": rfc1902.TimeTicks,
+}
+_END = (rfc1905.EndOfMibView, rfc1905.NoSuchObject, rfc1905.NoSuchInstance)
+_AUTH_ERRORS = (
+    errind.UnknownUserName,
+    errind.WrongDigest,
+    errind.DecryptionError,
+    errind.AuthenticationError,
+    errind.AuthenticationFailure,
+    errind.UnknownSecurityName,
+    errind.UnsupportedSecurityLevel,
+    errind.NotInTimeWindow,
+    errind.UnknownCommunityName,
+    errind.UnsupportedAuthProtocol,
+    errind.UnsupportedPrivProtocol,
+    errind.NoEncryption,
+    errind.NoAuthentication,
+)
+_NULL = Null("")
+MAX_ROWS = 1_000_000  # a walk longer than this is an agent looping on us
+
+
+class SnmpPollError(Exception):
+    """A poll of one target failed; ``kind`` is one of timeout / auth / malformed / agent_error."""
+
+    def __init__(self, kind: PollErrorKind, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind: PollErrorKind = kind
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SnmpTarget:
+    """One switch's SNMP agent. ``port`` overrides ``settings.port`` (tests use ephemeral ports)."""
+
+    name: str
+    address: str
+    port: int
+    settings: SnmpSettings
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        if s.timeout_s * (s.retries + 1) >= s.interval_s:
+            raise ValueError(
+                f"{self.name}: timeout_s x (retries + 1) = {s.timeout_s * (s.retries + 1):g} s must be "
+                f"below interval_s = {s.interval_s:g} s, or one dead switch delays the next poll"
+            )
+
+
+@dataclass(frozen=True)
+class IfSnapshot:
+    """One read of a switch's interface table, one array element per ifIndex (sorted).
+
+    ``counters`` holds uint64 arrays: "in_octets", "out_octets", "in_pkts", "out_pkts" (Counter64)
+    and "in_discards", "out_discards", "in_errors" (Counter32 values); a column the agent does not
+    serve is absent. ``ts_ns`` is the Unix-epoch midpoint of the first request and last response.
+    """
+
+    switch: str
+    ts_ns: int
+    sys_uptime_ticks: int | None
+    ifindex: npt.NDArray[np.int32]
+    counters: dict[str, npt.NDArray[np.uint64]]
+    high_speed_mbps: npt.NDArray[np.uint32]
+    oper_up: npt.NDArray[np.bool_]
+    discontinuity_ticks: npt.NDArray[np.int64] | None
+    varbinds: int
+    duration_s: float
+    dropped_rows: int = 0
+
+
+@dataclass(frozen=True)
+class _Session:
+    """What one poll's requests share: the loop's engine context and the configured target."""
+
+    ctx: LoopContext
+    target: SnmpTarget
+    name: str
+    context_name: bytes
+
+
+class _Walk:
+    """Accumulates one multi-column walk: (index, int value) per column, plus bad-cell counts."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = columns
+        self.index: list[list[int]] = [[] for _ in columns]
+        self.values: list[list[int]] = [[] for _ in columns]
+        self.bad_cells = 0
+        self.varbinds = 0
+
+
+class SnmpPoller:
+    """Polls IF-MIB of many switches from one event loop, sharing that loop's pysnmp engine.
+
+    ``max_repetitions`` rows per column per GETBULK (the agent may return fewer).
+    ``deadline_s`` bounds one whole poll (None: only per-request timeout x retries apply).
+    """
+
+    def __init__(
+        self,
+        columns: Sequence[Column] = COLUMNS,
+        *,
+        max_repetitions: int = 25,
+        deadline_s: float | None = None,
+    ) -> None:
+        self.columns = tuple(columns)
+        self.max_repetitions = max_repetitions
+        self.deadline_s = deadline_s
+        self._generator = cmdgen.BulkCommandGeneratorSingleRun()
+
+    async def poll_many(self, targets: Sequence[SnmpTarget]) -> list[IfSnapshot | SnmpPollError]:
+        """Poll all targets concurrently; a failed target yields its error, never blocks others."""
+        return list(await asyncio.gather(*(self._poll_or_error(t) for t in targets)))
+
+    async def _poll_or_error(self, target: SnmpTarget) -> IfSnapshot | SnmpPollError:
+        try:
+            return await self.poll(target)
+        except SnmpPollError as exc:
+            return exc
+
+    async def poll(self, target: SnmpTarget) -> IfSnapshot:
+        """One snapshot of ``target``; raises only :class:`SnmpPollError`."""
+        try:
+            if self.deadline_s is None:
+                return await self._poll(target)
+            return await asyncio.wait_for(self._poll(target), self.deadline_s)
+        except SnmpPollError as exc:
+            if exc.kind == "malformed":
+                PARSE_ERRORS["malformed_poll"] += 1
+            raise
+        except TimeoutError:
+            raise SnmpPollError(
+                "timeout", f"{target.name}: no complete poll within {self.deadline_s} s"
+            ) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # pysnmp or decoding surprises: contained, named, counted
+            PARSE_ERRORS["malformed_poll"] += 1
+            raise SnmpPollError("malformed", f"{target.name}: {type(exc).__name__}: {exc}") from exc
+
+    async def _poll(self, target: SnmpTarget) -> IfSnapshot:
+        ctx = loop_context()
+        try:
+            name = await ctx.target_name(target.address, target.port, target.settings)
+        except ValueError as exc:
+            raise SnmpPollError("auth", f"{target.name}: {exc}") from exc
+        context_name = target.settings.v3_context.encode()
+        t0_ns, t0 = time.time_ns(), time.perf_counter()
+        walk = _Walk(self.columns)
+        uptime = await self._walk(_Session(ctx, target, name, context_name), walk)
+        t1_ns, t1 = time.time_ns(), time.perf_counter()
+        snap = self._assemble(target.name, walk, uptime, (t0_ns + t1_ns) // 2, t1 - t0)
+        PARSE_ERRORS["bad_cell"] += walk.bad_cells
+        PARSE_ERRORS["dropped_row"] += snap.dropped_rows
+        return snap
+
+    async def _request(self, session: _Session, non_rep: int, oids: list[tuple[int, ...]]) -> Any:
+        ctx, target = session.ctx, session.target
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def done(_e: Any, _h: Any, ei: Any, es: Any, ix: Any, vbs: Any, _c: Any) -> None:
+            if not future.done():
+                future.set_result((ei, es, ix, vbs))
+
+        bad_before = ctx.bad_datagrams[(target.address, target.port)]
+        self._generator.send_varbinds(
+            ctx.engine, session.name, None, session.context_name, non_rep, self.max_repetitions,
+            [(oid, _NULL) for oid in oids], done,
+        )  # fmt: skip
+        error_indication, error_status, error_index, varbinds = await future
+        if error_indication:
+            if isinstance(error_indication, errind.RequestTimedOut):
+                if ctx.bad_datagrams[(target.address, target.port)] > bad_before:
+                    raise SnmpPollError("malformed", f"{target.name}: unparseable response datagram(s)")
+                raise SnmpPollError("timeout", f"{target.name}: {error_indication}")
+            if isinstance(error_indication, _AUTH_ERRORS):
+                raise SnmpPollError("auth", f"{target.name}: {error_indication}")
+            raise SnmpPollError("agent_error", f"{target.name}: {error_indication}")
+        if error_status:
+            raise SnmpPollError(
+                "agent_error", f"{target.name}: {error_status.prettyPrint()} at varbind {int(error_index)}"
+            )
+        return varbinds
+
+    async def _walk(self, session: _Session, walk: _Walk) -> int | None:
+        target = session.target
+        prefixes = [c.oid for c in self.columns]
+        cursor: list[tuple[int, ...]] = list(prefixes)
+        kinds = [_KIND_TYPES[c.kind] for c in self.columns]
+        active = list(range(len(self.columns)))
+        uptime: int | None = None
+        first = True
+        while active:
+            head = [SYS_UPTIME] if first else []
+            varbinds = await self._request(session, len(head), head + [cursor[i] for i in active])
+            walk.varbinds += len(varbinds)
+            if first:
+                uptime = _uptime(*varbinds[0]) if varbinds else None
+                varbinds = varbinds[1:]
+                first = False
+            if not varbinds:
+                raise SnmpPollError("malformed", f"{target.name}: empty GETBULK response")
+            n = len(active)
+            moved, done = set(), set()
+            for k, (oid_obj, value) in enumerate(varbinds):
+                i = active[k % n]
+                if i in done:
+                    continue
+                oid = oid_obj.asTuple()
+                prefix = prefixes[i]
+                if isinstance(value, _END) or oid[: len(prefix)] != prefix:
+                    done.add(i)
+                    continue
+                if oid <= cursor[i]:
+                    raise SnmpPollError(
+                        "malformed", f"{target.name}: OID not increasing in {dotted(prefix)}: {dotted(oid)}"
+                    )
+                cursor[i] = oid
+                moved.add(i)
+                if len(oid) != len(prefix) + 1 or not isinstance(value, kinds[i]):
+                    walk.bad_cells += 1
+                    continue
+                walk.index[i].append(oid[-1])
+                walk.values[i].append(int(value))  # type: ignore[call-overload]
+            if not moved and not done:
+                raise SnmpPollError("malformed", f"{target.name}: GETBULK response made no progress")
+            active = [i for i in active if i not in done]
+            if sum(map(len, walk.index)) > MAX_ROWS:
+                raise SnmpPollError("malformed", f"{target.name}: table longer than {MAX_ROWS} cells")
+        return uptime
+
+    def _assemble(
+        self, switch: str, walk: _Walk, uptime: int | None, ts_ns: int, duration_s: float
+    ) -> IfSnapshot:
+        cols = {
+            c.key: (np.asarray(walk.index[j], dtype=np.int64), walk.values[j])
+            for j, c in enumerate(self.columns)
+        }
+        served = {key for key, (idx, _) in cols.items() if len(idx)}
+        missing = [c.key for c in self.columns if c.required and c.key not in served]
+        if missing:
+            raise SnmpPollError(
+                "malformed", f"{switch}: required column(s) {', '.join(missing)} missing/empty"
+            )
+        # A row is kept only when every served column has a valid cell for it: arrays stay dense.
+        base = np.unique(cols[self.columns[0].key][0])
+        keep = np.ones(len(base), dtype=bool)
+        aligned: dict[str, npt.NDArray[np.uint64]] = {}
+        for key in served:
+            idx, values = cols[key]
+            arr, present = align_ports(idx, np.asarray(values, dtype=np.uint64), base)
+            aligned[key] = arr.astype(np.uint64, copy=False)
+            keep &= present
+        keep &= (base > 0) & (base <= np.iinfo(np.int32).max)
+        dropped = int(len(base) - keep.sum()) + sum(
+            len(np.setdiff1d(idx, base)) for idx, _ in cols.values() if len(idx)
+        )
+        counters = {k: v[keep] for k, v in aligned.items() if k in _COUNTER_KEYS}
+        disc = aligned.get("discontinuity_ticks")
+        return IfSnapshot(
+            switch=switch,
+            ts_ns=ts_ns,
+            sys_uptime_ticks=uptime,
+            ifindex=base[keep].astype(np.int32),
+            counters=counters,
+            high_speed_mbps=aligned["high_speed_mbps"][keep].astype(np.uint32),
+            oper_up=aligned["oper_status"][keep] == 1,
+            discontinuity_ticks=None if disc is None else disc[keep].astype(np.int64),
+            varbinds=walk.varbinds,
+            duration_s=duration_s,
+            dropped_rows=dropped,
+        )
+
+
+_COUNTER_KEYS = frozenset(COUNTER_KEYS)
+
+
+def _uptime(oid: Any, value: Any) -> int | None:
+    """sysUpTime.0 from the first response, or None if the agent answered something else."""
+    if oid.asTuple() != (*SYS_UPTIME, 0) or type(value) is not rfc1902.TimeTicks:
+        PARSE_ERRORS["bad_uptime"] += 1
+        return None
+    return int(value)
