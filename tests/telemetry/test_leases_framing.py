@@ -1,0 +1,122 @@
+"""Leases and frame assembly against a real Redis (no SNMP involved)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fabricmon.core.frames import Frame
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import SnmpSettings
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.leases import Lease, holder, lease_key
+from fabricmon.telemetry.slices import SLICE_METRICS, SwitchSlice
+
+pytestmark = pytest.mark.integration
+
+
+def test_lease_is_exclusive_renewable_and_expires(redis_client, fabric_name) -> None:
+    shard = f"{fabric_name}:0"
+    first = Lease.acquire(redis_client, shard, ttl_s=0.6)
+    assert first is not None
+    assert Lease.acquire(redis_client, shard, ttl_s=0.6) is None  # held: a second runner cannot take it
+    assert holder(redis_client, shard) == first.token
+    for _ in range(4):  # renewing keeps it past several TTLs
+        time.sleep(0.3)
+        assert first.renew()
+    assert Lease.acquire(redis_client, shard, ttl_s=0.6) is None
+    # The holder "dies": stops renewing. Within one TTL the shard is free for somebody else.
+    time.sleep(0.8)
+    second = Lease.acquire(redis_client, shard, ttl_s=0.6)
+    assert second is not None
+    assert not first.renew()  # the old holder learns it lost the shard …
+    first.release()  # … and its release does not delete the new holder's lease
+    assert holder(redis_client, shard) == second.token
+    second.release()
+    assert redis_client.exists(lease_key(shard)) == 0
+
+
+def _fabric(name: str):
+    return rail_optimized(name, servers=4, gpus_per_server=4, spines=2,
+                          snmp=SnmpSettings(interval_s=1.0, timeout_s=0.2, retries=1))
+
+
+def _slice(framer: FabricFramer, switch: str, value: float, t_ns: int) -> bytes:
+    sl = framer.slices[switch]
+    n = sl.stop - sl.start
+    metrics = {m: np.full(n, value, dtype=np.float32) for m in SLICE_METRICS}
+    return SwitchSlice(switch, t_ns - 10**9, t_ns, metrics, {}).encode(framer.index.version)
+
+
+def test_one_frame_per_tick_when_the_last_switch_reports(redis_client, fabric_name) -> None:
+    framer = FabricFramer(_fabric(fabric_name), window_s=60)
+    tick = 1_000 * 10**9
+    names = list(framer.index.switch_names)
+    built = []
+    # Two "shards" racing from two threads: exactly one of them builds the frame.
+    halves = [names[: len(names) // 2], names[len(names) // 2 :]]
+
+    def report(part: list[str]) -> None:
+        for k, sw in enumerate(part):
+            blob = b"" if sw == names[-1] else _slice(framer, sw, float(k + 1), tick)
+            frame = framer.report(redis_client, sw, tick, blob)
+            if frame is not None:
+                built.append(frame)
+
+    threads = [threading.Thread(target=report, args=(h,)) for h in halves]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1
+    assert framer.build(redis_client, tick, at_deadline=True) is None  # the deadline path too: once
+    window = live_window.read_window(redis_client, fabric_name)
+    assert len(window) == 1
+    frame = window[0][1]
+    assert frame.ts_ns == tick and frame.topology_version == framer.index.version
+    assert frame.n_ports == len(framer.index)
+    failed = framer.slices[names[-1]]
+    assert np.isnan(frame.metrics["in_bps"][failed]).all()  # explicit failure → NaN
+    others = np.ones(len(framer.index), bool)
+    others[failed] = False
+    assert np.isfinite(frame.metrics["util"][others]).all()
+
+
+def test_deadline_frame_has_nan_for_a_dead_shard(redis_client, fabric_name) -> None:
+    framer = FabricFramer(_fabric(fabric_name), window_s=60)
+    tick = 2_000 * 10**9
+    alive = list(framer.index.switch_names)[:3]
+    for sw in alive:
+        assert framer.report(redis_client, sw, tick, _slice(framer, sw, 7.0, tick)) is None
+    assert framer.build(redis_client, tick + framer.frame_ns, at_deadline=True) is None  # nobody reported
+    frame = framer.build(redis_client, tick, at_deadline=True)
+    assert isinstance(frame, Frame)
+    for sw in framer.index.switch_names:
+        values = frame.metrics["in_bps"][framer.slices[sw]]
+        assert (values == 7.0).all() if sw in alive else np.isnan(values).all()
+    assert framer.build(redis_client, tick, at_deadline=True) is None
+    assert len(live_window.read_window(redis_client, fabric_name)) == 1
+
+
+def test_slow_switch_contributes_its_latest_slice_while_fresh(redis_client, fabric_name) -> None:
+    spec = _fabric(fabric_name)
+    slow = spec.switches[-1].name
+    spec = type(spec)(spec.name, tuple(
+        sw if sw.name != slow else type(sw)(sw.name, sw.role, sw.rail, sw.mgmt_address,
+                                            SnmpSettings(interval_s=2.0, timeout_s=0.2, retries=1), sw.ports)
+        for sw in spec.switches), spec.hosts, spec.links)
+    framer = FabricFramer(spec, window_s=60)
+    t0 = 3_000 * 10**9  # a multiple of 2 s: everybody is due
+    assert framer.is_due(slow, t0) and not framer.is_due(slow, t0 + 10**9)
+    for sw in framer.index.switch_names:
+        framer.report(redis_client, sw, t0, _slice(framer, sw, 1.0, t0))
+    t1 = t0 + 10**9
+    frame = None
+    for sw in framer.due(t1):
+        frame = framer.report(redis_client, sw, t1, _slice(framer, sw, 2.0, t1)) or frame
+    assert frame is not None and frame.ts_ns == t1  # complete without the slow switch
+    assert (frame.metrics["in_bps"][framer.slices[slow]] == 1.0).all()

@@ -1,0 +1,84 @@
+"""Pure units: shard planning and per-switch slices (rates → frame metrics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.telemetry.shards import UnknownShardError, find_shard, plan_shards
+from fabricmon.telemetry.slices import (
+    COUNTER_NAMES,
+    SLICE_METRICS,
+    SwitchRead,
+    compute_slice,
+    decode_read,
+    encode_read,
+)
+
+GBPS = 1e9
+
+
+def test_shards_are_deterministic_and_never_span_fabrics() -> None:
+    a = rail_optimized("a", servers=4, gpus_per_server=4, spines=2)  # 4 leaves + 2 spines
+    b = rail_optimized("b", servers=4, gpus_per_server=2, spines=1)  # 2 leaves + 1 spine
+    shards = plan_shards([b, a], 4)
+    assert [s.shard_id for s in shards] == ["a:0", "a:1", "b:0"]
+    assert shards == plan_shards([a, b], 4)  # input order does not matter
+    assert sorted(sum((s.switches for s in shards if s.fabric == "a"), ())) == sorted(sw.name for sw in a.switches)
+    assert find_shard([a, b], 4, "b:0").switches == tuple(sorted(sw.name for sw in b.switches))
+    with pytest.raises(UnknownShardError, match="a:7"):
+        find_shard([a, b], 4, "a:7")
+    with pytest.raises(ValueError, match="SHARD_SIZE"):
+        plan_shards([a], 0)
+
+
+def _read(ts_s: float, octets: list[int], *, uptime: int = 1000, errors: list[int] | None = None) -> SwitchRead:
+    n = len(octets)
+    vals = np.asarray(octets, dtype=np.uint64)
+    small = np.asarray(errors if errors is not None else [0] * n, dtype=np.uint64)
+    counters = {c: (vals if "octets" in c else small) for c in COUNTER_NAMES}
+    return SwitchRead(int(ts_s * 1e9), uptime, counters, np.ones(n, bool), None, np.full(n, 100 * GBPS))
+
+
+def test_slice_rates_and_util() -> None:
+    speed = np.full(2, 100 * GBPS)
+    prev, cur = _read(10.0, [0, 1_000]), _read(11.0, [1_250_000_000, 1_000], errors=[5, 0])
+    part = compute_slice("leaf", prev, cur, speed, 0)
+    assert part.ok and part.t_prev_ns == prev.ts_ns and part.t_cur_ns == cur.ts_ns
+    np.testing.assert_allclose(part.metrics["in_bps"], [10 * GBPS, 0.0])
+    np.testing.assert_allclose(part.metrics["util"], [0.1, 0.0])
+    np.testing.assert_allclose(part.metrics["in_errors_ps"], [5.0, 0.0])
+    assert set(part.metrics) == set(SLICE_METRICS)
+    assert all(v.dtype == np.float32 for v in part.metrics.values())
+
+
+def test_reset_and_restart_give_nan_never_negative() -> None:
+    speed = np.full(2, 100 * GBPS)
+    prev = _read(10.0, [5_000_000, 5_000_000])
+    reset_one = compute_slice("leaf", prev, _read(11.0, [10, 6_000_000]), speed, 0)
+    assert np.isnan(reset_one.metrics["in_bps"][0]) and reset_one.metrics["in_bps"][1] == pytest.approx(8e6)
+    assert reset_one.dropped["reset_decrease"] >= 2  # in and out octets of port 0
+    restart = compute_slice("leaf", prev, _read(11.0, [6_000_000, 6_000_000], uptime=5), speed, 0)
+    assert np.isnan(restart.metrics["util"]).all()
+    assert restart.dropped["uptime_drop"] > 0
+
+
+def test_failed_poll_and_first_poll_are_explicit_gaps() -> None:
+    speed = np.full(3, 100 * GBPS)
+    failed = compute_slice("leaf", _read(10.0, [1, 2, 3]), None, speed, 123)
+    first = compute_slice("leaf", None, _read(10.0, [1, 2, 3]), speed, 0)
+    for part in (failed, first):
+        assert not part.ok
+        assert all(np.isnan(v).all() for v in part.metrics.values())
+    assert failed.t_cur_ns == 123 and failed.dropped == {"gap": 3}
+
+
+def test_persisted_read_round_trips_exactly() -> None:
+    big = 2**64 - 5  # raw Counter64 values must survive exactly (never via float64)
+    read = _read(10.0, [big, 7])
+    back = decode_read(encode_read(read))
+    assert back is not None
+    assert back.ts_ns == read.ts_ns and back.sys_uptime_ticks == 1000
+    assert back.counters["in_octets"].tolist() == [big, 7]
+    assert decode_read(b"garbage") is None
