@@ -1,0 +1,221 @@
+"""Route GPU×GPU byte matrices onto switch ports (PXN on-rail, or ECMP through the spines).
+
+Paths on a two-tier rail-optimized fabric::
+
+    PXN   src GPU ══NVLink══▶ proxy GPU (same server, NIC on the destination's leaf)
+          proxy NIC ─▶ [leaf port in] leaf [port out] ─▶ dst NIC           (2 port-hops, no spine)
+    ECMP  src NIC ─▶ [leaf in] leaf [uplink out] ─▶ [spine in] spine [down out] ─▶ [leaf in] leaf [out] ─▶ dst NIC
+          (same-leaf pairs take the 2-hop path; uplink and spine downlink chosen by a hash of (src, dst))
+
+Same-server traffic never touches the network. Routing is precomputed once into an incidence list
+(pair → port slot), so routing one phase is one ``np.bincount`` — no per-port Python loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.topology import FabricSpec, PortIndex
+
+RoutingMode = Literal["pxn", "ecmp"]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A deterministic, well-mixed 64-bit hash (vectorized); uint64 arithmetic wraps on purpose."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) & _MASK64
+
+
+@dataclass(frozen=True)
+class PortBytes:
+    """Bytes per port (PortIndex order) entering and leaving the switch."""
+
+    in_bytes: FloatArray
+    out_bytes: FloatArray
+
+
+class Wiring:
+    """Where every NIC and cable lands in the port index, and what each port faces (its ifAlias)."""
+
+    def __init__(self, fabric: FabricSpec, index: PortIndex) -> None:
+        self.fabric, self.index = fabric, index
+        ifindex_of: dict[tuple[str, str], int] = {
+            (sw.name, p.name): p.ifindex for sw in fabric.switches for p in sw.ports
+        }
+        self.role = {sw.name: sw.role for sw in fabric.switches}
+
+        def pos(switch: str, port: str) -> int:
+            try:
+                return index.position(switch, ifindex_of[(switch, port)])
+            except KeyError as exc:
+                raise ValueError(f"cabling names unknown port {switch}:{port}") from exc
+
+        gpu_host, gpu_local, nic_pos, nic_switch, rails = [], [], [], [], []
+        self.peer = [""] * len(index)
+        self.gpu_labels: list[str] = []
+        self.host_start: list[int] = []
+        for h, host in enumerate(fabric.hosts):
+            self.host_start.append(len(gpu_host))
+            for g in sorted(host.gpus, key=lambda g: g.index):
+                p = pos(g.switch, g.port)
+                gpu_host.append(h)
+                gpu_local.append(g.index)
+                nic_pos.append(p)
+                nic_switch.append(g.switch)
+                rails.append(g.rail)
+                self.peer[p] = f"{host.name} gpu{g.index} {g.nic}"
+                self.gpu_labels.append(f"{host.name} gpu{g.index}")
+        self.gpu_host = np.asarray(gpu_host, dtype=np.int64)
+        self.gpu_local = np.asarray(gpu_local, dtype=np.int64)
+        self.gpu_rail = np.asarray(rails, dtype=np.int64)
+        self.nic_pos = np.asarray(nic_pos, dtype=np.int64)
+        self.leaf_names = sorted({s for s in nic_switch} | {sw.name for sw in fabric.switches if sw.role == "leaf"})
+        self.spine_names = sorted(sw.name for sw in fabric.switches if sw.role == "spine")
+        leaf_id = {n: i for i, n in enumerate(self.leaf_names)}
+        spine_id = {n: i for i, n in enumerate(self.spine_names)}
+        self.nic_leaf = np.asarray([leaf_id[s] for s in nic_switch], dtype=np.int64)
+
+        # Leaf↔spine cables as parallel arrays: (leaf, leaf port, spine, spine port).
+        links: list[tuple[int, int, int, int]] = []
+        for ln in fabric.links:
+            a_pos, b_pos = pos(ln.a_switch, ln.a_port), pos(ln.b_switch, ln.b_port)
+            self.peer[a_pos] = f"{ln.b_switch}:{ln.b_port}"
+            self.peer[b_pos] = f"{ln.a_switch}:{ln.a_port}"
+            if self.role[ln.a_switch] == "leaf" and self.role[ln.b_switch] == "spine":
+                links.append((leaf_id[ln.a_switch], a_pos, spine_id[ln.b_switch], b_pos))
+            elif self.role[ln.b_switch] == "leaf" and self.role[ln.a_switch] == "spine":
+                links.append((leaf_id[ln.b_switch], b_pos, spine_id[ln.a_switch], a_pos))
+        self.link = np.asarray(links, dtype=np.int64).reshape(-1, 4)
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_host)
+
+
+class Router:
+    """Precomputed routing of GPU-pair bytes onto port slots for one mode."""
+
+    def __init__(self, wiring: Wiring, mode: RoutingMode = "pxn", seed: int = 0) -> None:
+        if mode not in ("pxn", "ecmp"):
+            raise ValueError(f"routing mode must be 'pxn' or 'ecmp', got {mode!r}")
+        self.wiring, self.mode, self.seed = wiring, mode, seed
+        w, n = wiring, wiring.n_gpus
+        self.n_ports = len(w.index)
+        n_hosts = len(w.host_start)
+        # PXN proxy: for source host a and destination GPU d, the GPU of host a whose NIC sits on
+        # d's leaf (else on d's rail, else with d's local index, else the host's first GPU).
+        proxy = np.empty((n_hosts, n), dtype=np.int64)
+        for a in range(n_hosts):
+            mine = np.flatnonzero(w.gpu_host == a)
+            by_leaf = {int(w.nic_leaf[i]): int(i) for i in mine[::-1]}
+            by_rail = {int(w.gpu_rail[i]): int(i) for i in mine[::-1]}
+            by_local = {int(w.gpu_local[i]): int(i) for i in mine[::-1]}
+            first = int(mine[0]) if len(mine) else 0
+            for d in range(n):
+                proxy[a, d] = by_leaf.get(
+                    int(w.nic_leaf[d]),
+                    by_rail.get(int(w.gpu_rail[d]), by_local.get(int(w.gpu_local[d]), first)),
+                )
+        self.proxy = proxy
+        dst = np.arange(n, dtype=np.int64)
+        if mode == "pxn":
+            src_nic = proxy.ravel()
+            dst_nic = np.tile(dst, n_hosts)
+        else:
+            src_nic = np.repeat(dst, n)
+            dst_nic = np.tile(dst, n)
+        keep = w.gpu_host[src_nic] != w.gpu_host[dst_nic]
+        pairs = np.unique(src_nic[keep] * n + dst_nic[keep])
+        self.pairs = pairs
+        self.pair_idx, self.slot = self._incidence(pairs // n, pairs % n)
+
+    def _incidence(self, src: IntArray, dst: IntArray) -> tuple[IntArray, IntArray]:
+        """(pair position, port slot) for every hop of every NIC pair; slot = 2·port + (0 in | 1 out)."""
+        w = self.wiring
+        k = np.arange(len(src), dtype=np.int64)
+        hops_pair = [k, k]
+        hops_slot = [2 * w.nic_pos[src], 2 * w.nic_pos[dst] + 1]
+        l1, l2 = w.nic_leaf[src], w.nic_leaf[dst]
+        cross = np.flatnonzero(l1 != l2)
+        if len(cross):
+            if not len(w.link):
+                raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
+            key = (src[cross].astype(np.uint64) << np.uint64(32)) | dst[cross].astype(np.uint64)
+            h1 = _splitmix64(key ^ np.uint64(self.seed))
+            h2 = _splitmix64(h1)
+            up = self._choose(w.link[:, 0], l1[cross], l2[cross], h1, via_spine=False)
+            spine = w.link[up, 2]
+            down = self._choose(w.link[:, 2], spine, l2[cross], h2, via_spine=True)
+            hops_pair += [cross, cross, cross, cross]
+            hops_slot += [
+                2 * w.link[up, 1] + 1,  # leaf uplink out
+                2 * w.link[up, 3],  # spine port in
+                2 * w.link[down, 3] + 1,  # spine downlink out
+                2 * w.link[down, 1],  # destination leaf uplink in
+            ]
+        return np.concatenate(hops_pair), np.concatenate(hops_slot)
+
+    def _choose(
+        self, owner: IntArray, at: IntArray, to_leaf: IntArray, h: npt.NDArray[np.uint64], *, via_spine: bool
+    ) -> IntArray:
+        """Hash-pick, per flow, one cable of ``owner == at`` that reaches ``to_leaf``.
+
+        Uplinks: cables of leaf ``at`` whose spine also has a cable to ``to_leaf``.
+        Downlinks: cables of spine ``at`` that land on ``to_leaf``.
+        """
+        w = self.wiring
+        n_owner = int(owner.max()) + 1
+        n_leaf = len(w.leaf_names)
+        # Candidate cable lists per (owner, destination leaf), padded into a dense table.
+        spines_of_leaf = [set(w.link[w.link[:, 0] == lf, 2].tolist()) for lf in range(n_leaf)]
+        table: list[list[list[int]]] = [[[] for _ in range(n_leaf)] for _ in range(n_owner)]
+        for c, (leaf, _lp, spine, _sp) in enumerate(w.link.tolist()):
+            if via_spine:
+                table[spine][leaf].append(c)
+            else:
+                for target in range(n_leaf):
+                    if spine in spines_of_leaf[target]:
+                        table[leaf][target].append(c)
+        width = max(1, max(len(cell) for row in table for cell in row))
+        dense = np.full((n_owner, n_leaf, width), -1, dtype=np.int64)
+        count = np.zeros((n_owner, n_leaf), dtype=np.int64)
+        for o, row in enumerate(table):
+            for t, cell in enumerate(row):
+                dense[o, t, : len(cell)] = cell
+                count[o, t] = len(cell)
+        cnt = count[at, to_leaf]
+        if (cnt == 0).any():
+            raise ValueError("some leaf pair has no path through a common spine")
+        j = (h % cnt.astype(np.uint64)).astype(np.int64)
+        return dense[at, to_leaf, j]
+
+    def nic_matrix(self, gpu_bytes: FloatArray) -> FloatArray:
+        """GPU×GPU bytes → NIC×NIC bytes actually put on the wire (PXN folds a server's senders)."""
+        w, n = self.wiring, self.wiring.n_gpus
+        if gpu_bytes.shape != (n, n):
+            raise ValueError(f"traffic matrix shape {gpu_bytes.shape} does not match {n} GPUs")
+        off_host = w.gpu_host[:, None] != w.gpu_host[None, :]
+        if self.mode == "ecmp":
+            return np.where(off_host, gpu_bytes, 0.0)
+        per_host = np.add.reduceat(gpu_bytes, np.asarray(w.host_start), axis=0)  # (hosts, N)
+        per_host[np.arange(len(w.host_start))[:, None] == w.gpu_host[None, :]] = 0.0
+        nic = np.zeros((n, n))
+        nic[self.proxy.ravel(), np.tile(np.arange(n), len(w.host_start))] = per_host.ravel()
+        return nic
+
+    def route(self, gpu_bytes: FloatArray) -> PortBytes:
+        """Bytes in/out of every port for one phase's GPU×GPU byte matrix."""
+        flat = self.nic_matrix(gpu_bytes).ravel()[self.pairs]
+        per_slot = np.bincount(self.slot, weights=flat[self.pair_idx], minlength=2 * self.n_ports)
+        return PortBytes(in_bytes=per_slot[0::2], out_bytes=per_slot[1::2])

@@ -1,0 +1,129 @@
+"""The job's timeline: MoE phases laid out in time, routed onto ports, and binned into port rates.
+
+Each phase's port bytes move at a constant rate over the phase's active window. A port never
+exceeds line rate:
+
+* lossless (default, RoCE with PFC): the phase lasts until its bottleneck port has drained —
+  ``T = max_p bytes_p / C_p`` — so the hot GPU's leaf port runs at line rate and the others below;
+* lossy: senders push for ``T_send = max sender bytes / C``; an egress port that receives more than
+  ``C·T_send + buffer`` drops the excess (ifOutDiscards) and the phase ends when the rest drained.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from twin.moe import MoeTraffic, PhaseKind
+from twin.routing import FloatArray, Router
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One all-to-all of one MoE layer, placed in time, with its per-port bytes."""
+
+    step: int
+    layer: int
+    kind: PhaseKind
+    start_ns: int
+    end_ns: int
+    in_bytes: FloatArray  # (P,) bytes entering each port over the phase
+    out_bytes: FloatArray  # (P,) bytes delivered out of each port
+    out_dropped: FloatArray  # (P,) bytes dropped at each egress port (lossy mode)
+    hot_gpu: int
+    network_bytes: float
+
+    def event(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "layer": self.layer,
+            "phase": self.kind,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "hot_gpu": self.hot_gpu,
+            "network_bytes": self.network_bytes,
+        }
+
+
+class JobTimeline:
+    """Generates phases ahead of the clock and answers "bytes per port in [a, b)"."""
+
+    def __init__(
+        self,
+        traffic: MoeTraffic,
+        router: Router,
+        speed_bps: FloatArray,
+        host_facing: np.ndarray,
+        t0_ns: int,
+        *,
+        lossy: bool = False,
+        buffer_bytes: float = 16e6,
+        keep_s: float = 10.0,
+        keep_events: int = 20000,
+    ) -> None:
+        self.traffic, self.router = traffic, router
+        self.capacity_Bps = speed_bps / 8.0
+        self.host_facing = host_facing
+        self.lossy, self.buffer_bytes = lossy, buffer_bytes
+        self.keep_ns = int(keep_s * 1e9)
+        self.cursor_ns = t0_ns
+        self.phases: deque[Phase] = deque()  # recent phases with their port arrays
+        self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
+
+    def _place(self, step: int, layer: int, kind: PhaseKind, matrix: FloatArray, hot_gpu: int) -> None:
+        pb = self.router.route(matrix)
+        cap = self.capacity_Bps
+        dropped = np.zeros_like(pb.out_bytes)
+        out = pb.out_bytes
+        if self.lossy:
+            send_s = float(np.max(pb.in_bytes[self.host_facing] / cap[self.host_facing], initial=0.0))
+            dropped = np.clip(out - cap * send_s - self.buffer_bytes, 0.0, None)
+            out = out - dropped
+        dur_s = float(np.max(np.maximum(pb.in_bytes, out) / cap, initial=0.0))
+        dur_ns = max(1, int(np.ceil(dur_s * 1e9)))
+        start = self.cursor_ns
+        self.cursor_ns += dur_ns
+        ph = Phase(step, layer, kind, start, start + dur_ns, pb.in_bytes, out, dropped, hot_gpu,
+                   float(pb.in_bytes[self.host_facing].sum()))
+        self.phases.append(ph)
+        self.recent_events.append(ph.event())
+
+    def _generate_step(self) -> None:
+        cfg = self.traffic.cfg
+        ms = 1_000_000
+        for lt in self.traffic.next_step():
+            hot_gpu = self.traffic.gpu_of_expert(lt.hot_expert)
+            self.cursor_ns += int(cfg.attention_ms * ms)
+            self._place(lt.step, lt.layer, "dispatch", lt.dispatch_bytes, hot_gpu)
+            self.cursor_ns += int(cfg.expert_ms * ms)
+            self._place(lt.step, lt.layer, "combine", lt.combine_bytes, hot_gpu)
+        self.cursor_ns += int(cfg.step_gap_ms * ms)
+
+    def ensure(self, until_ns: int) -> None:
+        """Generate steps until the timeline covers ``until_ns``; forget phases older than keep_s."""
+        while self.cursor_ns < until_ns:
+            self._generate_step()
+        while self.phases and self.phases[0].end_ns < until_ns - self.keep_ns:
+            self.phases.popleft()
+
+    def window_bytes(self, a_ns: int, b_ns: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(in, out, dropped) bytes per port that fall in [a, b), pro rata over phase windows."""
+        self.ensure(b_ns)
+        n = len(self.capacity_Bps)
+        tot_in, tot_out, tot_drop = np.zeros(n), np.zeros(n), np.zeros(n)
+        for ph in reversed(self.phases):  # newest first: stop at the first phase ended before a
+            if ph.end_ns <= a_ns:
+                break
+            if ph.start_ns >= b_ns:
+                continue
+            frac = (min(b_ns, ph.end_ns) - max(a_ns, ph.start_ns)) / (ph.end_ns - ph.start_ns)
+            tot_in += frac * ph.in_bytes
+            tot_out += frac * ph.out_bytes
+            tot_drop += frac * ph.out_dropped
+        return tot_in, tot_out, tot_drop
+
+    def events(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
+        return [e for e in self.recent_events
+                if int(e["end_ns"]) > t1_ns and int(e["start_ns"]) < t2_ns]  # type: ignore[call-overload]
