@@ -1,0 +1,178 @@
+"""Detection: unit cases on a small fabric, then seeded scenarios with ground truth.
+
+Small fabric (railgen, 4 servers × 2 GPUs, 2 spines)::
+
+    [spine0]   [spine1]
+       ╲╱  ╲╱  (4 uplinks per leaf)
+    [leaf-r0]  [leaf-r1]
+     │ 4 host ports each: node001..node004
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabricmon.core.detect import (
+    DetectConfig,
+    MovingState,
+    conditions,
+    detect_window,
+    fabric_geometry,
+    trajectory_step,
+)
+from fabricmon.core.incast_lifecycle import LifecycleConfig, advance, fingerprint
+from fabricmon.core.incast_scenarios import KINDS, evaluate, format_table, make_scenario, score
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import build_port_index
+
+KMAX = DetectConfig().watermark_kmax_bytes
+
+
+@pytest.fixture(scope="module")
+def geo():
+    fabric = rail_optimized("small", servers=4, gpus_per_server=2, spines=2)
+    return fabric_geometry(build_port_index(fabric), fabric)
+
+
+def frame(geo, hot=(), *, fan=31.0, load=0.3):
+    n = geo.n_ports
+    util = np.where(geo.is_leaf_host, load, 0.0).astype(np.float32)
+    wm = np.full(n, 0.1 * KMAX, np.float32)
+    fan_in = np.where(geo.is_leaf_host, fan, 0).astype(np.float32)
+    for p in hot:
+        util[p], wm[p] = 0.97, 3 * KMAX
+    return {"util": util, "watermark_bytes": wm}, fan_in
+
+
+def test_hot_port_needs_fan_in_pressure_and_load(geo) -> None:
+    p = int(np.flatnonzero(geo.is_leaf_host)[0])
+    m, fan = frame(geo, [p])
+    _, found = detect_window(m, geo, MovingState.initial(geo.n_ports), DetectConfig(), fan_in=fan)
+    assert found.hot_ports.tolist() == [p]
+    # Few senders: a congested port, not an incast.
+    m, fan = frame(geo, [p], fan=2)
+    _, found = detect_window(m, geo, MovingState.initial(geo.n_ports), DetectConfig(), fan_in=fan)
+    assert not found.incast
+    # Queue pressure without load (a balanced microburst) is not an incast either.
+    m, fan = frame(geo)
+    m["watermark_bytes"][p] = 3 * KMAX
+    _, found = detect_window(m, geo, MovingState.initial(geo.n_ports), DetectConfig(), fan_in=fan)
+    assert not found.incast
+
+
+def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b = int(host[0]), int(host[-1])  # leaf-r0 → leaf-r1: a rail and leaf jump
+    cfg = DetectConfig()
+    state = MovingState.initial(geo.n_ports)
+    for _ in range(3):
+        state, found = detect_window(*frame(geo, [a])[:1], geo, state, cfg, fan_in=frame(geo, [a])[1])
+    assert not found.moving and found.hot_dwell_windows.tolist() == [3]
+    m, fan = frame(geo, [b])
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan, ts_ns=7)
+    assert found.migrated and found.moving and found.jaccard == 0.0 and found.migration_rate == 1.0
+    assert found.leaf_jump and found.rail_jump and found.mean_dwell_windows == 3.0
+    step = trajectory_step(found, geo)
+    assert (
+        step.ports == (f"leaf-r1:{geo.index.port_names[b]}",)
+        and step.hosts == ("node004",)
+        and step.gpus == (1,)
+    )
+    kinds = [c.kind for c in conditions(found, geo)]
+    assert kinds == ["moving_incast"]  # per-port incast inhibited while it moves
+
+
+def test_pfc_storm_ecmp_imbalance_rail_violation_and_target_down(geo) -> None:
+    m, fan = frame(geo)
+    n = geo.n_ports
+    up = geo.uplink_ports
+    m["util"][up] = 0.3
+    m["util"][up[0]] = 0.95  # one uplink of leaf-r0 carries the collided elephants
+    m["pfc_paused_fraction"] = np.zeros(n, np.float32)
+    m["pfc_paused_fraction"][0] = 0.9
+    spine = np.flatnonzero(geo.is_spine)
+    m["util"][spine[: len(spine) // 2]] = np.nan  # spine0 did not answer
+    confined = np.array([True, False, False, False])
+    _, found = detect_window(
+        m, geo, MovingState.initial(n), DetectConfig(), fan_in=fan, rail_confined_switch=confined
+    )
+    names = geo.index.switch_names
+    assert [names[s] for s in found.ecmp_switches] == ["leaf-r0"]
+    assert found.storm_ports.tolist() == [0]
+    assert [names[s] for s in found.down_switches] == ["spine0"]
+    assert set(geo.index.switch_of[found.rail_violation_ports]) == {0}
+    kinds = sorted(c.kind for c in conditions(found, geo))
+    assert kinds == ["ecmp_imbalance", "pfc_storm", "rail_violation", "target_down"]
+
+
+def test_config_from_mapping_names_bad_keys_and_values() -> None:
+    assert DetectConfig.from_mapping({"fan_in_min": "6"}).fan_in_min == 6.0
+    with pytest.raises(ValueError, match="unknown setting.*bogus"):
+        DetectConfig.from_mapping({"bogus": 1})
+    with pytest.raises(ValueError, match="jaccard_max"):
+        DetectConfig.from_mapping({"jaccard_max": 2})
+    with pytest.raises(ValueError, match="top_m=.*int"):
+        DetectConfig.from_mapping({"top_m": "many"})
+
+
+def test_bad_metric_shape_is_a_clear_error(geo) -> None:
+    with pytest.raises(ValueError, match="watermark_bytes.*shape"):
+        detect_window(
+            {"util": np.zeros(geo.n_ports, np.float32), "watermark_bytes": np.zeros(3, np.float32)},
+            geo,
+            MovingState.initial(geo.n_ports),
+            DetectConfig(),
+        )
+
+
+def test_lifecycle_for_duration_keep_firing_and_dedup() -> None:
+    from fabricmon.core.detect import Condition
+
+    c = Condition("incast", "leaf-r0:Ethernet1", "x")
+    cfg = {"incast": LifecycleConfig(for_s=2.0, keep_firing_s=2.0)}
+    s = 1_000_000_000
+    slots, tr = advance({}, [c, c], 0, fabric="f", config=cfg)  # duplicate condition: one slot
+    assert [t.to_state for t in tr] == ["pending"] and len(slots) == 1
+    slots, tr = advance(slots, [], 1 * s, fabric="f", config=cfg)  # one-window blip: dropped
+    assert [t.to_state for t in tr] == ["inactive"] and not slots
+    for t in range(2, 5):
+        slots, tr = advance(slots, [c], t * s, fabric="f", config=cfg)
+    fp = fingerprint("f", "incast", "leaf-r0:Ethernet1")
+    assert slots[fp].state == "firing" and slots[fp].active_since_ns == 2 * s
+    slots, tr = advance(slots, [], 5 * s, fabric="f", config=cfg)  # blink: keeps firing
+    assert tr == [] and slots[fp].state == "firing"
+    slots, tr = advance(slots, [c], 6 * s, fabric="f", config=cfg)
+    assert tr == []  # no re-fire, same alert
+    slots, tr = advance(slots, [], 8 * s, fabric="f", config=cfg)
+    assert [(t.from_state, t.to_state) for t in tr] == [("firing", "resolved")]
+
+
+def test_unknown_scenario_kind_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown scenario kind 'x'"):
+        make_scenario("x", 0)
+
+
+def test_balanced_ten_minutes_raise_no_alert_at_all() -> None:
+    for seed in range(3):
+        scn = make_scenario("balanced", seed)
+        assert scn.n_windows == 600
+        res = evaluate(scn)
+        assert res.first_firing == {}, (seed, res.first_firing)
+
+
+def test_detection_quality_on_seeded_scenarios() -> None:
+    """≥ 20 seeds per kind: moving-incast recall/precision ≥ 0.95, alerts within 2 windows."""
+    result = score(seeds=20)
+    print("\n" + format_table(result))
+    table = result["table"]
+    assert result["moving_recall"] >= 0.95 and result["moving_precision"] >= 0.95
+    assert result["moving_window_recall"] >= 0.95 and result["moving_window_precision"] >= 0.95
+    assert table["balanced"]["none"] == 20 and sum(table["balanced"].values()) == 20
+    for kind in KINDS:
+        lat = result["latency_windows"][kind]
+        if kind != "balanced":
+            assert len(lat) == 20, kind  # the expected alert fired on every seed
+            assert max(lat) <= 2, (kind, lat)
+    assert table["static"]["moving_incast"] == 0
+    assert table["ecmp"]["incast"] == table["pfc"]["incast"] == 0
