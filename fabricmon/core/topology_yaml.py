@@ -69,6 +69,21 @@ class TopologyError(ValueError):
 
 def dump_fabric(spec: FabricSpec) -> str:
     """The spec as a topology file; ``load_fabric(dump_fabric(s)) == s``."""
+    text: str = yaml.dump(fabric_doc(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=None,
+                          width=200, allow_unicode=True)
+    return text
+
+
+def check_fabric(spec: FabricSpec, *, source: str | None = None) -> None:
+    """Apply the file's rules to a spec built in code (railgen, twin); raise :class:`TopologyError`.
+
+    Same rules and messages as :func:`load_fabric`, without the YAML text in between.
+    """
+    fabric_from_doc(fabric_doc(spec), source=source or f"fabric {spec.name!r}")
+
+
+def fabric_doc(spec: FabricSpec) -> dict[str, Any]:
+    """The spec as the plain data of a topology file (what YAML would hold)."""
     defaults = _common_snmp([sw.snmp for sw in spec.switches])
     doc: dict[str, Any] = {"format": FORMAT, "fabric": spec.name}
     if spec.description:
@@ -85,9 +100,7 @@ def dump_fabric(spec: FabricSpec) -> str:
     doc["links"] = [
         {"a": f"{ln.a_switch}:{ln.a_port}", "b": f"{ln.b_switch}:{ln.b_port}"} for ln in spec.links
     ]
-    text: str = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=200,
-                          allow_unicode=True)
-    return text
+    return doc
 
 
 def _common_snmp(all_snmp: list[SnmpSettings]) -> SnmpSettings:
@@ -242,7 +255,6 @@ def _one_of(*options: str) -> str:
 
 def load_fabric(text: str, *, source: str = "<string>") -> FabricSpec:
     """Parse and check a topology file; raise :class:`TopologyError` listing every problem."""
-    r = _Reader(source, [])
     try:
         doc = yaml.load(text, Loader=_Loader)  # a *safe* loader (C or Python)
     except yaml.YAMLError as exc:
@@ -250,6 +262,12 @@ def load_fabric(text: str, *, source: str = "<string>") -> FabricSpec:
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise TopologyError([f"{source}: {at}not valid YAML: {problem}"]) from None
+    return fabric_from_doc(doc, source=source)
+
+
+def fabric_from_doc(doc: Any, *, source: str = "<data>") -> FabricSpec:
+    """Check already-parsed topology data (e.g. from JSON); raise :class:`TopologyError`."""
+    r = _Reader(source, [])
     top = r.mapping(doc, "", None) if doc is not None else None
     if top is None:
         if doc is None:

@@ -23,21 +23,12 @@ from fabricmon.core.topology import (
     SwitchSpec,
     build_port_index,
 )
-from fabricmon.core.topology_yaml import dump_fabric, load_fabric
+from fabricmon.core.topology_yaml import check_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
 
 class FabricExistsError(ValueError):
     """``import_fabric(..., replace=False)`` for a name that is already taken."""
-
-
-def validate_spec(spec: FabricSpec) -> None:
-    """Apply the topology file's rules to a spec built in code (railgen, twin).
-
-    Round-tripping through the file format keeps one set of rules, with the same messages.
-    Raises :class:`~fabricmon.core.topology_yaml.TopologyError`.
-    """
-    load_fabric(dump_fabric(spec), source=f"fabric {spec.name!r}")
 
 
 @transaction.atomic
@@ -48,8 +39,8 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     whatever other apps hang off it) and replaces everything below it. Records the port layout
     as a :class:`TopologyVersion` and numbers ``Port.index`` by ``build_port_index``.
     """
-    if validate:
-        validate_spec(spec)
+    if validate:  # the topology file's rules, for specs built in code (railgen, twin)
+        check_fabric(spec)
     index = build_port_index(spec)
     fabric, created = Fabric.objects.select_for_update().get_or_create(
         name=spec.name, defaults={"description": spec.description}
@@ -57,8 +48,13 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     if not created:
         if not replace:
             raise FabricExistsError(f"fabric {spec.name!r} exists (use replace=True to re-import it)")
-        # Links and NICs go with their ports/GPUs through CASCADE.
+        # Leaves of the tree first: each is then one DELETE with nothing left to cascade
+        # (top-down, Django's collector would load every row to cascade and SET_NULL).
+        Link.objects.filter(fabric=fabric).delete()
+        Nic.objects.filter(gpu__host__fabric=fabric).delete()
+        Gpu.objects.filter(host__fabric=fabric).delete()
         Host.objects.filter(fabric=fabric).delete()
+        Port.objects.filter(switch__fabric=fabric).delete()
         Switch.objects.filter(fabric=fabric).delete()
 
     switches = Switch.objects.bulk_create([_switch_row(fabric, sw) for sw in spec.switches])
@@ -172,7 +168,7 @@ def fabric_spec(fabric: Fabric | str) -> FabricSpec:
         name=fabric.name,
         description=fabric.description,
         switches=tuple(
-            SwitchSpec(name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,  # type: ignore[arg-type]
+            SwitchSpec(name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
                        snmp=snmp_settings(sw), ports=tuple(ports_of[sw.pk]))
             for sw in switches
         ),
@@ -184,7 +180,7 @@ def fabric_spec(fabric: Fabric | str) -> FabricSpec:
 def snmp_settings(switch: Switch) -> SnmpSettings:
     """The collector's view of one switch's SNMP settings."""
     return SnmpSettings(
-        version=switch.snmp_version,  # type: ignore[arg-type]
+        version=switch.snmp_version,
         port=switch.snmp_port, community=switch.snmp_community, v3_user=switch.v3_user,
         v3_auth_protocol=switch.v3_auth_protocol, v3_auth_key=switch.v3_auth_key,
         v3_priv_protocol=switch.v3_priv_protocol, v3_priv_key=switch.v3_priv_key,
