@@ -23,7 +23,7 @@ import yaml
 
 from fabricmon.core.railgen import rail_optimized
 from fabricmon.core.topology import SnmpSettings, build_port_index
-from fabricmon.core.topology_yaml import TopologyError, dump_fabric, load_fabric
+from fabricmon.core.topology_yaml import TopologyError, check_fabric, dump_fabric, load_fabric
 
 
 def two_leaf_one_spine() -> dict[str, Any]:
@@ -228,3 +228,19 @@ def test_miscabled_nic_is_not_an_import_error() -> None:
     doc["hosts"][0]["gpus"][1].update(switch="leaf-r0", port="Ethernet1")
     spec = load_fabric(yaml.safe_dump(doc))
     assert spec.hosts[0].gpus[0].switch == "leaf-r1" and spec.hosts[0].gpus[0].rail == 0
+
+
+def test_check_fabric_applies_the_file_rules_to_code_built_specs() -> None:
+    spec = rail_optimized("gen", servers=2, gpus_per_server=2, spines=1)
+    check_fabric(spec)  # a good spec passes silently
+    leaf = spec.switches[1]
+    bad_port = replace(leaf.ports[0], speed_bps=0)
+    bad = replace(spec, switches=(spec.switches[0], replace(leaf, rail=None, ports=(bad_port, *leaf.ports[1:])),
+                                  *spec.switches[2:]))
+    with pytest.raises(TopologyError) as info:
+        check_fabric(bad)
+    assert info.value.problems[:2] == [
+        "fabric 'gen': switches[1] (leaf-r1): field 'rail': missing (a leaf is a rail-leaf: say which rail)",
+        "fabric 'gen': switches[1] (leaf-r1).ports[0]: field 'speed_gbps': expected a positive number, got 0",
+    ]
+    assert "unknown rail 1" in info.value.problems[2]
