@@ -127,17 +127,18 @@ class MoeTraffic:
         c, n = self.cfg, self.n_gpus
         probs = self.popularity.probabilities()
         tokens = float(c.tokens_per_rank * c.top_k)
+        # Gate noise: one draw per step, shifted per layer (cheap; the shape of the noise is all
+        # that matters here, not its independence across layers).
+        noise = np.clip(1.0 + c.gate_noise * self.rng.standard_normal((n, n)), 0.0, None)
+        scale = tokens * c.hidden * c.dispatch_bytes_per_elem
+        combine_ratio = c.combine_bytes_per_elem / c.dispatch_bytes_per_elem
         out: list[LayerTraffic] = []
         for layer in range(c.layers):
             p = probs[layer]
-            # Token counts per (source rank, expert): expectation with multiplicative gate noise.
-            noise = 1.0 + c.gate_noise * self.rng.standard_normal((n, self.n_experts))
-            counts = tokens * p[None, :] * np.clip(noise, 0.0, None)
-            per_gpu = counts.reshape(n, n, c.experts_per_gpu).sum(axis=2)  # (src, dst GPU) tokens
-            row_bytes = float(c.hidden)
-            dispatch = per_gpu * (row_bytes * c.dispatch_bytes_per_elem)
+            p_gpu = p.reshape(n, c.experts_per_gpu).sum(axis=1)  # popularity of each GPU's experts
+            dispatch = noise[(np.arange(n) + layer) % n] * (scale * p_gpu)[None, :]
             np.fill_diagonal(dispatch, 0.0)  # a rank's tokens for its own experts never leave it
-            combine = dispatch.T * (c.combine_bytes_per_elem / c.dispatch_bytes_per_elem)
+            combine = dispatch.T * combine_ratio
             out.append(LayerTraffic(self.step, layer, p, dispatch, combine, self.popularity.hot_expert))
         self.popularity.advance()
         self.step += 1

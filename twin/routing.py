@@ -8,7 +8,8 @@ Paths on a two-tier rail-optimized fabric::
           (same-leaf pairs take the 2-hop path; uplink and spine downlink chosen by a hash of (src, dst))
 
 Same-server traffic never touches the network. Routing is precomputed once into an incidence list
-(pair → port slot), so routing one phase is one ``np.bincount`` — no per-port Python loops.
+(NIC pair → first/last hop port, chosen cables), so routing one phase is a few ``np.bincount`` — no
+per-port Python loops.
 """
 
 from __future__ import annotations
@@ -136,35 +137,33 @@ class Router:
             src_nic = np.repeat(dst, n)
             dst_nic = np.tile(dst, n)
         keep = w.gpu_host[src_nic] != w.gpu_host[dst_nic]
-        pairs = np.unique(src_nic[keep] * n + dst_nic[keep])
+        pairs, first = np.unique(src_nic[keep] * n + dst_nic[keep], return_index=True)
         self.pairs = pairs
-        self.pair_idx, self.slot = self._incidence(pairs // n, pairs % n)
+        # Where each NIC pair's bytes come from: the (source host, dst) row of the per-host sums
+        # (PXN), or the (src, dst) entry of the GPU matrix (ECMP). Same-host pairs are not listed.
+        if mode == "pxn":
+            self.pair_source = (np.repeat(np.arange(n_hosts), n)[keep] * n + dst_nic[keep])[first]
+        else:
+            self.pair_source = pairs
+        self._uniform_hosts = len(set(np.bincount(w.gpu_host).tolist())) == 1
+        self._incidence(pairs // n, pairs % n)
 
-    def _incidence(self, src: IntArray, dst: IntArray) -> tuple[IntArray, IntArray]:
-        """(pair position, port slot) for every hop of every NIC pair; slot = 2·port + (0 in | 1 out)."""
+    def _incidence(self, src: IntArray, dst: IntArray) -> None:
+        """Per NIC pair: first/last hop ports and, for cross-leaf pairs, the chosen up/down cables."""
         w = self.wiring
-        k = np.arange(len(src), dtype=np.int64)
-        hops_pair = [k, k]
-        hops_slot = [2 * w.nic_pos[src], 2 * w.nic_pos[dst] + 1]
+        self.first_hop, self.last_hop = w.nic_pos[src], w.nic_pos[dst]
         l1, l2 = w.nic_leaf[src], w.nic_leaf[dst]
-        cross = np.flatnonzero(l1 != l2)
-        if len(cross):
+        self.cross = np.flatnonzero(l1 != l2)
+        self.up = self.down = np.zeros(0, dtype=np.int64)
+        if len(self.cross):
             if not len(w.link):
                 raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
-            key = (src[cross].astype(np.uint64) << np.uint64(32)) | dst[cross].astype(np.uint64)
+            c = self.cross
+            key = (src[c].astype(np.uint64) << np.uint64(32)) | dst[c].astype(np.uint64)
             h1 = _splitmix64(key ^ np.uint64(self.seed))
             h2 = _splitmix64(h1)
-            up = self._choose(w.link[:, 0], l1[cross], l2[cross], h1, via_spine=False)
-            spine = w.link[up, 2]
-            down = self._choose(w.link[:, 2], spine, l2[cross], h2, via_spine=True)
-            hops_pair += [cross, cross, cross, cross]
-            hops_slot += [
-                2 * w.link[up, 1] + 1,  # leaf uplink out
-                2 * w.link[up, 3],  # spine port in
-                2 * w.link[down, 3] + 1,  # spine downlink out
-                2 * w.link[down, 1],  # destination leaf uplink in
-            ]
-        return np.concatenate(hops_pair), np.concatenate(hops_slot)
+            self.up = self._choose(w.link[:, 0], l1[c], l2[c], h1, via_spine=False)
+            self.down = self._choose(w.link[:, 2], w.link[self.up, 2], l2[c], h2, via_spine=True)
 
     def _choose(
         self, owner: IntArray, at: IntArray, to_leaf: IntArray, h: npt.NDArray[np.uint64], *, via_spine: bool
@@ -216,6 +215,25 @@ class Router:
 
     def route(self, gpu_bytes: FloatArray) -> PortBytes:
         """Bytes in/out of every port for one phase's GPU×GPU byte matrix."""
-        flat = self.nic_matrix(gpu_bytes).ravel()[self.pairs]
-        per_slot = np.bincount(self.slot, weights=flat[self.pair_idx], minlength=2 * self.n_ports)
-        return PortBytes(in_bytes=per_slot[0::2], out_bytes=per_slot[1::2])
+        w, n = self.wiring, self.wiring.n_gpus
+        if gpu_bytes.shape != (n, n):
+            raise ValueError(f"traffic matrix shape {gpu_bytes.shape} does not match {n} GPUs")
+        if self.mode == "ecmp":
+            source = gpu_bytes
+        elif self._uniform_hosts:
+            source = gpu_bytes.reshape(len(w.host_start), -1, n).sum(axis=1)
+        else:
+            source = np.add.reduceat(gpu_bytes, np.asarray(w.host_start), axis=0)
+        flat = source.ravel()[self.pair_source]
+        p = self.n_ports
+        in_b = np.bincount(self.first_hop, weights=flat, minlength=p)
+        out_b = np.bincount(self.last_hop, weights=flat, minlength=p)
+        if len(self.cross):
+            # Bytes per cable, then onto both ends: uplink = leaf out / spine in; downlink = spine out / leaf in.
+            link = w.link
+            cross = flat[self.cross]
+            up = np.bincount(self.up, weights=cross, minlength=len(link))
+            down = np.bincount(self.down, weights=cross, minlength=len(link))
+            out_b += np.bincount(link[:, 1], weights=up, minlength=p) + np.bincount(link[:, 3], weights=down, minlength=p)
+            in_b += np.bincount(link[:, 3], weights=up, minlength=p) + np.bincount(link[:, 1], weights=down, minlength=p)
+        return PortBytes(in_bytes=in_b, out_bytes=out_b)
