@@ -189,6 +189,13 @@ def snmp_settings(switch: Switch) -> SnmpSettings:
     )
 
 
+def collector_protocols(fabric: Fabric | str) -> dict[str, str]:
+    """Switch name → how to collect it (``"snmp"``, ``"gnmi"`` or ``"both"``); set in the admin,
+    not part of the core spec or the topology file. One query."""
+    fabric = _fabric(fabric)
+    return dict(Switch.objects.filter(fabric=fabric).order_by("id").values_list("name", "collector"))
+
+
 # Built port indexes per (fabric id, topology version, last update): frames are decoded against
 # this on every tick, so it must not cost queries beyond looking the fabric up.
 _INDEX_CACHE: dict[tuple[int, str, str], PortIndex] = {}

@@ -30,6 +30,7 @@ from fabricmon.core.topology_yaml import TopologyError
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import (
     FabricExistsError,
+    collector_protocols,
     fabric_spec,
     import_fabric,
     port_index,
@@ -202,3 +203,10 @@ def test_port_index_cache_follows_reimport_with_same_layout() -> None:
     import_fabric(two_leaf_one_spine(speed_gbps=800))
     index = port_index("tiny")
     assert index.speed_bps[0] == 800e9 and index.version == build_port_index(two_leaf_one_spine()).version
+
+
+def test_collector_protocol_defaults_to_snmp_and_follows_the_admin() -> None:
+    import_fabric(two_leaf_one_spine())
+    assert collector_protocols("tiny") == {"leaf-r0": "snmp", "leaf-r1": "snmp", "spine0": "snmp"}
+    Switch.objects.filter(name="spine0").update(collector=Switch.Collector.BOTH)
+    assert collector_protocols("tiny")["spine0"] == "both"
