@@ -72,6 +72,10 @@ def auth_data(settings: SnmpSettings) -> CommunityData | UsmUserData:
         raise ValueError(f"unknown SNMPv3 auth protocol {settings.v3_auth_protocol!r}")
     if priv not in PRIV_PROTOCOLS:
         raise ValueError(f"unknown SNMPv3 priv protocol {settings.v3_priv_protocol!r}")
+    if auth != "NONE" and not settings.v3_auth_key:
+        raise ValueError(f"SNMPv3 user {settings.v3_user!r}: auth protocol {auth} needs v3_auth_key")
+    if priv != "NONE" and not settings.v3_priv_key:
+        raise ValueError(f"SNMPv3 user {settings.v3_user!r}: priv protocol {priv} needs v3_priv_key")
     return UsmUserData(
         settings.v3_user,
         authKey=settings.v3_auth_key or None,

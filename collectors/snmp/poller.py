@@ -291,18 +291,15 @@ class SnmpPoller:
                 "malformed", f"{switch}: required column(s) {', '.join(missing)} missing/empty"
             )
         # A row is kept only when every served column has a valid cell for it: arrays stay dense.
-        base = np.unique(cols[self.columns[0].key][0])
-        keep = np.ones(len(base), dtype=bool)
+        base = np.unique(np.concatenate([idx for idx, _ in cols.values()]))
+        keep = (base > 0) & (base <= np.iinfo(np.int32).max)
         aligned: dict[str, npt.NDArray[np.uint64]] = {}
         for key in served:
             idx, values = cols[key]
             arr, present = align_ports(idx, np.asarray(values, dtype=np.uint64), base)
             aligned[key] = arr.astype(np.uint64, copy=False)
             keep &= present
-        keep &= (base > 0) & (base <= np.iinfo(np.int32).max)
-        dropped = int(len(base) - keep.sum()) + sum(
-            len(np.setdiff1d(idx, base)) for idx, _ in cols.values() if len(idx)
-        )
+        dropped = int(len(base) - keep.sum())
         counters = {k: v[keep] for k, v in aligned.items() if k in _COUNTER_KEYS}
         disc = aligned.get("discontinuity_ticks")
         return IfSnapshot(

@@ -1,0 +1,116 @@
+"""The poller against snmpd + a pass_persist ifTable with controlled values: exact decoding,
+Counter64 near 2**64, missing columns and cells, wrong types, and rates across two polls."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from collectors.snmp import (
+    PARSE_ERRORS,
+    IfSnapshot,
+    SnmpPoller,
+    SnmpPollError,
+    SnmpTarget,
+    close_loop_context,
+)
+from collectors.snmp.netsnmp import Snmpd
+from collectors.snmp.oids import COUNTER_WIDTH_BITS
+from fabricmon.core.rates import CounterRead, RateReason, counter_rates
+from fabricmon.core.topology import SnmpSettings
+
+pytestmark = pytest.mark.integration
+
+IFX = "1.3.6.1.2.1.31.1.1.1"
+IFT = "1.3.6.1.2.1.2.2.1"
+
+
+def target(agent: Snmpd) -> SnmpTarget:
+    return SnmpTarget(
+        "leaf", "127.0.0.1", agent.port, SnmpSettings(timeout_s=2.0, retries=1, interval_s=10.0)
+    )
+
+
+def poll(agent: Snmpd, **poller_kw: int) -> IfSnapshot:
+    async def main() -> IfSnapshot:
+        try:
+            return await SnmpPoller(**poller_kw).poll(target(agent))  # type: ignore[arg-type]
+        finally:
+            close_loop_context()
+
+    return asyncio.run(main())
+
+
+def test_default_table_is_decoded_exactly(table_agent) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=40)
+    snap = poll(agent, max_repetitions=7)  # several GETBULK rounds, rows split across responses
+    idx = np.arange(1, 41)
+    assert snap.ifindex.tolist() == idx.tolist()
+    assert snap.counters["in_octets"].tolist() == (10**12 + idx * 1000 + 6).tolist()
+    assert snap.counters["out_octets"].tolist() == (2 * 10**12 + idx * 1000 + 10).tolist()
+    assert snap.counters["in_pkts"].tolist() == (10**9 + idx * 100 + 7).tolist()
+    assert snap.counters["in_discards"].tolist() == (idx * 3 + 13).tolist()
+    assert snap.counters["out_discards"].tolist() == (idx * 3 + 19).tolist()
+    assert (snap.high_speed_mbps == 400_000).all()
+    assert snap.oper_up.tolist() == (idx % 16 != 0).tolist()
+    assert snap.discontinuity_ticks is not None and (snap.discontinuity_ticks == 0).all()
+    assert snap.varbinds >= 1 + 40 * 10  # sysUpTime + every cell (+ the rows past each column's end)
+    assert set(COUNTER_WIDTH_BITS) == set(snap.counters)
+
+
+def test_counter64_near_2_to_the_64_is_exact_and_rates_follow(table_agent) -> None:  # type: ignore[no-untyped-def]
+    top = 2**64 - 1
+    agent, set_state = table_agent(ports=4, state={"values": {f"{IFX}.6.2": ["counter64", str(top - 5000)]}})
+    first = poll(agent)
+    assert int(first.counters["in_octets"][1]) == top - 5000
+    set_state({"values": {f"{IFX}.6.2": ["counter64", str(top)], f"{IFX}.6.3": ["counter64", "5"]}})
+    second = poll(agent)
+    assert int(second.counters["in_octets"][1]) == top
+    speed = second.high_speed_mbps.astype(np.float64) * 1e6
+
+    def as_read(s: IfSnapshot) -> CounterRead:
+        return CounterRead(s.ts_ns, s.counters["in_octets"], s.sys_uptime_ticks, s.discontinuity_ticks)
+
+    rates = counter_rates(as_read(first), as_read(second), speed)
+    assert rates.delta[1] == 5000.0 and rates.delta[0] == 0.0
+    assert rates.reason[2] == RateReason.RESET_DECREASE  # 1e12+… → 5: a reset, never a negative rate
+
+
+def test_missing_optional_column_is_absent_and_missing_required_column_is_malformed(table_agent) -> None:  # type: ignore[no-untyped-def]
+    agent, set_state = table_agent(ports=6, state={"omit": [f"{IFX}.7", f"{IFX}.19"]})
+    snap = poll(agent)
+    assert "in_pkts" not in snap.counters and snap.discontinuity_ticks is None
+    assert len(snap.ifindex) == 6
+    set_state({"omit": [f"{IFX}.10"]})
+    with pytest.raises(SnmpPollError) as err:
+        poll(agent)
+    assert err.value.kind == "malformed" and "out_octets" in err.value.message
+
+
+def test_bad_cells_drop_their_row_and_are_counted(table_agent) -> None:  # type: ignore[no-untyped-def]
+    before = dict(PARSE_ERRORS)
+    agent, _ = table_agent(
+        ports=8,
+        state={
+            "values": {
+                f"{IFX}.6.3": ["string", "not a counter"],  # wrong type
+                f"{IFT}.13.5": ["counter64", "7"],  # Counter64 where Counter32 belongs
+            },
+            "omit": [f"{IFX}.10.7"],  # a short column
+        },
+    )
+    snap = poll(agent)
+    assert snap.ifindex.tolist() == [1, 2, 4, 6, 8]
+    assert snap.counters["in_octets"].tolist() == [10**12 + i * 1000 + 6 for i in (1, 2, 4, 6, 8)]
+    assert snap.dropped_rows == 3
+    assert PARSE_ERRORS["bad_cell"] - before.get("bad_cell", 0) == 2
+    assert PARSE_ERRORS["dropped_row"] - before.get("dropped_row", 0) == 3
+
+
+def test_a_large_table_is_read_completely(table_agent) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=1024)
+    snap = poll(agent, max_repetitions=25)
+    assert len(snap.ifindex) == 1024 and snap.dropped_rows == 0
+    assert int(snap.counters["out_octets"][-1]) == 2 * 10**12 + 1024 * 1000 + 10
