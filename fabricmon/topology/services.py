@@ -45,9 +45,12 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     fabric, created = Fabric.objects.select_for_update().get_or_create(
         name=spec.name, defaults={"description": spec.description}
     )
+    collectors: dict[str, str] = {}
     if not created:
         if not replace:
             raise FabricExistsError(f"fabric {spec.name!r} exists (use replace=True to re-import it)")
+        # The collector choice is set in the admin, not in the file: keep it across re-imports.
+        collectors = dict(Switch.objects.filter(fabric=fabric).values_list("name", "collector"))
         # Leaves of the tree first: each is then one DELETE with nothing left to cascade
         # (top-down, Django's collector would load every row to cascade and SET_NULL).
         Link.objects.filter(fabric=fabric).delete()
@@ -57,7 +60,9 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
         Port.objects.filter(switch__fabric=fabric).delete()
         Switch.objects.filter(fabric=fabric).delete()
 
-    switches = Switch.objects.bulk_create([_switch_row(fabric, sw) for sw in spec.switches])
+    switches = Switch.objects.bulk_create(
+        [_switch_row(fabric, sw, collectors.get(sw.name, Switch.Collector.SNMP)) for sw in spec.switches]
+    )
     switch_id = {sw.name: row.pk for sw, row in zip(spec.switches, switches, strict=True)}
     position = {
         (index.switch_names[s], int(ifx)): i
@@ -106,10 +111,11 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     return fabric
 
 
-def _switch_row(fabric: Fabric, sw: SwitchSpec) -> Switch:
+def _switch_row(fabric: Fabric, sw: SwitchSpec, collector: str) -> Switch:
     s = sw.snmp
     return Switch(
         fabric=fabric, name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
+        collector=collector,
         snmp_version=s.version, snmp_port=s.port, snmp_community=s.community, v3_user=s.v3_user,
         v3_auth_protocol=s.v3_auth_protocol, v3_auth_key=s.v3_auth_key,
         v3_priv_protocol=s.v3_priv_protocol, v3_priv_key=s.v3_priv_key, v3_context=s.v3_context,

@@ -210,3 +210,5 @@ def test_collector_protocol_defaults_to_snmp_and_follows_the_admin() -> None:
     assert collector_protocols("tiny") == {"leaf-r0": "snmp", "leaf-r1": "snmp", "spine0": "snmp"}
     Switch.objects.filter(name="spine0").update(collector=Switch.Collector.BOTH)
     assert collector_protocols("tiny")["spine0"] == "both"
+    import_fabric(two_leaf_one_spine())  # re-import keeps what the operator chose
+    assert collector_protocols("tiny")["spine0"] == "both"
