@@ -1,0 +1,7 @@
+"""fabricmon's training-side probe (``pip install fabricmon[probe]``): no Django, torch imported
+lazily, HTTP via the stdlib. See ``probe.A2AProbe`` and ``client.EventPoster``."""
+
+from collectors.probe.client import EventPoster, IngestClient, PosterStats, measure_clock_offset
+from collectors.probe.probe import A2AProbe
+
+__all__ = ["A2AProbe", "EventPoster", "IngestClient", "PosterStats", "measure_clock_offset"]

@@ -1,0 +1,236 @@
+"""The torch-side probe: wraps ``torch.distributed.all_to_all_single`` and records, per call, the
+exact per-peer bytes, the layer and phase, the process group and the host-clock interval.
+
+Usage (3 lines in a training script)::
+
+    probe = A2AProbe(sink=EventPoster(IngestClient(url, token), run_id)).install()
+    with probe.phase(layer, "dispatch"):          # or @probe.tag(layer, "dispatch")
+        dist.all_to_all_single(out, inp, out_splits, in_splits, group=ep)
+
+Backward: autograd runs the backward all-to-all outside any ``phase`` context. It is recognised
+by ``torch._C._current_graph_task_id() != -1`` and attributed to the latest forward call in the
+same group whose split lists are the swap of its own (LIFO) → ``dispatch_bwd`` / ``combine_bwd``.
+Each call also runs inside ``record_function("moe/layer{L}/{phase}")`` so a Kineto trace of the
+same run carries the same labels. Only ``torch`` is imported (lazily); no Django.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from collectors.traces.schema import PHASES, phase_label
+
+Sink = Callable[[dict[str, Any]], None]
+_FWD_STACK_LIMIT = 4_096  # forward calls remembered per group for backward attribution
+
+
+class _Tag(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[tuple[int | None, str]] = []
+
+
+class _TimedWork:
+    """Wraps the async ``Work`` so the event's end time is taken when the caller waits."""
+
+    def __init__(self, work: Any, finish: Callable[[], None]) -> None:
+        self._work, self._finish = work, finish
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._work.wait(*args, **kwargs)
+        self._finish()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+class A2AProbe:
+    """Records every ``all_to_all_single`` as a normalized phase event passed to ``sink``."""
+
+    def __init__(
+        self, sink: Sink | None = None, *, rank: int | None = None, host: str | None = None,
+        keep: bool = False,
+    ) -> None:
+        self.sink = sink
+        self.rank = rank
+        self.host = host or socket.gethostname()
+        self.step: int = 0
+        self.keep = keep
+        self.recorded: list[dict[str, Any]] = []  # only when keep=True (tests, offline dumps)
+        self.errors = 0
+        self._tag = _Tag()
+        self._seq: dict[str, int] = defaultdict(int)
+        self._fwd: dict[str, list[tuple[list[int], list[int], int | None, str, int]]] = defaultdict(list)
+        self._session = uuid.uuid4().hex[:8]
+        self._original: Callable[..., Any] | None = None
+
+    # --- tagging --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, layer: int | None, phase: str) -> Iterator[None]:
+        """Tag the all-to-alls issued inside the block with (layer, phase)."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+        self._tag.stack.append((layer, phase))
+        try:
+            yield
+        finally:
+            self._tag.stack.pop()
+
+    def tag(self, layer: int | None, phase: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of ``phase``."""
+
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self.phase(layer, phase):
+                    return fn(*args, **kwargs)
+
+            return wrapper
+
+        return deco
+
+    def set_step(self, step: int) -> None:
+        self.step = step
+
+    # --- install --------------------------------------------------------------------------------
+    def install(self) -> A2AProbe:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        if self._original is None:
+            self._original = c10d.all_to_all_single
+            wrapped = self._wrap(self._original)
+            dist.all_to_all_single = wrapped  # type: ignore[assignment]
+            c10d.all_to_all_single = wrapped  # type: ignore[assignment]
+        return self
+
+    def uninstall(self) -> None:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        if self._original is not None:
+            dist.all_to_all_single = self._original  # type: ignore[assignment]
+            c10d.all_to_all_single = self._original  # type: ignore[assignment]
+            self._original = None
+
+    def rank_map_entry(self, nic: str | None = None) -> dict[str, Any]:
+        """This process's rank-map line: global rank, host, LOCAL_RANK and the NIC (env or guess)."""
+        import torch.distributed as dist
+
+        local_rank = os.environ.get("LOCAL_RANK")
+        return {
+            "rank": dist.get_rank() if self.rank is None else self.rank, "host": self.host,
+            "local_rank": int(local_rank) if local_rank and local_rank.isdigit() else None,
+            "nic": nic or os.environ.get("FABRICMON_NIC", "") or _first_nic(),
+        }
+
+    # --- the wrapper ----------------------------------------------------------------------------
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(original)
+        def all_to_all_single(
+            output: Any, input: Any, output_split_sizes: Any = None, input_split_sizes: Any = None,
+            group: Any = None, async_op: bool = False,
+        ) -> Any:
+            try:
+                event = probe._describe(output, input, output_split_sizes, input_split_sizes, group)
+            except Exception:  # the probe must never break training
+                probe.errors += 1
+                event = None
+            if event is None:
+                return original(output, input, output_split_sizes, input_split_sizes, group, async_op)
+            from torch.autograd.profiler import record_function
+
+            start_ns = time.time_ns()
+            with record_function(phase_label(event["layer"], event["phase"])):
+                work = original(output, input, output_split_sizes, input_split_sizes, group, async_op)
+
+            def finish() -> None:
+                event["start_ns"], event["end_ns"] = start_ns, time.time_ns()
+                probe._emit(event)
+
+            if async_op and work is not None:
+                return _TimedWork(work, finish)
+            finish()
+            return work
+
+        return all_to_all_single
+
+    def _describe(self, output: Any, input: Any, out_splits: Any, in_splits: Any, group: Any) -> dict[str, Any]:
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        pg = group if group is not None else c10d._get_default_group()
+        pg_ranks = list(dist.get_process_group_ranks(pg))
+        n = len(pg_ranks)
+        ins = _splits(in_splits, input.shape[0], n)
+        outs = _splits(out_splits, output.shape[0], n)
+        row_in = math.prod(input.shape[1:]) * input.element_size()
+        row_out = math.prod(output.shape[1:]) * output.element_size()
+        try:
+            pg_name = str(c10d._get_process_group_name(pg))
+        except Exception:
+            pg_name = str(id(pg))
+        self._seq[pg_name] += 1
+        seq = self._seq[pg_name]
+        rank = dist.get_rank() if self.rank is None else self.rank
+        layer, phase, step = None, "other", self.step
+        if torch._C._current_graph_task_id() != -1:  # inside autograd backward
+            stack = self._fwd[pg_name]
+            for i in range(len(stack) - 1, -1, -1):
+                f_ins, f_outs, f_layer, f_phase, f_step = stack[i]
+                if f_ins == outs and f_outs == ins:
+                    del stack[i]
+                    layer, phase, step = f_layer, f_phase + "_bwd", f_step
+                    break
+        elif self._tag.stack:
+            layer, phase = self._tag.stack[-1]
+            # pushed even under no_grad: autograd.Function.forward runs with grad disabled
+            if phase in ("dispatch", "combine"):
+                stack = self._fwd[pg_name]
+                stack.append((ins, outs, layer, phase, step))
+                if len(stack) > _FWD_STACK_LIMIT:
+                    del stack[0]
+        return {
+            "id": f"{self._session}-{rank}-{pg_name}-{seq}", "rank": rank, "host": self.host,
+            "step": step, "layer": layer, "phase": phase, "collective": "all_to_all_single",
+            "pg": pg_name, "pg_ranks": pg_ranks, "seq": seq,
+            "send_bytes_per_peer": {str(r): ins[i] * row_in for i, r in enumerate(pg_ranks)},
+            "recv_bytes_per_peer": {str(r): outs[i] * row_out for i, r in enumerate(pg_ranks)},
+            "source": "probe", "time_kind": "host_call",
+        }
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.keep:
+            self.recorded.append(event)
+        if self.sink is not None:
+            try:
+                self.sink(event)
+            except Exception:
+                self.errors += 1
+
+
+def _splits(splits: Any, rows: int, n: int) -> list[int]:
+    if splits is None or len(splits) == 0:
+        return [rows // n] * n
+    return [int(s) for s in splits]
+
+
+def _first_nic() -> str:
+    try:
+        names = sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        return ""
+    return next((n for n in names if n != "lo"), "")

@@ -1,0 +1,250 @@
+"""The ingest API (token-authenticated JSON/NDJSON over HTTP; schema in ``openapi.json``).
+
+Views are thin: authenticate, check sizes, call ``services``, answer. Every 4xx carries
+``{"error": reason, "field": name}`` (or per-line ``rejected`` entries for event batches).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from fabricmon.jobs import services
+from fabricmon.jobs.models import PhaseEvent, Run, TrafficMatrix
+from fabricmon.jobs.tokens import authenticate_token
+
+MAX_BATCH_BYTES = getattr(settings, "FABRICMON_INGEST_MAX_BYTES", 32 * 1024 * 1024)
+MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
+MAX_JSON_BYTES = 4 * 1024 * 1024
+OPENAPI_PATH = Path(__file__).with_name("openapi.json")
+
+
+def _error(status: int, reason: str, field: str = "") -> JsonResponse:
+    return JsonResponse({"error": reason, "field": field}, status=status)
+
+
+def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Bearer-token auth; a ``run_id`` URL argument is resolved to a run the token's user owns."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, run_id: int | None = None, **kwargs: Any) -> HttpResponse:
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return _error(401, "missing API token: send 'Authorization: Bearer <token>'", "Authorization")
+        scheme, _, token = header.partition(" ")
+        row = authenticate_token(token.strip()) if scheme.lower() == "bearer" else None
+        if row is None:
+            return _error(401, "invalid or revoked API token", "Authorization")
+        request.user = row.user
+        if run_id is not None:
+            run = Run.objects.filter(pk=run_id).first()
+            if run is None:
+                return _error(404, f"no run {run_id}", "run")
+            if run.owner_id != row.user.pk:
+                return _error(403, f"run {run_id} belongs to another user", "run")
+            kwargs["run"] = run
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _read_json(request: HttpRequest) -> Any:
+    if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_JSON_BYTES:
+        raise services.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return orjson.loads(request.body)
+    except orjson.JSONDecodeError as exc:
+        raise services.InputError("body", f"invalid JSON: {exc}") from exc
+
+
+def _run_json(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk, "name": run.name, "owner": run.owner.get_username(), "tags": run.tags,
+        "state": run.state, "fabric": run.fabric, "world_size": run.world_size,
+        "started_at": run.started_at.isoformat(), "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+    }
+
+
+def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(*args, **kwargs)
+        except services.InputError as exc:
+            return _error(400, exc.reason, exc.field)
+
+    return wrapper
+
+
+# --- endpoints ----------------------------------------------------------------------------------
+
+@require_GET
+def clock(request: HttpRequest) -> HttpResponse:
+    """Server time for the probe's NTP-style offset exchange (no auth: it reveals only the time)."""
+    return JsonResponse({"server_ns": time.time_ns()})
+
+
+@require_GET
+def openapi(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(OPENAPI_PATH.read_bytes(), content_type="application/json")
+
+
+@token_required
+@require_http_methods(["GET", "POST"])
+@_input_errors
+def runs(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        mine = Run.objects.filter(owner=request.user).select_related("owner")[:500]
+        return JsonResponse({"runs": [_run_json(r) for r in mine]})
+    body = _read_json(request)
+    if not isinstance(body, dict):
+        raise services.InputError("body", "must be a JSON object")
+    run = services.create_run(
+        request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""), body.get("world_size")
+    )
+    return JsonResponse(_run_json(run), status=201)
+
+
+@token_required
+@require_http_methods(["GET"])
+def run_detail(request: HttpRequest, run: Run) -> HttpResponse:
+    return JsonResponse(_run_json(run))
+
+
+@token_required
+@require_http_methods(["POST", "PUT"])
+@_input_errors
+def run_tags(request: HttpRequest, run: Run) -> HttpResponse:
+    body = _read_json(request)
+    tags = body.get("tags") if isinstance(body, dict) else body
+    return JsonResponse(_run_json(services.set_tags(run, tags)))
+
+
+@token_required
+@require_http_methods(["POST"])
+@_input_errors
+def run_end(request: HttpRequest, run: Run) -> HttpResponse:
+    body = _read_json(request) if request.body else {}
+    state = body.get("state", Run.State.FINISHED) if isinstance(body, dict) else None
+    return JsonResponse(_run_json(services.end_run(run, state)))
+
+
+@token_required
+@require_http_methods(["POST", "PUT"])
+@_input_errors
+def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
+    """A JSON list of entries, or NDJSON (one entry per line)."""
+    if request.content_type == "application/x-ndjson":
+        entries: list[Any] = []
+        for n, line in enumerate(request.body.split(b"\n"), start=1):
+            if line.strip():
+                try:
+                    entries.append(orjson.loads(line))
+                except orjson.JSONDecodeError as exc:
+                    return _error(400, f"line {n}: invalid JSON: {exc}", "body")
+    else:
+        entries = _read_json(request)
+        if not isinstance(entries, list):
+            raise services.InputError("body", "must be a JSON list of rank entries")
+    stored, errors = services.store_rank_map(run, entries)
+    status = 200 if not errors else 422
+    return JsonResponse({"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=status)
+
+
+@token_required
+@require_http_methods(["GET", "POST"])
+def events(request: HttpRequest, run: Run) -> HttpResponse:
+    """POST: an NDJSON batch (valid lines stored, bad ones listed; 422 if any was bad).
+    GET: the run's events as NDJSON, streamed (optional ``source``, ``phase`` filters)."""
+    if request.method == "GET":
+        return _export_events(request, run)
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > MAX_BATCH_BYTES:
+        return _error(413, f"batch of {length} bytes is larger than the limit of {MAX_BATCH_BYTES}", "body")
+    try:
+        offset = int(request.headers.get("X-Clock-Offset-Ns", "0") or 0)
+    except ValueError:
+        return _error(400, "X-Clock-Offset-Ns must be an integer (ns)", "X-Clock-Offset-Ns")
+    body = request.read(MAX_BATCH_BYTES + 1)
+    if len(body) > MAX_BATCH_BYTES:
+        return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
+    result = services.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
+    status = 200 if not result.rejected else (422 if result.lines else 400)
+    if result.lines == 0:
+        return _error(400, "empty batch: send one JSON event per line", "body")
+    return JsonResponse(result.as_dict(), status=status)
+
+
+_EXPORT_FIELDS = (
+    "event_id", "rank", "host", "step", "layer", "phase", "collective", "pg", "pg_ranks", "seq", "start_ns",
+    "end_ns", "clock_offset_ns", "bytes_sent", "bytes_recv", "peer_bytes", "source", "time_kind",
+)
+
+
+def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
+    qs = PhaseEvent.objects.filter(run=run)
+    for key in ("source", "phase"):
+        if request.GET.get(key):
+            qs = qs.filter(**{key: request.GET[key]})
+
+    def lines() -> Any:
+        for values in qs.order_by("start_ns", "id").values_list(*_EXPORT_FIELDS).iterator(chunk_size=5_000):
+            event = dict(zip(_EXPORT_FIELDS, values, strict=True))
+            peers = orjson.loads(event.pop("peer_bytes")) if event["peer_bytes"] else {}
+            event["send_bytes_per_peer"] = peers.get("send")
+            event["recv_bytes_per_peer"] = peers.get("recv")
+            event["pg_ranks"] = [int(r) for r in event["pg_ranks"].split(",")] if event["pg_ranks"] else None
+            yield orjson.dumps(event) + b"\n"
+
+    return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+
+
+@token_required
+@require_http_methods(["POST"])
+@_input_errors
+def uploads(request: HttpRequest, run: Run) -> HttpResponse:
+    """A trace file as multipart field ``file`` (kind and rank as form fields or query)."""
+    params = request.POST if request.POST else request.GET
+    kind = params.get("kind") or request.GET.get("kind", "")
+    rank_raw = params.get("rank") or request.GET.get("rank")
+    rank: int | None = None
+    if rank_raw not in (None, ""):
+        if not str(rank_raw).isdigit():
+            raise services.InputError("rank", "must be a non-negative integer")
+        rank = int(rank_raw)
+    upload_file = request.FILES.get("file")
+    if upload_file is None:
+        raise services.InputError("file", "missing multipart file field 'file'")
+    upload, result = services.import_trace(
+        run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=upload_file.size or 0
+    )
+    body = {"upload": upload.pk, **result.as_dict(max_errors=100)}
+    return JsonResponse(body, status=200 if not result.rejected else 422)
+
+
+@token_required
+@require_GET
+def matrix(request: HttpRequest, run: Run) -> HttpResponse:
+    """The traffic matrix of one (step, layer, phase) — or summed over steps when step is omitted."""
+    qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"))
+    for key in ("layer", "step"):
+        raw = request.GET.get(key)
+        if raw not in (None, ""):
+            if not raw.lstrip("-").isdigit():
+                return _error(400, f"{key} must be an integer", key)
+            qs = qs.filter(**{key: int(raw)})
+    if request.GET.get("phase"):
+        qs = qs.filter(phase=request.GET["phase"])
+    sent, received = services.sum_matrices(list(qs))
+    return JsonResponse({"n_ranks": len(sent), "sent": sent, "received": received, "matrices": qs.count()})
+

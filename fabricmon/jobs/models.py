@@ -1,0 +1,152 @@
+"""Training runs, their rank maps, phase events and per-(step, layer, phase) traffic matrices.
+
+::
+
+    Run ──< RankMapEntry      rank → host, local GPU, NIC → switch port
+     │
+     ├──< PhaseEvent          one collective call seen by one rank (probe, Kineto, FR, Inspector)
+     └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), n×n int64 blob
+
+Events are many (millions per run) and arrive in batches of ~1,000, so they are inserted with
+one ``executemany`` per batch (see ``services.ingest``), and the matrices are updated from the
+batch's aggregate rather than recomputed from events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from django.conf import settings
+from django.db import models
+
+from collectors.traces.schema import PHASES, SOURCES, TIME_KINDS  # noqa: F401  (re-exported)
+
+
+class Run(models.Model):
+    """One training run owned by a user; events, ranks and matrices hang off it."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    tags = models.JSONField(default=list, blank=True)  # free strings, e.g. "model=mixtral", "ep=8"
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    fabric = models.CharField(max_length=100, blank=True, default="")
+    world_size = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-started_at",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.owner})"
+
+
+class RankMapEntry(models.Model):
+    """Where one global rank ran: host, local GPU, NIC and the switch port the NIC plugs into."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ranks")
+    rank = models.PositiveIntegerField()
+    host = models.CharField(max_length=200)
+    local_rank = models.PositiveIntegerField(null=True, blank=True)
+    gpu = models.CharField(max_length=64, blank=True, default="")
+    nic = models.CharField(max_length=64, blank=True, default="")
+    switch = models.CharField(max_length=100, blank=True, default="")
+    switch_port = models.CharField(max_length=100, blank=True, default="")
+    source = models.CharField(max_length=16, default="upload")  # upload | probe
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=("run", "rank"), name="jobs_rank_unique")]
+        ordering = ("run", "rank")
+
+
+class PhaseEvent(models.Model):
+    """One collective call on one rank. Times are Unix-epoch ns on the *server's* clock: the
+    reported host time plus ``clock_offset_ns`` (what the probe measured; 0 when unknown)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_id = models.CharField(max_length=80)
+    rank = models.PositiveIntegerField()
+    step = models.BigIntegerField(null=True)
+    layer = models.IntegerField(null=True)
+    phase = models.CharField(max_length=16)
+    collective = models.CharField(max_length=40)
+    pg = models.CharField(max_length=64, default="")
+    pg_ranks = models.TextField(default="")  # "0,1,2,3": group rank i → global rank
+    seq = models.BigIntegerField(null=True)
+    start_ns = models.BigIntegerField()
+    end_ns = models.BigIntegerField()
+    clock_offset_ns = models.BigIntegerField(default=0)
+    bytes_sent = models.BigIntegerField(null=True)
+    bytes_recv = models.BigIntegerField(null=True)
+    # orjson text {"send": {"3": 128}, "recv": {...}} keyed by global rank; "" when unknown.
+    peer_bytes = models.TextField(default="")
+    source = models.CharField(max_length=16)
+    time_kind = models.CharField(max_length=16)
+    host = models.CharField(max_length=200, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=("run", "event_id"), name="jobs_event_id_unique")]
+        indexes = [models.Index(fields=("run", "start_ns")), models.Index(fields=("run", "step", "layer", "phase"))]
+
+
+class TrafficMatrix(models.Model):
+    """Bytes src→dst summed over one (step, layer, phase) of a run and one event source, as two
+    n×n little-endian int64 blobs: what senders reported sending and what receivers reported
+    receiving (equal when the job is consistent; a mismatch is a finding, not an error)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="matrices")
+    source = models.CharField(max_length=16)
+    step = models.BigIntegerField(null=True)
+    layer = models.IntegerField(null=True)
+    phase = models.CharField(max_length=16)
+    n_ranks = models.PositiveIntegerField()
+    sent = models.BinaryField()
+    received = models.BinaryField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=("run", "source", "step", "layer", "phase"), name="jobs_matrix_unique"
+            )
+        ]
+
+    def sent_array(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.sent), dtype="<i8").reshape(self.n_ranks, self.n_ranks)
+
+    def received_array(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.received), dtype="<i8").reshape(self.n_ranks, self.n_ranks)
+
+
+class ApiToken(models.Model):
+    """A per-user ingest token. Only ``prefix`` (for lookup) and an HMAC of the whole token are
+    stored; the token itself is shown once at creation (see ``tokens.issue_token``)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, default="")
+    prefix = models.CharField(max_length=16, db_index=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class TraceUpload(models.Model):
+    """One imported trace file and what came of it (counts and the first errors)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="uploads")
+    kind = models.CharField(max_length=16)  # kineto | fr | fr_pickle | inspector
+    filename = models.CharField(max_length=255, default="")
+    size_bytes = models.BigIntegerField(default=0)
+    events_stored = models.PositiveIntegerField(default=0)
+    events_rejected = models.PositiveIntegerField(default=0)
+    error = models.TextField(default="", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
