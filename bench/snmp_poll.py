@@ -17,7 +17,8 @@ Run (from the repository root, < 2 min on 2 cores):
       25), scraped for all switches concurrently; its own ``snmp_scrape_walk_duration_seconds``
       and CPU (from /proc) are printed too.
     Varbinds = useful cells (ports x columns), the same count for every tool.
-(b) The fabric twin's agents (``twin.Twin``), if importable: ours and snmpbulkwalk.
+(b) The fabric twin's agents (``twin.Twin``), if importable: ours and snmpbulkwalk. The twin runs
+    in this process (its agents share the GIL with our poller), so (b) understates our speed.
 
 The last line is machine-readable: ``BENCH snmp_poll key=value …``; ratios are ours/theirs in
 varbinds per second (> 1 = we are faster).
@@ -201,7 +202,7 @@ def bench_exporter(endpoints: Sequence[tuple[str, int]], rounds: int, workdir: P
 
 def bench_twin(rounds: int, max_repetitions: int, workdir: Path) -> None:
     try:
-        from twin.runtime import Twin, TwinConfig
+        from twin.runtime import Twin, TwinConfig  # noqa: PLC0415 - optional: built in parallel
     except ImportError as exc:
         print(f"(b) twin: not available ({exc}); skipped")
         return
@@ -234,8 +235,8 @@ def main() -> None:
     try:
         agents = [start_snmpd(workdir / f"sw{k}", iftable_ports=args.ports) for k in range(args.switches)]
         endpoints = [(f"sw{k}", a.port) for k, a in enumerate(agents)]
-        print(f"(a) snmpd + pass_persist: {args.switches} switches x {args.ports} ports x {len(COLUMNS)} columns, "
-              f"{args.rounds} round(s), max_repetitions {args.max_repetitions}")  # fmt: skip
+        shape = f"{args.switches} switches x {args.ports} ports x {len(COLUMNS)} columns"
+        print(f"(a) snmpd + pass_persist: {shape}, {args.rounds} round(s), max_repetitions {args.max_repetitions}")
         ours = bench_ours(endpoints, args.rounds, args.max_repetitions)
         report("ours (pysnmp)", ours)
         walk = bench_snmpbulkwalk(endpoints, args.rounds, workdir)
@@ -257,7 +258,8 @@ def main() -> None:
         f"snmpbulkwalk_varbinds_per_s={walk.per_s:.0f} "
         f"snmpbulkwalk_cpu_us_per_varbind={walk.cpu_us_per_varbind:.1f} "
         f"exporter_varbinds_per_s={exporter.per_s:.0f} "
-        f"ratio_vs_snmpbulkwalk={ours.per_s / walk.per_s:.2f} ratio_vs_exporter={ours.per_s / exporter.per_s:.2f}"
+        f"ratio_vs_snmpbulkwalk={ours.per_s / walk.per_s:.2f} "
+        f"ratio_vs_exporter={ours.per_s / exporter.per_s:.2f}"
     )
 
 
