@@ -236,7 +236,7 @@ def main() -> None:
         agents = [start_snmpd(workdir / f"sw{k}", iftable_ports=args.ports) for k in range(args.switches)]
         endpoints = [(f"sw{k}", a.port) for k, a in enumerate(agents)]
         shape = f"{args.switches} switches x {args.ports} ports x {len(COLUMNS)} columns"
-        print(f"(a) snmpd + pass_persist: {shape}, {args.rounds} round(s), max_repetitions {args.max_repetitions}")
+        print(f"(a) snmpd + pass_persist: {shape}, {args.rounds} round(s), max_rep {args.max_repetitions}")
         ours = bench_ours(endpoints, args.rounds, args.max_repetitions)
         report("ours (pysnmp)", ours)
         walk = bench_snmpbulkwalk(endpoints, args.rounds, workdir)
