@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "fabricmon.telemetry",
     "fabricmon.live",
     "fabricmon.jobs",
+    "fabricmon.alerts",
 ]
 
 MIDDLEWARE = [
@@ -174,6 +175,18 @@ CELERY_BEAT_SCHEDULE = {
         # A beat tick nobody ran in time is superseded by the next one: never let them pile up.
         "options": {"expires": FABRICMON_ENSURE_COLLECTORS_S, "queue": FABRICMON_COLLECTOR_QUEUE},
     },
+}
+
+# --- Alerts ------------------------------------------------------------------------------------
+# Host names, IPs or CIDRs that notifications may reach although the SSRF guard refuses
+# loopback/private/link-local addresses (e.g. an on-prem Alertmanager: "10.0.0.5,am.internal").
+FABRICMON_ALERTS_ALLOW_HOSTS = env_list("FABRICMON_ALERTS_ALLOW_HOSTS", [])
+# Beat sends due notifications (outbox rows) this often.
+FABRICMON_ALERTS_DELIVER_S = env_float("FABRICMON_ALERTS_DELIVER_S", 2.0)
+CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
+    "task": "alerts.deliver_due",
+    "schedule": FABRICMON_ALERTS_DELIVER_S,
+    "options": {"expires": FABRICMON_ALERTS_DELIVER_S},
 }
 
 LOGGING = {

@@ -8,5 +8,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("topology/", include("fabricmon.topology.urls")),
     path("jobs/", include("fabricmon.jobs.urls")),
+    path("alerts/", include("fabricmon.alerts.urls")),
     path("", include("fabricmon.live.urls")),
 ]

@@ -1,0 +1,206 @@
+"""Alert rules, alert state, episodes, silences, receivers and the delivery outbox.
+
+::
+
+    Rule (fabric, kind, thresholds) ── evaluated per window by services.record_window
+    Alert (one per fingerprint) ──< AlertTransition   every state change is a row (audit log)
+      │                                  └──< Outbox ──> Receiver   one row per notification
+      └──> Episode   alerts of one fabric (and run) that overlap in time; a moving incast is one
+                     episode while it moves; its trajectory is stored on the episode
+    Silence   matches fabric/kind/key; silenced transitions are stored but not sent
+
+Nothing here has behaviour hidden in ``save()`` or signals: the verbs live in ``services``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+KINDS = [
+    ("incast", "Incast"),
+    ("moving_incast", "Moving incast"),
+    ("pfc_storm", "PFC storm"),
+    ("ecmp_imbalance", "ECMP imbalance"),
+    ("rail_violation", "Rail-plan violation"),
+    ("target_down", "Target down"),
+]
+
+
+class Rule(models.Model):
+    """One detection rule for one fabric: thresholds (``DetectConfig`` overrides) and lifecycle."""
+
+    fabric = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, choices=KINDS)
+    enabled = models.BooleanField(default=True)
+    for_s = models.FloatField(default=1.0, help_text="condition must hold this long before firing")
+    keep_firing_s = models.FloatField(default=3.0, help_text="firing outlives the condition this long")
+    params = models.JSONField(default=dict, blank=True, help_text="DetectConfig overrides, e.g. fan_in_min")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=("fabric", "kind"), name="alerts_rule_unique")]
+        ordering = ("fabric", "kind")
+
+    def __str__(self) -> str:
+        return f"{self.fabric}/{self.kind}"
+
+
+class Episode(models.Model):
+    """Alerts of one fabric (and run) that overlap in time, with the hot set's trajectory."""
+
+    fabric = models.CharField(max_length=100)
+    run_name = models.CharField(max_length=200, blank=True, default="")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    opened_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    kinds = models.JSONField(default=list)  # alert kinds seen in the episode
+    # [{ts_ns, ports, hosts, gpus, ranks, leaf_jump, rail_jump}], one entry per hot-set change
+    trajectory = models.JSONField(default=list)
+    migrations = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("-opened_at",)
+
+    def __str__(self) -> str:
+        return f"episode {self.pk} on {self.fabric}"
+
+
+class Alert(models.Model):
+    """The current state of one fingerprint (fabric + kind + scope key + run)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        FIRING = "firing"
+        RESOLVED = "resolved"
+        INACTIVE = "inactive"
+
+    fingerprint = models.CharField(max_length=32, unique=True)
+    fabric = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, choices=KINDS)
+    key = models.CharField(max_length=200)
+    run_name = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=16, choices=State.choices)
+    summary = models.TextField(default="")
+    details = models.JSONField(default=dict, blank=True)
+    episode = models.ForeignKey(Episode, null=True, on_delete=models.SET_NULL, related_name="alerts")
+    active_since = models.DateTimeField()
+    last_true = models.DateTimeField()
+    fired_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-active_since",)
+        indexes = [models.Index(fields=("fabric", "state"))]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} ({self.state})"
+
+
+class AlertTransition(models.Model):
+    """One state change of one alert — what notifications are made from (the 'Flip')."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=16)
+    to_state = models.CharField(max_length=16)
+    at = models.DateTimeField()
+    summary = models.TextField(default="")
+    silenced = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ("at", "id")
+
+
+class Silence(models.Model):
+    """Mute notifications matching fabric (and optionally kind, key substring) for a while."""
+
+    fabric = models.CharField(max_length=100)
+    kind = models.CharField(max_length=32, blank=True, default="", help_text="blank = every kind")
+    key_contains = models.CharField(max_length=200, blank=True, default="")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    comment = models.CharField(max_length=300, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ("-ends_at",)
+
+
+class Receiver(models.Model):
+    """Where notifications go. The URL is a credential (Slack/Teams/… hooks): never logged."""
+
+    class Kind(models.TextChoices):
+        SLACK = "slack"
+        MSTEAMS = "msteams"
+        MATTERMOST = "mattermost"
+        DISCORD = "discord"
+        WEBHOOK = "webhook"
+        ALERTMANAGER = "alertmanager"
+
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, blank=True, default="", help_text="whsec_… for signed webhooks")
+    fabric = models.CharField(max_length=100, blank=True, default="", help_text="blank = every fabric")
+    kinds = models.JSONField(default=list, blank=True, help_text="alert kinds; empty = all")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        help_text="set: only alerts attributed to this user's runs",
+    )
+    send_resolved = models.BooleanField(default=True)
+    disabled = models.BooleanField(default=False)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class AllowedHost(models.Model):
+    """An admin's exception to the SSRF guard: a host name, or an IP/CIDR (e.g. an on-prem
+    Alertmanager at 10.0.0.5)."""
+
+    host = models.CharField(max_length=200, unique=True)
+    comment = models.CharField(max_length=200, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.host
+
+
+class Outbox(models.Model):
+    """One notification of one transition to one receiver. Claimed with a conditional UPDATE,
+    so only one worker sends it; retried with backoff until sent, permanently failed or expired."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENDING = "sending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    transition = models.ForeignKey(AlertTransition, null=True, on_delete=models.CASCADE, related_name="outbox")
+    receiver = models.ForeignKey(Receiver, on_delete=models.CASCADE, related_name="outbox")
+    payload = models.JSONField()  # the message content, frozen when the transition happened
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ("created_at", "id")
+        indexes = [models.Index(fields=("status", "next_attempt_at"))]
+        constraints = [
+            models.UniqueConstraint(
+                fields=("transition", "receiver"), name="alerts_outbox_once", condition=models.Q(transition__isnull=False)
+            )
+        ]
