@@ -33,7 +33,7 @@ from twin.moe import MoeConfig, MoeTraffic
 from twin.routing import Router, RoutingMode, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol
-from twin.snmp_v3 import V3User, start_v3_agent
+from twin.snmp_v3 import V3User, start_v3_agents
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
@@ -206,11 +206,12 @@ class Twin:
         loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         transports = []
+        if self.cfg.snmp_version == "3":
+            pairs = [(self.agents[name], sock) for name, sock in sockets.items()]
+            self._engines.append(start_v3_agents(pairs, self.cfg.community, self.cfg.v3_user))
         for name, sock in sockets.items():
             state = self.agents[name]
-            if self.cfg.snmp_version == "3":
-                self._engines.append(start_v3_agent(state, sock, self.cfg.community, self.cfg.v3_user))
-            else:
+            if self.cfg.snmp_version == "2c":
                 proto = V2cAgentProtocol(state, self.cfg.community)
                 tr, _ = await loop.create_datagram_endpoint(lambda p=proto: p, sock=sock)
                 transports.append(tr)

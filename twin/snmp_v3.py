@@ -1,7 +1,9 @@
 """SNMPv3 (USM) agents: pysnmp's engine in front of the same OID table the fast v2c path serves.
 
-One ``SnmpEngine`` per switch (one UDP socket each, bound by us so port 0 works), serving the v3
-user and — for convenience — the v2c community too. The MIB controller follows
+One ``SnmpEngine`` for all switches (creating one costs ~0.6 s), one UDP transport per switch
+(sockets bound by us so port 0 works), serving the v3 user and — for convenience — the v2c
+community too. The controller finds the switch from the transport domain of the request being
+processed (pysnmp's execution context "rfc3412.receiveMessage:request"; processing is synchronous). The MIB controller follows
 reference/telemetry.md §2.4: GET/GETNEXT answered by bisecting the sorted table; GETBULK is
 pysnmp's repetition of GETNEXT.
 """
@@ -74,31 +76,37 @@ def _pysnmp_value(state: SwitchAgentState, i: int, live: LiveView) -> Any:
 
 
 class SwitchMibController(instrum.AbstractMibInstrumController):  # type: ignore[misc]
-    """GET/GETNEXT for one switch, read from its :class:`SwitchAgentState`."""
+    """GET/GETNEXT for the switch whose UDP transport received the request being answered."""
 
-    def __init__(self, state: SwitchAgentState) -> None:
-        self.state = state
+    def __init__(self, engine_: Any, by_domain: dict[tuple[int, ...], SwitchAgentState]) -> None:
+        self.engine, self.by_domain = engine_, by_domain
+
+    def _state(self) -> SwitchAgentState:
+        ctx = self.engine.observer.get_execution_context("rfc3412.receiveMessage:request")
+        return self.by_domain[tuple(ctx["transportDomain"])]
 
     def read_variables(self, *var_binds: Any, **ctx: Any) -> list[Any]:
-        live = self.state.live()
+        state = self._state()
+        live = state.live()
         out = []
         for name, _ in var_binds:
-            i = self.state.exact(tuple(name))
+            i = state.exact(tuple(name))
             if i >= 0:
-                out.append((name, _pysnmp_value(self.state, i, live)))
-            elif self.state.is_known_object(tuple(name)):
+                out.append((name, _pysnmp_value(state, i, live)))
+            elif state.is_known_object(tuple(name)):
                 out.append((name, rfc1905.noSuchInstance))
             else:
                 out.append((name, rfc1905.noSuchObject))
         return out
 
     def read_next_variables(self, *var_binds: Any, **ctx: Any) -> list[Any]:
-        live = self.state.live()
+        state = self._state()
+        live = state.live()
         out = []
         for name, _ in var_binds:
-            i = self.state.after(tuple(name))
-            if i < len(self.state.entries):
-                out.append((rfc1902.ObjectName(self.state.entries[i].oid), _pysnmp_value(self.state, i, live)))
+            i = state.after(tuple(name))
+            if i < len(state.entries):
+                out.append((rfc1902.ObjectName(state.entries[i].oid), _pysnmp_value(state, i, live)))
             else:
                 out.append((name, rfc1905.endOfMibView))
         return out
@@ -120,12 +128,18 @@ class UnreachableGate:
         transport.datagram_received = gated
 
 
-def start_v3_agent(state: SwitchAgentState, sock: socket.socket, community: str, user: V3User) -> Any:
-    """Serve ``state`` on the already-bound ``sock``; call inside the running event loop."""
+def start_v3_agents(
+    agents: list[tuple[SwitchAgentState, socket.socket]], community: str, user: V3User
+) -> Any:
+    """Serve every (state, bound socket) from one engine; call inside the running event loop."""
     e = engine.SnmpEngine()
-    transport = udp.UdpTransport().open_server_mode(sock=sock)
-    UnreachableGate(state, transport)
-    config.add_transport(e, udp.DOMAIN_NAME, transport)
+    by_domain: dict[tuple[int, ...], SwitchAgentState] = {}
+    for k, (state, sock) in enumerate(agents):
+        transport = udp.UdpTransport().open_server_mode(sock=sock)
+        UnreachableGate(state, transport)
+        domain = (*udp.DOMAIN_NAME, k + 1)
+        config.add_transport(e, domain, transport)
+        by_domain[domain] = state
     config.add_v1_system(e, "twin-area", community)
     config.add_vacm_user(e, 2, "twin-area", "noAuthNoPriv", (1, 3, 6), (1, 3, 6))
     config.add_v3_user(
@@ -139,7 +153,7 @@ def start_v3_agent(state: SwitchAgentState, sock: socket.socket, community: str,
     config.add_vacm_user(e, 3, user.name, user.level, (1, 3, 6), (1, 3, 6))
     ctx = context.SnmpContext(e)
     ctx.unregister_context_name(b"")
-    ctx.register_context_name(b"", SwitchMibController(state))
+    ctx.register_context_name(b"", SwitchMibController(e, by_domain))
     cmdrsp.GetCommandResponder(e, ctx)
     cmdrsp.NextCommandResponder(e, ctx)
     cmdrsp.BulkCommandResponder(e, ctx).max_varbinds = 256

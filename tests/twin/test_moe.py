@@ -1,0 +1,49 @@
+"""The MoE job model: seeded, popularity that drifts and jumps, combine = transpose of dispatch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from twin.moe import MoeConfig, MoeTraffic
+
+
+def test_same_seed_same_job_and_different_seed_different_job():
+    a = MoeTraffic(MoeConfig(layers=2), 16, seed=5).next_step()
+    b = MoeTraffic(MoeConfig(layers=2), 16, seed=5).next_step()
+    c = MoeTraffic(MoeConfig(layers=2), 16, seed=6).next_step()
+    np.testing.assert_array_equal(a[1].dispatch_bytes, b[1].dispatch_bytes)
+    assert not np.array_equal(a[1].dispatch_bytes, c[1].dispatch_bytes)
+
+
+def test_combine_is_transpose_of_dispatch_at_combine_element_size():
+    lt = MoeTraffic(MoeConfig(layers=1), 8, seed=1).next_step()[0]
+    np.testing.assert_allclose(lt.combine_bytes, lt.dispatch_bytes.T * 2.0)
+    assert np.all(np.diag(lt.dispatch_bytes) == 0.0)
+    assert lt.popularity.sum() == pytest.approx(1.0)
+
+
+def test_hot_expert_receives_most_and_regime_shift_moves_it():
+    cfg = MoeConfig(layers=2, regime_shift_prob=1.0)
+    job = MoeTraffic(cfg, 32, seed=2)
+    hot = []
+    for _ in range(4):
+        lt = job.next_step()[0]
+        received = lt.dispatch_bytes.sum(axis=0)
+        assert int(np.argmax(received)) == job.gpu_of_expert(lt.hot_expert)
+        hot.append(lt.hot_expert)
+    assert all(a != b for a, b in zip(hot, hot[1:]))  # every step a jump
+
+
+def test_without_regime_shift_the_hot_expert_stays_and_popularity_drifts():
+    job = MoeTraffic(MoeConfig(layers=1, regime_shift_prob=0.0, rho=0.9), 32, seed=2)
+    steps = [job.next_step()[0] for _ in range(3)]
+    assert len({s.hot_expert for s in steps}) == 1
+    assert not np.allclose(steps[0].popularity, steps[2].popularity)
+
+
+def test_bad_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="rho"):
+        MoeConfig(rho=1.5)
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        MoeTraffic(MoeConfig(), 1)

@@ -1,0 +1,112 @@
+"""Queue-driven counter sources for the twin's gNMI targets.
+
+:class:`QueueCounterSource` runs :class:`fabricmon.core.queues.QueueBank` (one egress queue per
+port) over a schedule of constant-rate phases and serves every leaf of
+:mod:`collectors.gnmi.paths` from it — octets and packets, ECN marks, drops, PFC frames and
+duration, the read-and-clear watermark. It keeps each read it served, so tests can compare a
+collector against exactly what the device said at those device timestamps (the ground truth).
+
+The schedule is ``arrival_fn(phase_index) -> bytes/s per port`` on a fixed ``phase_s`` grid
+starting at ``t0_ns``; the bank is advanced lazily, in whole phases plus a tail, up to each read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.gnmi.paths import speed_identity
+from fabricmon.core.queues import QueueBank, QueueConfig
+
+ArrivalFn = Callable[[int], npt.NDArray[np.float64]]
+NS = 1_000_000_000
+
+
+class QueueCounterSource:
+    """One switch: ports, a queue per port, an arrival schedule; ``read()`` → gNMI leaves."""
+
+    def __init__(
+        self,
+        port_names: Sequence[str],
+        speed_bps: npt.ArrayLike,
+        arrival_fn: ArrivalFn,
+        *,
+        phase_s: float = 0.005,
+        cfg: QueueConfig | None = None,
+        t0_ns: int | None = None,
+        base: int = 0,
+        history: int = 4096,
+    ) -> None:
+        self.port_names = tuple(port_names)
+        self.speed_bps = np.asarray(speed_bps, dtype=np.float64)
+        self.cfg = cfg or QueueConfig.for_ports(self.speed_bps)
+        self.bank = QueueBank(self.cfg)
+        self.arrival_fn = arrival_fn
+        self.phase_ns = round(phase_s * NS)
+        self.t0_ns = time.time_ns() if t0_ns is None else t0_ns
+        self.base = base  # counter offset: a restarted device with "changed data" uses another
+        self.oper_up = np.ones(len(self.port_names), dtype=bool)
+        self.history: deque[tuple[int, dict[str, npt.NDArray[Any]]]] = deque(maxlen=history)
+        self._now_ns = self.t0_ns
+        self._lock = threading.Lock()
+
+    def _advance_to(self, t_ns: int) -> None:
+        while self._now_ns < t_ns:
+            k = (self._now_ns - self.t0_ns) // self.phase_ns
+            end = min(t_ns, self.t0_ns + (k + 1) * self.phase_ns)
+            self.bank.step(self.arrival_fn(int(k)), (end - self._now_ns) / NS)
+            self._now_ns = end
+
+    def read(self, t_ns: int | None = None) -> tuple[int, dict[str, npt.NDArray[Any]]]:
+        with self._lock:
+            t = time.time_ns() if t_ns is None else max(t_ns, self._now_ns)
+            self._advance_to(t)
+            snap = self._leaves(t)
+            self.history.append((t, snap))
+            return t, snap
+
+    def _leaves(self, t: int) -> dict[str, npt.NDArray[Any]]:
+        b, base = self.bank, np.uint64(self.base)
+        pkts = b.packets
+
+        def octets(x: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
+            return np.floor(x).astype(np.uint64) + base
+
+        pause_frames = np.floor(b.pause_frames).astype(np.uint64) + base
+        pause_us = np.floor(b.pause_s * 1e6).astype(np.uint64) + base
+        zero = np.zeros(len(self.port_names), dtype=np.uint64) + base
+        dropped = pkts(b.dropped_bytes).astype(np.uint64) + base
+        return {
+            "in_octets": octets(b.admitted_bytes),
+            "out_octets": octets(b.tx_bytes),
+            "in_discards": zero,
+            "out_discards": dropped,
+            "in_errors": zero,
+            "in_pause_frames": zero,
+            "out_pause_frames": pause_frames,
+            "q_tx_octets": octets(b.tx_bytes),
+            "q_tx_pkts": pkts(b.tx_bytes).astype(np.uint64) + base,
+            "q_dropped_pkts": dropped,
+            "q_ecn_marked_pkts": pkts(b.ecn_marked_bytes).astype(np.uint64) + base,
+            "q_max_len": np.floor(b.read_watermark()).astype(np.uint64),
+            "pfc_rx_frames": zero,
+            "pfc_tx_frames": pause_frames,
+            "pfc_rx_duration_us": zero,
+            "pfc_tx_duration_us": pause_us,
+            "oper_status": np.where(self.oper_up, "UP", "DOWN"),
+            "port_speed": np.asarray([speed_identity(s) for s in self.speed_bps]),
+        }
+
+    def at(self, ts_ns: int) -> dict[str, npt.NDArray[Any]]:
+        """The snapshot served at device time ``ts_ns`` (KeyError if it was never served)."""
+        with self._lock:
+            for t, snap in reversed(self.history):
+                if t == ts_ns:
+                    return snap
+        raise KeyError(ts_ns)
