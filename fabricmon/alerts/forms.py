@@ -5,6 +5,8 @@ from fabricmon.core.detect import DetectConfig
 
 
 class ReceiverForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
+
     class Meta:
         model = Receiver
         fields = ("name", "kind", "url", "secret", "fabric", "kinds", "send_resolved")

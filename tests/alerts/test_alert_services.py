@@ -1,0 +1,127 @@
+"""Lifecycle service over rows: episodes, trajectory, silences, acknowledgement, owner routing,
+rules from the database, and the pages.
+
+Small fabric (railgen 4 servers × 2 GPUs, 2 spines): the hot port moves leaf-r0 → leaf-r1 → …"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from fabricmon.alerts import services
+from fabricmon.alerts.models import Alert, AlertTransition, Episode, Outbox, Receiver, Rule
+from fabricmon.core.detect import DetectConfig, MovingState, detect_window, fabric_geometry
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import build_port_index
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+KMAX = DetectConfig().watermark_kmax_bytes
+
+
+@pytest.fixture(scope="module")
+def geo():
+    fabric = rail_optimized("small", servers=4, gpus_per_server=2, spines=2)
+    return fabric_geometry(build_port_index(fabric), fabric)
+
+
+def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, start=0):
+    """Feed one window per entry (a list of hot ports) through detection and the service."""
+    state = MovingState.initial(geo.n_ports)
+    out = []
+    for t, hot in enumerate(hot_per_window, start=start):
+        util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+        wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
+        util[list(hot)], wm[list(hot)] = 0.97, 3 * KMAX
+        fan = np.where(geo.is_leaf_host, 31, 0).astype(np.float32)
+        state, found = detect_window({"util": util, "watermark_bytes": wm}, geo, state, DetectConfig(),
+                                     fan_in=fan, ts_ns=t)
+        out += services.record_window(fabric, found, geo, now=T0 + timedelta(seconds=t), run_name=run_name,
+                                      owner_id=owner_id, link_base="http://fabricmon.example")
+    return out
+
+
+def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
+    path = [[host[0]], [host[0]], [host[0]], [host[5]], [host[2]], [host[7]], [host[7]], [], [], [], [], [], [], []]
+    windows(geo, path)
+    assert Episode.objects.count() == 1
+    ep = Episode.objects.get()
+    assert ep.kinds == ["incast", "moving_incast"] and ep.migrations == 3 and ep.closed_at is not None
+    assert [s["ports"] for s in ep.trajectory] == [
+        [f"leaf-r0:{geo.index.port_names[host[0]]}"], [f"leaf-r1:{geo.index.port_names[host[5]]}"],
+        [f"leaf-r0:{geo.index.port_names[host[2]]}"], [f"leaf-r1:{geo.index.port_names[host[7]]}"]]
+    assert ep.trajectory[1]["rail_jump"] and ep.trajectory[1]["hosts"] == ["node002"]
+    moving = Alert.objects.get(kind="moving_incast")
+    assert moving.state == "resolved"
+    states = list(moving.transitions.values_list("to_state", flat=True))
+    assert states == ["pending", "firing", "resolved"]  # one alert while it moved: no flapping
+    # Notifications: one per firing/resolved transition of each alert, none for pending.
+    sent = Outbox.objects.filter(transition__alert=moving)
+    assert sorted(o.payload["status"] for o in sent) == ["firing", "resolved"]
+    assert sent[0].payload["link"].endswith(f"/alerts/episodes/{ep.pk}/")
+
+
+def test_one_window_blip_never_notifies(geo) -> None:
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
+    windows(geo, [[host[1]], [], [], []])
+    assert list(AlertTransition.objects.values_list("to_state", flat=True)) == ["pending", "inactive"]
+    assert not Outbox.objects.exists() and not Episode.objects.exists()
+
+
+def test_silence_stores_transitions_but_sends_nothing(geo) -> None:
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
+    services.silence("su1", kind="incast", key_contains="leaf-r0", duration_s=600, now=T0)
+    windows(geo, [[host[0]]] * 3)
+    t = AlertTransition.objects.get(to_state="firing")
+    assert t.silenced and not Outbox.objects.exists()
+
+
+def test_owner_receiver_gets_only_its_runs_alerts(geo, django_user_model) -> None:
+    alice = django_user_model.objects.create_user("alice", password="pw")
+    mine = Receiver.objects.create(name="alice", kind="slack", url="http://127.0.0.1:9/a", owner=alice)
+    ops = Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]]] * 3, fabric="su1", run_name="", owner_id=None)
+    windows(geo, [[host[3]]] * 3, fabric="su2", run_name="moe-7b", owner_id=alice.pk)
+    assert set(Outbox.objects.filter(receiver=mine).values_list("payload__run_name", flat=True)) == {"moe-7b"}
+    assert Outbox.objects.filter(receiver=ops).count() == 2
+
+
+def test_rules_from_database_disable_kinds_and_set_thresholds(geo) -> None:
+    Rule.objects.create(fabric="su1", kind="incast", enabled=False)
+    Rule.objects.create(fabric="su1", kind="moving_incast", params={"fan_in_min": 8})
+    assert services.detect_config("su1").fan_in_min == 8
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]]] * 3)
+    assert not Alert.objects.filter(kind="incast").exists()
+
+
+def test_pages_list_episode_ack_silence_receivers(geo, client, django_user_model, receiver, allow_loopback) -> None:
+    admin = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    client.force_login(admin)
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]], [host[0]], [host[5]], [host[2]]])
+    alert = Alert.objects.get(kind="moving_incast", state="firing")
+    page = client.get("/alerts/").content.decode()
+    assert "Moving incast" in page and "Acknowledge" in page
+    ep = client.get(f"/alerts/episodes/{alert.episode_id}/").content.decode()
+    assert "<polyline" in ep and "leaf-r1" in ep and "rail jump" in ep
+    client.post(f"/alerts/{alert.pk}/ack/")
+    alert.refresh_from_db()
+    assert alert.acknowledged_by == admin
+    client.post("/alerts/silences/", {"fabric": "su1", "kind": "", "key_contains": "", "duration_s": 600})
+    assert "until" in client.get("/alerts/").content.decode()
+    client.post("/alerts/receivers/", {"name": "local", "kind": "webhook", "url": receiver.url, "secret": "",
+                                        "fabric": "", "kinds": "[]", "send_resolved": "on"})
+    rcv = Receiver.objects.get(name="local")
+    resp = client.post(f"/alerts/receivers/{rcv.pk}/test/", follow=True)
+    assert "Test sent to local" in resp.content.decode() and len(receiver.requests) == 1
+    bad = client.post("/alerts/rules/", {"fabric": "su1", "kind": "incast", "for_s": 1, "keep_firing_s": 3,
+                                          "params": '{"bogus": 1}'})
+    assert "unknown setting" in bad.content.decode()
