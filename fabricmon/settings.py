@@ -133,6 +133,12 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "frontend" / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.min.js straight from the installed plotly package (no CDN, no vendored copy in git)
+    "fabricmon.live.staticfinders.PlotlyFinder",
+]
 STATIC_ROOT = VAR_DIR / "static"
 
 # --- Redis: Celery broker, channel layer and the live window of frames -------------------------

@@ -9,7 +9,7 @@ Pure code over a :class:`FabricSpec` (no Django), so it is tested with generated
 
 Groups are contiguous ranges of the port index (``build_port_index`` orders leaves by rail, host
 ports first, then spines), so the browser collapses or zooms a group by its [start, end).
-Built once per topology version — a cold path, where a per-port loop is fine.
+Built once per topology version (a cold path).
 """
 
 from __future__ import annotations
@@ -26,22 +26,6 @@ class Group(TypedDict):
     label: str
     start: int
     end: int  # exclusive
-
-
-def port_peers(spec: FabricSpec, index: PortIndex) -> list[str]:
-    """Per port: what is at the other end of the cable ("" when nothing is known)."""
-    by_port: dict[tuple[str, str], str] = {}
-    for host in spec.hosts:
-        for gpu in host.gpus:
-            by_port[(gpu.switch, gpu.port)] = f"{host.name} gpu{gpu.index} {gpu.nic}"
-    for link in spec.links:
-        by_port[(link.a_switch, link.a_port)] = f"{link.b_switch}:{link.b_port}"
-        by_port[(link.b_switch, link.b_port)] = f"{link.a_switch}:{link.a_port}"
-    names = index.switch_names
-    return [
-        by_port.get((names[s], port), "")
-        for s, port in zip(index.switch_of.tolist(), index.port_names, strict=True)
-    ]
 
 
 def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
@@ -72,9 +56,12 @@ def port_groups(spec: FabricSpec, index: PortIndex) -> list[Group]:
     return groups
 
 
-def fabric_layout(spec: FabricSpec) -> dict[str, Any]:
-    """The JSON the page fetches once per topology version: per-port columns plus groups."""
+def fabric_layout(spec: FabricSpec, peers: list[str]) -> dict[str, Any]:
+    """The JSON the page fetches once per topology version: per-port columns plus groups.
+    ``peers`` is per port-index position (``topology.services.port_peers``)."""
     index = build_port_index(spec)
+    if len(peers) != len(index):
+        raise ValueError(f"{len(peers)} peer labels for {len(index)} ports of fabric {spec.name!r}")
     return {
         "fabric": spec.name,
         "topology_version": index.version,
@@ -86,7 +73,7 @@ def fabric_layout(spec: FabricSpec) -> dict[str, Any]:
             "ifindex": index.ifindex.tolist(),
             "speed_bps": index.speed_bps.tolist(),
             "host_facing": index.host_facing.tolist(),
-            "peer": port_peers(spec, index),
+            "peer": peers,
         },
         "groups": port_groups(spec, index),
     }

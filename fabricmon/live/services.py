@@ -200,3 +200,51 @@ class ClientStalled(Exception):
 def async_redis() -> aioredis.Redis:
     # The read timeout must outlast XREAD BLOCK, or an idle fabric looks like a dead Redis.
     return aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
+
+
+# --- pages ---------------------------------------------------------------------------------------
+def known_fabrics(r: redis.Redis) -> list[str]:
+    """Fabrics in the topology database or with live frames (a fabric may be either first)."""
+    from fabricmon.topology.models import Fabric
+
+    return sorted(set(Fabric.objects.values_list("name", flat=True)) | set(live_fabrics(r)))
+
+
+_LAYOUT_CACHE: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def layout_for(fabric: str) -> dict[str, Any] | None:
+    """The heatmap layout of a stored fabric (cached per topology version), ``None`` if unknown."""
+    from fabricmon.live.layout import fabric_layout
+    from fabricmon.topology import services as topology_services
+    from fabricmon.topology.models import Fabric
+
+    row = Fabric.objects.filter(name=fabric).values_list("topology_version", "updated").first()
+    if row is None:
+        return None
+    key = (fabric, row[0], row[1].isoformat())
+    if key not in _LAYOUT_CACHE:
+        if len(_LAYOUT_CACHE) > 16:
+            _LAYOUT_CACHE.clear()
+        spec = topology_services.fabric_spec(fabric)
+        _LAYOUT_CACHE[key] = fabric_layout(spec, topology_services.port_peers(fabric))
+    return _LAYOUT_CACHE[key]
+
+
+def switch_health(r: redis.Redis, fabric: str, switches: list[str]) -> list[dict[str, Any]]:
+    """One row per switch (topology order, then any only the collectors know), ``state`` one of
+    up / down / stale / never polled. Stale: no success for 3 poll intervals."""
+    health = live_window.read_health(r, fabric)
+    now_ns = time.time_ns()
+    rows = []
+    for name in [*switches, *sorted(set(health) - set(switches))]:
+        h = health.get(name)
+        if h is None:
+            rows.append({"switch": name, "state": "never polled"})
+            continue
+        last_ns = h.get("last_success_ns") or 0
+        interval_s = float(h.get("interval_s") or 1.0)
+        age_s = (now_ns - last_ns) / 1e9 if last_ns else None
+        state = "down" if not h.get("up") else ("stale" if age_s is None or age_s > 3 * interval_s + 2 else "up")
+        rows.append({"switch": name, "state": state, "age_s": age_s, **h})
+    return rows

@@ -1,10 +1,112 @@
-"""Pages. The fabric heatmap arrives with the live-dashboard work; until then the index says how to look."""
+"""Pages of the live dashboard (login + operator or admin role) and the JSON they fetch.
 
-from django.http import HttpRequest, HttpResponse
+The fabric heatmap itself streams over the WebSocket (consumers.py); these views serve the page
+shells, the row layout (once per topology version), one port's series and switch health.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.staticfiles.views import serve
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import condition
+
+from fabricmon.live import services
+from fabricmon.telemetry import live_window
+
+View = Callable[..., HttpResponse]
 
 
+def operator_required(view: View) -> View:
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not services.can_view(request.user):
+            raise PermissionDenied("the dashboard is for operators and admins")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _redis() -> Any:
+    return live_window.connect()
+
+
+@operator_required
 def index(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(
-        "fabricmon is running. Live data: `python manage.py fabric_status`. Admin: /admin/\n",
-        content_type="text/plain",
-    )
+    fabrics = services.known_fabrics(_redis())
+    if len(fabrics) == 1:
+        return redirect("live:fabric", fabric=fabrics[0])
+    return render(request, "live/index.html", {"fabrics": fabrics})
+
+
+@operator_required
+def fabric(request: HttpRequest, fabric: str) -> HttpResponse:
+    return render(request, "live/fabric.html", {"fabric": fabric, "fabrics": services.known_fabrics(_redis())})
+
+
+def _layout_etag(request: HttpRequest, fabric: str) -> str | None:
+    layout = services.layout_for(fabric)
+    return layout["topology_version"] if layout else None
+
+
+@operator_required
+@condition(etag_func=_layout_etag)
+def layout_json(request: HttpRequest, fabric: str) -> HttpResponse:
+    layout = services.layout_for(fabric)
+    if layout is None:
+        return JsonResponse({"error": f"fabric {fabric!r} is not in the topology database"}, status=404)
+    return JsonResponse(layout)
+
+
+@operator_required
+def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
+    layout = services.layout_for(fabric)
+    info: dict[str, Any] = {"position": position}
+    if layout is not None:
+        if position >= layout["n_ports"]:
+            raise Http404(f"fabric {fabric!r} has {layout['n_ports']} ports")
+        p = layout["ports"]
+        info |= {
+            "switch": layout["switches"][p["switch"][position]],
+            "name": p["name"][position],
+            "ifindex": p["ifindex"][position],
+            "speed_gbps": p["speed_bps"][position] / 1e9,
+            "peer": p["peer"][position],
+            "facing": "host-facing" if p["host_facing"][position] else "fabric-facing",
+        }
+    return render(request, "live/port.html", {"fabric": fabric, "port": info})
+
+
+@operator_required
+def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
+    window_s = min(float(request.GET.get("window_s", services.DEFAULT_WINDOW_S)), 3600.0)
+    r = _redis()
+    data = services.port_series(r, fabric, position, window_s)
+    switch = request.GET.get("switch")
+    data["health"] = services.switch_health(r, fabric, [switch])[0] if switch else None
+    return JsonResponse(data)
+
+
+@operator_required
+def switches(request: HttpRequest, fabric: str) -> HttpResponse:
+    return render(request, "live/switches.html", {"fabric": fabric})
+
+
+@operator_required
+def health_json(request: HttpRequest, fabric: str) -> HttpResponse:
+    layout = services.layout_for(fabric)
+    names = layout["switches"] if layout else []
+    return JsonResponse({"switches": services.switch_health(_redis(), fabric, names)})
+
+
+def static(request: HttpRequest, path: str) -> HttpResponse:
+    """Static files from the finders, so ``daphne`` alone serves a working dashboard (a deployment
+    behind a web server would ``collectstatic`` and serve STATIC_ROOT there instead)."""
+    return serve(request, path, insecure=True)

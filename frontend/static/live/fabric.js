@@ -1,0 +1,356 @@
+// The fabric overview: layout (rows, groups, peers) over HTTP, data over the WebSocket,
+// drawn by CanvasHeatmap. Group bands and labels go in a side canvas, redrawn only when the
+// rows or the zoom change — never per update.
+
+import { CanvasHeatmap, LUT_CSS } from "./heatmap.js";
+import {
+  CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, KIND_WINDOW, decodeBinary, dequantise, formatValue,
+} from "./protocol.js";
+
+const root = document.getElementById("fabric-view");
+const $ = (id) => document.getElementById(id);
+const heatCanvas = $("heatmap"), labelCanvas = $("labels"), axisCanvas = $("time-axis"), legendCanvas = $("legend");
+const heatmap = new CanvasHeatmap(heatCanvas);
+const METRIC_LABELS = {
+  util: "Utilization %", in_bps: "In bit/s", out_bps: "Out bit/s", in_discards_ps: "In discards/s",
+  out_discards_ps: "Out discards/s", in_errors_ps: "In errors/s", ecn_marked_ps: "ECN marks/s",
+  pfc_pause_ps: "PFC pause frames/s", pfc_paused_fraction: "PFC paused %", watermark_bytes: "Queue watermark",
+  drops_ps: "Drops/s",
+};
+const LABEL_COLS = [[0, 62], [62, 104], [166, 54]]; // x, width of band levels 0..2
+
+const state = {
+  fabric: root.dataset.fabric,
+  layout: null, // {n_ports, switches, ports:{…}, groups:[…]}
+  hello: null,
+  metric: new URLSearchParams(location.search).get("metric") || "util",
+  windowS: Number(new URLSearchParams(location.search).get("window") || 300),
+  collapsed: new Set(), // group ids
+  ws: null, retries: 0, retryTimer: null, paused: false,
+  lastColumnAt: 0, columns: 0, bytes: 0, highlight: -1,
+  draws: [], // {seq, ts, at} per drawn column, for the latency benchmark
+};
+window.fabricmon = { state, heatmap, portLabel, peerOf };
+$("window").value = String(state.windowS);
+
+// ---------- layout and rows ----------------------------------------------------------------------
+async function loadLayout() {
+  const resp = await fetch(root.dataset.layout, { credentials: "same-origin" });
+  state.layout = resp.ok ? await resp.json() : null;
+  if (state.layout) state.layout.groups.forEach((g, i) => { g.id = i; });
+  buildSearchIndex();
+}
+
+function rebuildRows() {
+  const n = heatmap.nPorts;
+  const jump = new Int32Array(n).fill(-1); // collapsed group starting here → its end
+  for (const g of state.layout?.groups ?? []) {
+    if (state.collapsed.has(g.id) && g.end <= n) jump[g.start] = Math.max(jump[g.start], g.end);
+  }
+  const starts = [], ends = [];
+  // Walking in order, a collapsed group is met at its start; nested ones share it: take the widest.
+  for (let p = 0; p < n;) {
+    const end = Math.max(p + 1, jump[p]);
+    starts.push(p); ends.push(end); p = end;
+  }
+  heatmap.setRows(Int32Array.from(starts), Int32Array.from(ends));
+  heatmap.redraw();
+  drawLabels();
+}
+
+function coveringCollapsed(p) {
+  if (!state.collapsed.size || !state.layout) return [];
+  return state.layout.groups.filter((g) => state.collapsed.has(g.id) && g.start <= p && p < g.end);
+}
+
+// ---------- drawing the furniture: labels, time axis, legend --------------------------------------
+function drawLabels() {
+  const ctx = labelCanvas.getContext("2d");
+  const H = (labelCanvas.height = heatCanvas.height);
+  labelCanvas.style.height = `${heatCanvas.clientHeight || H}px`;
+  ctx.clearRect(0, 0, labelCanvas.width, H);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  const groups = state.layout?.groups ?? [];
+  const shade = [["#dfe6f0", "#c9d3e2"], ["#eef1f5", "#e0e5ec"], ["#f7f8fa", "#eceff3"]];
+  const count = [0, 0, 0];
+  for (const g of groups) {
+    if (g.end > heatmap.nPorts) continue;
+    const y0 = heatmap.rowToY(heatmap.portRow[g.start]), y1 = heatmap.rowToY(heatmap.portRow[g.end - 1] + 1);
+    const [x, w] = LABEL_COLS[g.level];
+    const k = count[g.level]++;
+    if (y1 < 0 || y0 > H) continue;
+    ctx.fillStyle = shade[g.level][k % 2];
+    ctx.fillRect(x, y0, w - 2, Math.max(1, y1 - y0));
+    if (y1 - y0 >= 11) {
+      const label = (state.collapsed.has(g.id) ? "▸ " : "") + (g.level === 2 ? g.label.replace("-facing", "") : g.label);
+      ctx.fillStyle = "#223";
+      ctx.save();
+      ctx.beginPath(); ctx.rect(x, Math.max(0, y0), w - 3, Math.min(H, y1) - Math.max(0, y0)); ctx.clip();
+      ctx.fillText(label, x + 3, (Math.max(0, y0) + Math.min(H, y1)) / 2);
+      ctx.restore();
+    }
+  }
+  if (state.highlight >= 0 && state.highlight < heatmap.nPorts) {
+    const r = heatmap.portRow[state.highlight];
+    const y0 = heatmap.rowToY(r), y1 = heatmap.rowToY(r + 1);
+    ctx.fillStyle = "#e4007c";
+    ctx.fillRect(labelCanvas.width - 12, Math.min(y0, (y0 + y1) / 2 - 3), 12, Math.max(6, y1 - y0));
+  }
+}
+
+function drawTimeAxis() {
+  const ctx = axisCanvas.getContext("2d");
+  axisCanvas.width = heatCanvas.clientWidth || heatCanvas.width;
+  ctx.clearRect(0, 0, axisCanvas.width, axisCanvas.height);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillStyle = "#445";
+  const cols = heatmap.nCols, intervalS = heatmap.intervalMs / 1000, spanS = cols * intervalS;
+  const stepS = spanS > 400 ? 120 : spanS > 120 ? 60 : 15;
+  for (let s = 0; s <= spanS; s += stepS) {
+    const x = axisCanvas.width - (s / intervalS) * (axisCanvas.width / cols) - 1;
+    ctx.fillRect(x, 0, 1, 5);
+    const label = s === 0 ? "now" : `−${s >= 60 ? `${s / 60} min` : `${s} s`}`;
+    ctx.textAlign = s === 0 ? "right" : x < 30 ? "left" : "center";
+    ctx.fillText(label, x, 15);
+  }
+}
+
+function drawLegend() {
+  const ctx = legendCanvas.getContext("2d");
+  const scale = state.hello?.scale;
+  ctx.clearRect(0, 0, legendCanvas.width, legendCanvas.height);
+  if (!scale) return;
+  const top = 8, h = 200;
+  for (let i = 0; i < 255; i++) { ctx.fillStyle = LUT_CSS[i]; ctx.fillRect(4, top + h - ((i + 1) * h) / 255, 14, h / 255 + 1); }
+  ctx.font = "11px system-ui, sans-serif"; ctx.fillStyle = "#223"; ctx.textBaseline = "middle";
+  for (const code of [254, 191, 127, 64, 0]) {
+    ctx.fillText(formatValue(dequantise(code, scale), scale).replace("< ", "≤ "), 22, top + h - (code * h) / 254);
+  }
+  for (let y = 0; y < 12; y += 2) for (let x = 0; x < 14; x += 2) {
+    ctx.fillStyle = ((x + y) >> 1) & 1 ? "rgb(120,126,136)" : "rgb(168,173,181)"; ctx.fillRect(4 + x, top + h + 14 + y, 2, 2);
+  }
+  ctx.fillStyle = "#223"; ctx.fillText("no data", 22, top + h + 20);
+}
+
+function sizeCanvases() {
+  const area = heatCanvas.parentElement.getBoundingClientRect();
+  const height = Math.max(200, window.innerHeight - heatCanvas.getBoundingClientRect().top - 60);
+  heatmap.resize(Math.max(200, area.width), height);
+  heatmap.redraw();
+  drawLabels(); drawTimeAxis(); drawLegend();
+}
+
+// ---------- the socket ----------------------------------------------------------------------------
+function connect() {
+  clearTimeout(state.retryTimer);
+  if (state.ws || document.hidden) return;
+  const url = new URL(root.dataset.ws, location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  url.search = new URLSearchParams({ metric: state.metric, window_s: String(state.windowS) }).toString();
+  const ws = new WebSocket(url);
+  ws.binaryType = "arraybuffer";
+  state.ws = ws;
+  ws.onmessage = (ev) => (typeof ev.data === "string" ? onText(JSON.parse(ev.data)) : onBinary(ev.data));
+  ws.onclose = (ev) => {
+    if (state.ws === ws) state.ws = null;
+    if (ev.code === CLOSE_UNAUTHENTICATED) { location.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`; return; }
+    if (ev.code === CLOSE_FORBIDDEN) { setStatus("not allowed: the dashboard is for operators and admins", "bad"); return; }
+    if (state.paused) return;
+    // Exponential backoff with jitter, so a restarted server is not hit by every tab at once.
+    const delay = Math.min(15000, 500 * 2 ** state.retries++) * (0.75 + Math.random() / 2);
+    setStatus(`disconnected — reconnecting in ${(delay / 1000).toFixed(1)} s`, "bad");
+    state.retryTimer = setTimeout(connect, delay);
+  };
+}
+
+let queue = Promise.resolve(); // keep message order across the async layout fetch
+function onText(msg) { queue = queue.then(() => handleText(msg)); }
+function onBinary(buf) { queue = queue.then(() => handleBinary(buf)); }
+
+async function handleText(msg) {
+  if (msg.type === "error") { setStatus(msg.message, "bad"); return; }
+  if (msg.type !== "hello") return;
+  state.retries = 0;
+  state.hello = msg;
+  if (!state.layout || state.layout.topology_version !== msg.topology_version) await loadLayout();
+  fillMetricSelect(msg);
+  const sameShape = heatmap.nPorts === msg.n_ports;
+  heatmap.configure({ nPorts: msg.n_ports, nCols: msg.window_cols, intervalMs: msg.interval_s * 1000 });
+  if (!sameShape || heatmap.rowCount() !== expectedRows()) rebuildRows();
+  sizeCanvases();
+  if (state.layout && state.layout.n_ports !== msg.n_ports) {
+    setStatus(`topology mismatch: frames have ${msg.n_ports} ports, the topology ${state.layout.n_ports}`, "bad");
+  }
+}
+
+function expectedRows() { return state.collapsed.size ? -1 : heatmap.nPorts; }
+
+function handleBinary(buf) {
+  const m = decodeBinary(buf);
+  state.bytes += buf.byteLength;
+  if (m.kind === KIND_WINDOW) {
+    heatmap.loadWindow(m.ts, m.codes);
+  } else {
+    heatmap.appendColumn(m.ts[0], m.codes);
+    state.columns++;
+    state.draws.push({ seq: m.seq, ts: m.ts[0], at: Date.now(), bytes: buf.byteLength });
+    if (state.draws.length > 5000) state.draws.splice(0, 2500);
+  }
+  state.lastColumnAt = Date.now();
+  state.ws?.send(JSON.stringify({ type: "ack", seq: m.seq }));
+  updateStatus();
+}
+
+function fillMetricSelect(hello) {
+  const sel = $("metric");
+  const names = hello.metrics.includes(hello.metric) ? hello.metrics : [hello.metric, ...hello.metrics];
+  sel.innerHTML = "";
+  for (const name of names) sel.add(new Option(METRIC_LABELS[name] || name, name, false, name === hello.metric));
+}
+
+function setStatus(text, cls = "") { const el = $("status"); el.textContent = text; el.className = `status ${cls}`; }
+
+function updateStatus() {
+  const ts = heatmap.newestTs();
+  if (!state.hello || Number.isNaN(ts)) { setStatus("waiting for the first frame…"); return; }
+  const ageS = (Date.now() - ts) / 1000, interval = state.hello.interval_s;
+  const stale = ageS > 3 * interval + 2;
+  const last = heatmap.updates.at(-1);
+  setStatus(`${heatmap.nPorts} ports · newest ${new Date(ts).toLocaleTimeString([], { hour12: false })} (${ageS.toFixed(1)} s ago)` +
+    (last !== undefined ? ` · draw ${last.toFixed(1)} ms` : "") + (stale ? " · STALE" : ""), stale ? "bad" : "ok");
+}
+setInterval(() => { if (state.hello) updateStatus(); }, 1000);
+
+// A hidden tab costs nothing: close the socket, resynchronise (fresh window) when visible again.
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) { state.paused = true; state.ws?.close(1000); setStatus("paused (tab hidden)"); }
+  else { state.paused = false; state.retries = 0; connect(); }
+});
+
+// ---------- interaction ---------------------------------------------------------------------------
+function portLabel(p) {
+  const L = state.layout;
+  if (!L || p >= L.n_ports) return `port #${p}`;
+  return `${L.switches[L.ports.switch[p]]}:${L.ports.name[p]}`;
+}
+function peerOf(p) { return state.layout?.ports.peer[p] || ""; }
+
+// The canvas is stretched to its column's width (CSS); events come in CSS pixels.
+function canvasXY(ev) {
+  return [ev.offsetX * (heatCanvas.width / heatCanvas.clientWidth), ev.offsetY * (heatCanvas.height / heatCanvas.clientHeight)];
+}
+
+const tooltip = $("tooltip");
+heatCanvas.addEventListener("mousemove", (ev) => {
+  if (drag) return;
+  const hit = heatmap.pick(...canvasXY(ev));
+  if (!hit || !state.hello) { tooltip.hidden = true; return; }
+  const scale = state.hello.scale;
+  const value = formatValue(dequantise(hit.code, scale), scale);
+  const pooled = hit.range[1] - hit.range[0] > 1 ? `<div class="muted">max of ${hit.range[1] - hit.range[0]} ports in this row</div>` : "";
+  const when = Number.isNaN(hit.ts) ? "no frame" : new Date(hit.ts).toLocaleTimeString([], { hour12: false });
+  tooltip.innerHTML = `<b>${escapeHtml(portLabel(hit.port))}</b><div>peer: <span class="peer">${escapeHtml(peerOf(hit.port) || "—")}</span></div>` +
+    `<div>${escapeHtml(METRIC_LABELS[state.hello.metric] || state.hello.metric)}: <b class="value">${value}</b></div><div>${when}</div>${pooled}`;
+  tooltip.hidden = false;
+  tooltip.style.left = `${ev.pageX + 14}px`;
+  tooltip.style.top = `${ev.pageY + 10}px`;
+});
+heatCanvas.addEventListener("mouseleave", () => { tooltip.hidden = true; });
+
+let drag = null;
+heatCanvas.addEventListener("mousedown", (ev) => { drag = { y: ev.offsetY, view: [...heatmap.view], moved: false }; });
+window.addEventListener("mouseup", (ev) => {
+  if (drag && !drag.moved && ev.target === heatCanvas) {
+    const hit = heatmap.pick(...canvasXY(ev));
+    if (hit) location.href = root.dataset.portUrl.replace(/0\/$/, `${hit.port}/`);
+  }
+  drag = null;
+});
+heatCanvas.addEventListener("mousemove", (ev) => {
+  if (!drag) return;
+  const dy = ev.offsetY - drag.y;
+  if (Math.abs(dy) > 3) drag.moved = true;
+  if (!drag.moved) return;
+  const rowsPerPx = (drag.view[1] - drag.view[0]) / heatCanvas.height;
+  heatmap.setView(drag.view[0] - dy * rowsPerPx, drag.view[1] - dy * rowsPerPx);
+  heatmap.redraw(); drawLabels();
+});
+heatCanvas.addEventListener("wheel", (ev) => {
+  ev.preventDefault();
+  const at = heatmap.yToRow(ev.offsetY), [v0, v1] = heatmap.view;
+  const f = ev.deltaY > 0 ? 1.25 : 0.8;
+  heatmap.setView(at - (at - v0) * f, at + (v1 - at) * f);
+  heatmap.redraw(); drawLabels();
+}, { passive: false });
+heatCanvas.addEventListener("dblclick", () => { heatmap.setView(0, heatmap.rowCount()); heatmap.redraw(); drawLabels(); });
+$("reset-zoom").addEventListener("click", () => { heatmap.setView(0, heatmap.rowCount()); heatmap.redraw(); drawLabels(); });
+
+labelCanvas.addEventListener("click", (ev) => {
+  const level = LABEL_COLS.findIndex(([x, w]) => ev.offsetX >= x && ev.offsetX < x + w);
+  if (level < 0 || !state.layout) return;
+  const port = heatmap.rowStart[Math.floor(heatmap.yToRow(ev.offsetY))];
+  const g = state.layout.groups.find((gr) => gr.level === level && gr.start <= port && port < gr.end);
+  if (!g) return;
+  if (state.collapsed.has(g.id)) state.collapsed.delete(g.id); else state.collapsed.add(g.id);
+  rebuildRows();
+});
+$("expand-all").addEventListener("click", () => { state.collapsed.clear(); rebuildRows(); });
+$("collapse-all").addEventListener("click", () => {
+  for (const g of state.layout?.groups ?? []) if (g.level === 1) state.collapsed.add(g.id);
+  rebuildRows();
+});
+
+$("metric").addEventListener("change", (ev) => {
+  state.metric = ev.target.value;
+  history.replaceState(null, "", `?metric=${state.metric}&window=${state.windowS}`);
+  state.ws?.send(JSON.stringify({ type: "subscribe", metric: state.metric }));
+});
+$("window").addEventListener("change", (ev) => {
+  state.windowS = Number(ev.target.value);
+  history.replaceState(null, "", `?metric=${state.metric}&window=${state.windowS}`);
+  state.ws?.close(1000); state.ws = null; connect();
+});
+
+// ---------- search: host, GPU, NIC or switch:port -------------------------------------------------
+let searchIndex = [];
+function buildSearchIndex() {
+  const L = state.layout;
+  searchIndex = L ? L.ports.name.map((_, p) => [p, `${portLabel(p)} ${L.ports.peer[p]}`.toLowerCase()]) : [];
+}
+$("search-input").addEventListener("input", (ev) => {
+  const q = ev.target.value.trim().toLowerCase();
+  const list = $("search-results");
+  list.innerHTML = "";
+  if (q.length < 2) { list.hidden = true; return; }
+  const words = q.split(/\s+/);
+  const hits = searchIndex.filter(([, text]) => words.every((w) => text.includes(w))).slice(0, 12);
+  for (const [p] of hits) {
+    const li = document.createElement("li");
+    li.textContent = `${portLabel(p)} — ${peerOf(p) || "no peer"}`;
+    li.addEventListener("mousedown", () => jumpTo(p));
+    list.append(li);
+  }
+  list.hidden = !hits.length;
+});
+$("search").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const first = $("search-results").querySelector("li");
+  if (first) first.dispatchEvent(new Event("mousedown"));
+});
+
+function jumpTo(port) {
+  $("search-results").hidden = true;
+  for (const g of coveringCollapsed(port)) state.collapsed.delete(g.id);
+  rebuildRows();
+  const r = heatmap.portRow[port];
+  heatmap.setView(r - 32, r + 32);
+  state.highlight = port;
+  heatmap.redraw(); drawLabels();
+}
+window.fabricmon.jumpTo = jumpTo;
+
+function escapeHtml(s) { return s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
+
+window.addEventListener("resize", () => { if (state.hello) sizeCanvases(); });
+connect();

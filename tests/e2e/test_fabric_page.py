@@ -1,0 +1,121 @@
+"""The fabric page in headless Chromium, fed by frames appended to the live window (real Redis,
+real Daphne). The full stack with twin and collectors is tests/e2e/test_full_stack.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fabricmon.core.frames import Frame
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import build_port_index
+from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.telemetry import live_window
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+class Feeder(threading.Thread):
+    """Appends a frame every ``interval_s`` with one hot port (``hot``), a few no-data ports."""
+
+    def __init__(self, r, fabric: str, index, hot: int, interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.r, self.fabric, self.index, self.hot, self.interval_s = r, fabric, index, hot, interval_s
+        self.stop = threading.Event()
+        self.rng = np.random.default_rng(7)
+
+    def frame(self) -> Frame:
+        n = len(self.index)
+        util = self.rng.uniform(0.05, 0.3, n).astype(np.float32)
+        util[self.hot] = 0.93
+        util[n - 1] = np.nan  # a stale switch port: must be drawn as no data
+        return Frame(self.fabric, self.index.version, time.time_ns(), self.interval_s,
+                     {"util": util, "out_bps": (util * self.index.speed_bps).astype(np.float32)})
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            live_window.append(self.r, self.frame(), max_frames=600)
+            self.stop.wait(self.interval_s)
+
+
+@pytest.fixture
+def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
+    spec = rail_optimized(fabric_name, servers=16, gpus_per_server=4, spines=2)
+    (tmp_path / "topology.yaml").write_text(dump_fabric(spec))
+    daphne_server.manage("load_topology", str(tmp_path / "topology.yaml"))
+    index = build_port_index(spec)
+    hot = index.position("leaf-r2", 5)  # node005's GPU 2
+    feeder = Feeder(redis_client, fabric_name, index, hot)
+    feeder.start()
+    yield spec, index, hot
+    feeder.stop.set()
+    feeder.join()
+
+
+def wait_js(page, expr: str, timeout_s: float = 20.0):
+    page.wait_for_function(expr, timeout=timeout_s * 1000)
+    return page.evaluate(expr)
+
+
+def test_fabric_page_streams_one_row_per_port_and_names_the_peer(page, daphne_server, fed_fabric, fabric_name, log_in, screenshot):
+    spec, index, hot = fed_fabric
+    log_in(f"/fabric/{fabric_name}/")
+    page.wait_for_url(f"**/fabric/{fabric_name}/")
+    wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
+
+    assert page.evaluate("fabricmon.heatmap.rowCount()") == len(index)
+    assert page.evaluate("fabricmon.heatmap.nPorts") == len(index)
+    before = page.evaluate("fabricmon.state.columns")
+    wait_js(page, f"fabricmon.state.columns >= {before + 2}")  # columns keep arriving over the socket
+
+    # In the data the page draws, the hot port is the highest of its rail; no data stays no data.
+    newest = page.evaluate("Array.from(fabricmon.heatmap.column(0))")
+    codes = np.array(newest)
+    rail = index.rail[hot]
+    in_rail = np.flatnonzero(index.rail == rail)
+    assert in_rail[np.argmax(np.where(codes[in_rail] == 255, -1, codes[in_rail]))] == hot
+    assert codes[-1] == 255
+
+    # Hover the hot port's row at the right edge: the tooltip names its peer.
+    page.evaluate(f"fabricmon.jumpTo({hot})")
+    box = page.locator("#heatmap").bounding_box()
+    y = page.evaluate(f"(fabricmon.heatmap.rowToY(fabricmon.heatmap.portRow[{hot}]) + fabricmon.heatmap.rowToY(fabricmon.heatmap.portRow[{hot}] + 1)) / 2")
+    page.mouse.move(box["x"] + box["width"] - 2, box["y"] + y)
+    tooltip = page.locator("#tooltip")
+    tooltip.wait_for(state="visible")
+    assert "node005 gpu2 mlx5_2" in tooltip.inner_text()
+    assert "leaf-r2:Ethernet5" in tooltip.inner_text()
+    screenshot("fabric-synthetic-hover")
+
+
+def test_search_jumps_to_a_host_gpu(page, daphne_server, fed_fabric, fabric_name, log_in, screenshot):
+    _, index, _ = fed_fabric
+    log_in(f"/fabric/{fabric_name}/")
+    wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
+    page.click("#collapse-all")
+    assert page.evaluate("fabricmon.heatmap.rowCount()") == len(index.switch_names)
+    page.fill("#search-input", "node012 gpu3")
+    page.locator("#search-results li").first.wait_for()
+    page.keyboard.press("Enter")
+    target = index.position("leaf-r3", 12)
+    assert page.evaluate("fabricmon.state.highlight") == target
+    # its leaf expanded again; the others stay collapsed
+    assert len(index.switch_names) < page.evaluate("fabricmon.heatmap.rowCount()") < len(index)
+    screenshot("fabric-synthetic-search")
+
+
+def test_pages_require_login_and_port_and_switch_pages_render(page, daphne_server, fed_fabric, fabric_name, log_in, screenshot):
+    _, index, hot = fed_fabric
+    page.goto(f"{daphne_server.url}/fabric/{fabric_name}/")
+    assert "/accounts/login/" in page.url
+    log_in(f"/fabric/{fabric_name}/port/{hot}/")
+    page.wait_for_selector("#chart-util .main-svg", timeout=20000)
+    assert "node005 gpu2 mlx5_2" in page.locator("#peer").inner_text()
+    screenshot("port-detail")
+    page.goto(f"{daphne_server.url}/fabric/{fabric_name}/switches/")
+    page.wait_for_selector("#health-rows tr")
+    assert page.locator("#health-rows tr").count() == len(index.switch_names)
+    screenshot("switches")
