@@ -194,6 +194,13 @@ CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
     "schedule": FABRICMON_ALERTS_DELIVER_S,
     "options": {"expires": FABRICMON_ALERTS_DELIVER_S},
 }
+# Detection runs over each fabric's new frames this often.
+FABRICMON_ALERTS_EVALUATE_S = env_float("FABRICMON_ALERTS_EVALUATE_S", 1.0)
+CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
+    "task": "alerts.evaluate",
+    "schedule": FABRICMON_ALERTS_EVALUATE_S,
+    "options": {"expires": FABRICMON_ALERTS_EVALUATE_S},
+}
 
 LOGGING = {
     "version": 1,

@@ -16,3 +16,12 @@ def deliver_due() -> int:
 def deliver(outbox_id: int) -> str:
     """Send one row now if it is due (the claim makes a duplicate task harmless)."""
     return services.deliver(outbox_id)
+
+
+@shared_task(name="alerts.evaluate", ignore_result=True)
+def evaluate() -> int:
+    """Run detection over the new frames of every fabric (beat: every second)."""
+    from fabricmon.alerts.evaluation import evaluate_fabric
+    from fabricmon.topology.models import Fabric
+
+    return sum(evaluate_fabric(name) for name in Fabric.objects.values_list("name", flat=True))

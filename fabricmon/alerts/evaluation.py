@@ -1,0 +1,87 @@
+"""Feed detection from the live window: new frames of a fabric → ``services.record_window``.
+
+Runs on the beat (``alerts.evaluate``). What must survive between runs is small and lives in
+Redis beside the frames: the stream cursor (last frame evaluated) and the moving-incast state
+(the previous hot set and its dwell counts). A frame indexed against another topology version
+than the fabric's current one is skipped with a log line, never mis-read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+import numpy as np
+import redis
+
+from fabricmon.alerts import services
+from fabricmon.core.detect import FabricGeometry, MovingState, detect_window, fabric_geometry
+from fabricmon.telemetry import live_window
+
+log = logging.getLogger(__name__)
+_GEO: dict[tuple[str, str], FabricGeometry] = {}
+
+
+def cursor_key(fabric: str) -> str:
+    return f"fm:alerts:cursor:{fabric}"
+
+
+def state_key(fabric: str) -> str:
+    return f"fm:alerts:state:{fabric}"
+
+
+def geometry(fabric: str) -> FabricGeometry:
+    from fabricmon.topology import services as topology
+
+    index = topology.port_index(fabric)
+    key = (fabric, index.version)
+    if key not in _GEO:
+        _GEO[key] = fabric_geometry(index, topology.fabric_spec(fabric))
+    return _GEO[key]
+
+
+def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState:
+    raw = r.get(state_key(fabric))
+    state = MovingState.initial(geo.n_ports)
+    if not raw:
+        return state
+    saved = json.loads(raw)
+    if saved.get("topo") != geo.index.version:
+        return state  # re-cabled: the old hot set means nothing on the new index
+    hot = np.zeros(geo.n_ports, np.bool_)
+    dwell = np.zeros(geo.n_ports, np.int64)
+    hot[saved["hot"]] = True
+    dwell[saved["hot"]] = saved["dwell"]
+    return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"])
+
+
+def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
+    hot = np.flatnonzero(s.prev_hot)
+    r.set(state_key(fabric), json.dumps({
+        "topo": geo.index.version, "hot": hot.tolist(), "dwell": s.dwell[hot].tolist(),
+        "since": min(s.windows_since_migration, 1 << 30), "migrations": s.migrations,
+        "dsum": s.completed_dwell_sum, "dcount": s.completed_dwell_count}))
+
+
+def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: int = 200) -> int:
+    """Evaluate every frame not yet seen (oldest first). Returns how many frames were evaluated."""
+    r = r or live_window.connect()
+    geo = geometry(fabric)
+    cfg = services.detect_config(fabric)
+    cursor = r.get(cursor_key(fabric)) or b"-"
+    state = _load_state(r, fabric, geo)
+    done = 0
+    for eid, frame in live_window.read_window(r, fabric, after_id=cursor, count=max_frames):
+        cursor = eid
+        if frame.topology_version != geo.index.version or frame.n_ports != geo.n_ports:
+            log.warning("alerts: %s frame %s is for topology %s, fabric is at %s: skipped",
+                        fabric, eid, frame.topology_version, geo.index.version)
+            continue
+        state, found = detect_window(frame.metrics, geo, state, cfg, ts_ns=frame.ts_ns)
+        services.record_window(fabric, found, geo, now=datetime.fromtimestamp(frame.ts_ns / 1e9, tz=UTC))
+        done += 1
+    if done or cursor != b"-":
+        _save_state(r, fabric, geo, state)
+        r.set(cursor_key(fabric), cursor)
+    return done

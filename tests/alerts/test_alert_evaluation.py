@@ -1,0 +1,47 @@
+"""From the live window (real Redis) to alert rows: frames of a moving hot port → one moving-incast
+alert; a second run picks up where the first stopped (cursor + moving state in Redis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fabricmon.alerts.evaluation import cursor_key, evaluate_fabric, geometry, state_key
+from fabricmon.alerts.models import Alert, Episode
+from fabricmon.core.detect import DetectConfig
+from fabricmon.core.frames import Frame
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.telemetry import live_window
+from fabricmon.topology import services as topology
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+KMAX = DetectConfig().watermark_kmax_bytes
+T0_NS = 1_767_225_600 * 10**9
+
+
+def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> None:
+    topology.import_fabric(rail_optimized(fabric_name, servers=4, gpus_per_server=2, spines=2))
+    geo = geometry(fabric_name)
+    host = np.flatnonzero(geo.is_leaf_host)
+    try:
+        def push(t: int, hot: list[int], topo: str | None = None) -> None:
+            util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+            wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
+            util[hot], wm[hot] = 0.97, 3 * KMAX
+            live_window.append(redis_client, Frame(fabric_name, topo or geo.index.version, T0_NS + t * 10**9, 1.0,
+                                                   {"util": util, "watermark_bytes": wm}), max_frames=100)
+
+        for t, hot in enumerate([[host[0]], [host[0]], [host[5]]]):
+            push(t, hot)
+        push(3, [host[1]], topo="stale-version")  # skipped, named in the log
+        assert evaluate_fabric(fabric_name, redis_client) == 3
+        assert Alert.objects.get(kind="incast").state == "firing"
+        for t, hot in enumerate([[host[2]], [host[7]]], start=4):
+            push(t, hot)
+        assert evaluate_fabric(fabric_name, redis_client) == 2  # only the new frames
+        moving = Alert.objects.get(kind="moving_incast")
+        assert moving.state == "firing" and moving.details["fan_in_known"] is False
+        ep = Episode.objects.get(fabric=fabric_name)
+        assert ep.migrations == 3 and len(ep.trajectory) == 4
+    finally:
+        redis_client.delete(live_window.frames_key(fabric_name), cursor_key(fabric_name), state_key(fabric_name))
