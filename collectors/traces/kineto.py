@@ -111,7 +111,7 @@ def read_kineto(stream: IO[bytes], rank: int | None = None) -> Iterator[dict[str
     gloo_exec: list[tuple[float, float]] = []
     kernels: list[dict[str, Any]] = []
     try:
-        for ev in ijson.items(stream, "traceEvents.item", use_float=True):
+        for ev in ijson.items(stream, "traceEvents.item"):  # Decimal ts: exact ns from µs
             name = ev.get("name", "")
             if not isinstance(name, str) or ev.get("ph") != "X":
                 continue
@@ -125,7 +125,7 @@ def read_kineto(stream: IO[bytes], rank: int | None = None) -> Iterator[dict[str
             elif name == "c10d::alltoall_base_" and cat == "cpu_op":
                 a2a_ops.append(ev)
             elif name == "gloo:all_to_all":
-                gloo_exec.append((float(ev["ts"]), float(ev.get("dur", 0))))
+                gloo_exec.append((ev["ts"], ev.get("dur", 0)))
             elif cat == "kernel" and "Collective name" in (ev.get("args") or {}):
                 kernels.append(ev)
     except ijson.JSONError as exc:
@@ -152,7 +152,8 @@ def read_kineto(stream: IO[bytes], rank: int | None = None) -> Iterator[dict[str
         yield from _gloo_events(a2a_ops, sorted(gloo_exec), ann, base_ns, dist_info, common)
 
 
-def _ns(base_ns: int, ts_us: float) -> int:
+def _ns(base_ns: int, ts_us: Any) -> int:
+    """ts in µs with 3 decimals (a Decimal from ijson: exact, unlike a float at 1e15 µs) → ns."""
     return base_ns + round(ts_us * 1000)
 
 
@@ -172,7 +173,7 @@ def _gloo_events(
     ops: list[dict[str, Any]], execs: list[tuple[float, float]], ann: dict[Any, _Annotations],
     base_ns: int, dist_info: dict[str, Any], common: dict[str, Any],
 ) -> Iterator[dict[str, Any]]:
-    ops.sort(key=lambda e: float(e["ts"]))
+    ops.sort(key=lambda e: e["ts"])
     paired = len(execs) == len(ops)
     world = dist_info.get("world_size")
     pg_by_size: dict[int, list[list[int]]] = defaultdict(list)
@@ -205,7 +206,7 @@ def _gloo_events(
             start_us, dur_us = execs[ordinal - 1]
             time_kind = "host_call"
         else:
-            start_us, dur_us, time_kind = ts, float(ev.get("dur", 0)), "host_enqueue"
+            start_us, dur_us, time_kind = ev["ts"], ev.get("dur", 0), "host_enqueue"
         send = _peers(in_splits, row_in, pg_ranks)
         recv = _peers(out_splits, row_out, pg_ranks)
         start_ns = _ns(base_ns, start_us)
@@ -222,7 +223,7 @@ def _gloo_events(
 def _nccl_events(
     kernels: list[dict[str, Any]], ann: dict[Any, _Annotations], base_ns: int, common: dict[str, Any]
 ) -> Iterator[dict[str, Any]]:
-    kernels.sort(key=lambda e: float(e["ts"]))
+    kernels.sort(key=lambda e: e["ts"])
     for ordinal, ev in enumerate(kernels, start=1):
         args = ev["args"]
         coll = str(args.get("Collective name", ""))
@@ -243,14 +244,14 @@ def _nccl_events(
         layer, phase = _label(ann, (ev.get("pid"), ev.get("tid")), ts)
         if phase == "other":
             phase = _COLLECTIVE_PHASE.get(coll, "other")
-        start_ns = _ns(base_ns, ts)
+        start_ns = _ns(base_ns, ev["ts"])
         seq = args.get("Seq")
         yield {
             **common, "id": f"k{common['rank']}-{args.get('Process Group Name', '')}-{seq or ordinal}-{start_ns}",
             "layer": layer, "phase": phase, "collective": coll[:40] or "unknown",
             "pg": str(args.get("Process Group Name", "")), "pg_ranks": pg_ranks,
             "seq": seq if isinstance(seq, int) else None, "start_ns": start_ns,
-            "end_ns": start_ns + round(float(ev.get("dur", 0)) * 1000),
+            "end_ns": start_ns + round(ev.get("dur", 0) * 1000),
             "bytes_sent": in_n * itemsize, "bytes_recv": out_n * itemsize,
             "send_bytes_per_peer": send, "recv_bytes_per_peer": recv, "time_kind": "gpu_kernel",
         }
