@@ -2,6 +2,7 @@
 
 from collectors.snmp.engine import close_loop_context, loop_context
 from collectors.snmp.poller import PARSE_ERRORS, IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget
+from collectors.snmp.snapshot_rates import snapshot_rates
 
 __all__ = [
     "PARSE_ERRORS",
@@ -11,4 +12,5 @@ __all__ = [
     "SnmpTarget",
     "close_loop_context",
     "loop_context",
+    "snapshot_rates",
 ]
