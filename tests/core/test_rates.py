@@ -22,9 +22,7 @@ SPEED_100G = np.array([100e9, 100e9, 100e9])
 
 
 def read(ts_s: float, values: list[int] | None, **kw: object) -> CounterRead:
-    return CounterRead(
-        ts_ns=int(ts_s * G), values=None if values is None else as_counter_array(values), **kw
-    )  # type: ignore[arg-type]
+    return CounterRead(ts_ns=int(ts_s * G), values=None if values is None else as_counter_array(values), **kw)  # type: ignore[arg-type]
 
 
 # --- golden cases ---------------------------------------------------------------------------
@@ -53,7 +51,9 @@ def test_32bit_counter_wraps_once() -> None:
 
 def test_uptime_drop_drops_every_port() -> None:
     r = counter_rates(
-        read(0, [10, 10, 10], sys_uptime_ticks=500_000), read(1, [20, 30, 40], sys_uptime_ticks=100), SPEED_100G
+        read(0, [10, 10, 10], sys_uptime_ticks=500_000),
+        read(1, [20, 30, 40], sys_uptime_ticks=100),
+        SPEED_100G,
     )
     assert (r.reason == RateReason.UPTIME_DROP).all() and np.isnan(r.rate_per_s).all()
 
@@ -62,7 +62,9 @@ def test_discontinuity_change_drops_that_port() -> None:
     d0 = np.array([0, 0, 0], dtype=np.int64)
     d1 = np.array([0, 4711, 0], dtype=np.int64)
     r = counter_rates(
-        read(0, [10, 10, 10], discontinuity_ticks=d0), read(1, [20, 30, 40], discontinuity_ticks=d1), SPEED_100G
+        read(0, [10, 10, 10], discontinuity_ticks=d0),
+        read(1, [20, 30, 40], discontinuity_ticks=d1),
+        SPEED_100G,
     )
     assert r.reason.tolist() == [RateReason.OK, RateReason.DISCONTINUITY, RateReason.OK]
 
@@ -174,7 +176,9 @@ def test_random_histories_never_negative_never_above_line_rate_never_spiked(
             disc = [0, 0, 0]
         values = None if step["event"] == "gap" else as_counter_array(counters)
         cur = CounterRead(int(t * G), values, uptime, np.array(disc, dtype=np.int64))
-        r = counter_rates(prev, cur, speed, width_bits=width_bits, unit="octets" if width_bits == 64 else "packets")  # type: ignore[arg-type]
+        r = counter_rates(
+            prev, cur, speed, width_bits=width_bits, unit="octets" if width_bits == 64 else "packets"
+        )  # type: ignore[arg-type]
         ok = ~np.isnan(r.rate_per_s)
         assert (r.rate_per_s[ok] >= 0).all()
         assert (r.rate_per_s[ok] <= speed[ok] * ceiling_per_bit * 1.05 + 1e-9).all()
