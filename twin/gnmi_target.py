@@ -96,7 +96,9 @@ class _Selection:
                 u.path.CopyFrom(leaf_path(LEAVES[li], port_names[i]))
         return cls(parts, tmpl, tuple(port_names))
 
-    def render(self, snap: Snapshot, only_changed: Mapping[int, npt.NDArray[np.bool_]] | None = None) -> pb.SubscribeResponse:
+    def render(
+        self, snap: Snapshot, only_changed: Mapping[int, npt.NDArray[np.bool_]] | None = None
+    ) -> pb.SubscribeResponse:
         """Fill the template with one snapshot (a fresh copy; the template stays clean)."""
         ts, values = snap
         if only_changed is not None:
@@ -162,34 +164,44 @@ class SwitchServicer(pbg.gNMIServicer):
     def _out(self, resp: pb.SubscribeResponse) -> pb.SubscribeResponse | None:
         return self.mangle(resp) if self.mangle is not None else resp
 
-    async def Capabilities(self, request: pb.CapabilityRequest, context: Any) -> pb.CapabilityResponse:
+    async def Capabilities(  # noqa: N802 - gRPC method nameself, request: pb.CapabilityRequest, context: Any) -> pb.CapabilityResponse:
         models = [
-            pb.ModelData(name="openconfig-interfaces", organization="OpenConfig working group", version="3.8.1"),
-            pb.ModelData(name="openconfig-if-ethernet", organization="OpenConfig working group", version="2.18.0"),
+            pb.ModelData(
+                name="openconfig-interfaces", organization="OpenConfig working group", version="3.8.1"
+            ),
+            pb.ModelData(
+                name="openconfig-if-ethernet", organization="OpenConfig working group", version="2.18.0"
+            ),
             pb.ModelData(name="openconfig-qos", organization="OpenConfig working group", version="2.2.0"),
             pb.ModelData(name="openconfig-qos-ext", organization="SONiC", version="0.1.0"),
         ]
-        return pb.CapabilityResponse(supported_models=models, supported_encodings=[pb.JSON, pb.PROTO], gNMI_version="0.8.0")
+        return pb.CapabilityResponse(
+            supported_models=models, supported_encodings=[pb.JSON, pb.PROTO], gNMI_version="0.8.0"
+        )
 
-    async def Get(self, request: pb.GetRequest, context: Any) -> pb.GetResponse:
+    async def Get(  # noqa: N802self, request: pb.GetRequest, context: Any) -> pb.GetResponse:
         sel = self._selection(request.path, request.prefix)
         if not sel.parts:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no leaf under the requested paths")
         resp = sel.render(self.source.read())
         return pb.GetResponse(notification=[resp.update])
 
-    async def Set(self, request: pb.SetRequest, context: Any) -> pb.SetResponse:
+    async def Set(  # noqa: N802self, request: pb.SetRequest, context: Any) -> pb.SetResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "read-only target")
         raise AssertionError  # unreachable: abort raises
 
-    async def Subscribe(self, request_iterator: AsyncIterator[pb.SubscribeRequest], context: Any) -> AsyncIterator[pb.SubscribeResponse]:
+    async def Subscribe(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.SubscribeRequest], context: Any
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         self.active_streams += 1
         self.subscribes += 1
         self.max_active_streams = max(self.max_active_streams, self.active_streams)
         try:
             first = await request_iterator.__anext__()
             if not first.HasField("subscribe"):
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first SubscribeRequest must carry a SubscriptionList")
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "first SubscribeRequest must carry a SubscriptionList"
+                )
             async for resp in self._serve(first.subscribe, request_iterator, context):
                 out = self._out(resp)
                 if out is not None:
@@ -197,7 +209,9 @@ class SwitchServicer(pbg.gNMIServicer):
         finally:
             self.active_streams -= 1
 
-    async def _serve(self, sl: pb.SubscriptionList, requests: AsyncIterator[pb.SubscribeRequest], context: Any) -> AsyncIterator[pb.SubscribeResponse]:
+    async def _serve(
+        self, sl: pb.SubscriptionList, requests: AsyncIterator[pb.SubscribeRequest], context: Any
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         sync = pb.SubscribeResponse(sync_response=True)
         every = self._selection([s.path for s in sl.subscription], sl.prefix)
         if not every.parts:
@@ -217,12 +231,18 @@ class SwitchServicer(pbg.gNMIServicer):
         async for resp in self._stream(sl, every, context):
             yield resp
 
-    async def _stream(self, sl: pb.SubscriptionList, every: _Selection, context: Any) -> AsyncIterator[pb.SubscribeResponse]:
+    async def _stream(
+        self, sl: pb.SubscriptionList, every: _Selection, context: Any
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         # SAMPLE groups by interval; ON_CHANGE (and TARGET_DEFINED state leaves) are diffed.
         sampled: dict[int, list[pb.Path]] = {}
         on_change: list[pb.Path] = []
         for s in sl.subscription:
-            state_leaf = any(len(_match([*sl.prefix.elem, *s.path.elem], lf, self.source.port_names)) for lf in LEAVES if lf.kind == "state")
+            state_leaf = any(
+                len(_match([*sl.prefix.elem, *s.path.elem], lf, self.source.port_names))
+                for lf in LEAVES
+                if lf.kind == "state"
+            )
             if s.mode == pb.ON_CHANGE or (s.mode == pb.TARGET_DEFINED and state_leaf):
                 on_change.append(s.path)
             else:
@@ -230,7 +250,11 @@ class SwitchServicer(pbg.gNMIServicer):
         groups = [(ns / 1e9, self._selection(paths, sl.prefix)) for ns, paths in sorted(sampled.items())]
         watch = self._selection(on_change, sl.prefix) if on_change else None
         snap = self.source.read()
-        last_state = {li: np.asarray(snap[1][LEAVES[li].key]).copy() for li, _ in (watch.parts if watch else []) if LEAVES[li].key in snap[1]}
+        last_state = {
+            li: np.asarray(snap[1][LEAVES[li].key]).copy()
+            for li, _ in (watch.parts if watch else [])
+            if LEAVES[li].key in snap[1]
+        }
         if not sl.updates_only:
             yield every.render(snap)
         yield pb.SubscribeResponse(sync_response=True)
@@ -263,7 +287,9 @@ class SwitchServicer(pbg.gNMIServicer):
 class GnmiFabric:
     """All switches' targets on one background thread; ports stay fixed across stop/start."""
 
-    def __init__(self, sources: Mapping[str, CounterSource], *, ports: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, sources: Mapping[str, CounterSource], *, ports: Mapping[str, int] | None = None
+    ) -> None:
         self.servicers = {name: SwitchServicer(name, src) for name, src in sources.items()}
         self.ports: dict[str, int] = dict(ports or {})
         self._servers: dict[str, grpc.aio.Server] = {}
