@@ -134,7 +134,7 @@ class PortIndex:
         hits = np.flatnonzero(self.ifindex[sl] == ifindex)
         if not len(hits):
             raise KeyError(f"{switch}:{ifindex}")
-        return sl.start + int(hits[0])
+        return int(sl.start) + int(hits[0])
 
 
 def _switch_order(sw: SwitchSpec) -> tuple[int, int, str]:
