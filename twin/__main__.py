@@ -12,20 +12,23 @@ import sys
 import threading
 from pathlib import Path
 
+from fabricmon.core.topology_yaml import dump_fabric
 from twin.control import serve_control
 from twin.runtime import Twin, TwinConfig
 from twin.snmp_v3 import V3User
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m twin", description="Run the fabric twin (SNMP agents + MoE job).")
+    ap = argparse.ArgumentParser(prog="python -m twin",
+                                 description="Run the fabric twin (SNMP agents + MoE job).")
     ap.add_argument("--name", default="twin", help="fabric name")
     ap.add_argument("--servers", type=int, default=32)
     ap.add_argument("--gpus-per-server", type=int, default=8)
     ap.add_argument("--spines", type=int, default=4)
     ap.add_argument("--speed-gbps", type=int, default=400)
     ap.add_argument("--routing", choices=("pxn", "ecmp"), default="pxn")
-    ap.add_argument("--snmp-port-base", type=int, default=16100, help="UDP port of the first switch (0 = ephemeral)")
+    ap.add_argument("--snmp-port-base", type=int, default=16100,
+                    help="UDP port of the first switch (0 = ephemeral)")
     ap.add_argument("--snmp-version", choices=("2c", "3"), default="2c")
     ap.add_argument("--community", default="public")
     ap.add_argument("--v3-user", default="fabricmon")
@@ -34,9 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--v3-priv-protocol", default="AES", choices=("DES", "AES", "NONE"))
     ap.add_argument("--v3-priv-key", default="fabricmon-priv")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lossy", action="store_true", help="drop overflow at egress (ifOutDiscards) instead of PFC")
-    ap.add_argument("--write-topology", type=Path, help="write the fabric (with actual SNMP ports) as YAML here")
-    ap.add_argument("--control-port", type=int, default=0, help="control API port on 127.0.0.1 (0 = ephemeral)")
+    ap.add_argument("--lossy", action="store_true",
+                    help="drop overflow at egress (ifOutDiscards) instead of PFC back-pressure")
+    ap.add_argument("--write-topology", type=Path,
+                    help="write the fabric (with actual SNMP ports) as YAML here")
+    ap.add_argument("--control-port", type=int, default=0,
+                    help="control API port on 127.0.0.1 (0 = ephemeral)")
     return ap.parse_args(argv)
 
 
@@ -52,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         snmp_version=args.snmp_version,
         snmp_port_base=args.snmp_port_base,
         community=args.community,
-        v3_user=V3User(args.v3_user, args.v3_auth_protocol, args.v3_auth_key, args.v3_priv_protocol, args.v3_priv_key),
+        v3_user=V3User(args.v3_user, args.v3_auth_protocol, args.v3_auth_key,
+                       args.v3_priv_protocol, args.v3_priv_key),
         seed=args.seed,
         lossy=args.lossy,
     )
@@ -62,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     server, control_port = serve_control(twin, args.control_port)
     if args.write_topology:
-        from fabricmon.core.topology_yaml import dump_fabric
-
         args.write_topology.write_text(dump_fabric(twin.fabric))
     ports = [sw.snmp.port for sw in twin.fabric.switches]
     port_text = f"{ports[0]}-{ports[-1]}" if args.snmp_port_base else ",".join(map(str, ports))

@@ -56,7 +56,8 @@ def main() -> None:
     per_vb_us = agent_cpu / max(vbs, 1) * 1e6
     per_round = vbs / args.rounds
     print(
-        f"snmp v{args.version}: {vbs} varbinds in {args.rounds} rounds ({per_round:.0f}/round, {wall:.2f} s wall); "
+        f"snmp v{args.version}: {vbs} varbinds in {args.rounds} rounds "
+        f"({per_round:.0f}/round, {wall:.2f} s wall); "
         f"agent CPU {agent_cpu:.3f} s (+ idle ticker {idle_cpu:.3f} s) → {per_vb_us:.1f} µs/varbind; "
         f"1 round per second = {per_round * per_vb_us / 1e4:.1f} % of a core"
     )

@@ -137,7 +137,7 @@ def serve_control(tw: Twin, port: int = 0) -> tuple[ThreadingHTTPServer, int]:
         def do_POST(self) -> None:
             self._do("POST")
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # the twin's stdout is for its summary line, not per-request noise
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)

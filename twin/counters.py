@@ -75,7 +75,9 @@ class CounterClock:
         self._r[slot] = rates
         self._count += 1
 
-    def advance(self, t_ns: int, rates: F64, *, overrides: list[tuple[object, U64 | int]] | None = None) -> None:
+    def advance(
+        self, t_ns: int, rates: F64, *, overrides: list[tuple[object, U64 | int]] | None = None
+    ) -> None:
         """Close the running segment at ``t_ns`` and start one with ``rates``.
 
         ``overrides`` are (index into the (P, M) value array, new value) applied at ``t_ns`` — the
@@ -87,7 +89,7 @@ class CounterClock:
                 raise ValueError(f"tick at {t_ns} before the last tick {self._t[last]}")
             values = self._value_in(last, t_ns)
             for where, val in overrides or ():
-                values[where] = val  # type: ignore[index]
+                values[where] = val  # type: ignore[call-overload]
             self._append(t_ns, values, rates)
 
     # -- reading ----------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ Served (ifIndex-indexed columns)::
 
     1.3.6.1.2.1.1.{1 sysDescr, 3 sysUpTime, 5 sysName}.0      1.3.6.1.2.1.2.1.0 ifNumber
     ifTable  1.3.6.1.2.1.2.2.1.{1 ifIndex, 2 ifDescr, 3 ifType, 5 ifSpeed, 7 ifAdminStatus,
-                                8 ifOperStatus, 13 ifInDiscards, 14 ifInErrors, 19 ifOutDiscards, 20 ifOutErrors}
+             8 ifOperStatus, 13 ifInDiscards, 14 ifInErrors, 19 ifOutDiscards, 20 ifOutErrors}
     ifXTable 1.3.6.1.2.1.31.1.1.1.{1 ifName, 6 ifHCInOctets, 7 ifHCInUcastPkts, 10 ifHCOutOctets,
-                                   11 ifHCOutUcastPkts, 15 ifHighSpeed, 18 ifAlias, 19 ifCounterDiscontinuityTime}
+             11 ifHCOutUcastPkts, 15 ifHighSpeed, 18 ifAlias, 19 ifCounterDiscontinuityTime}
 
 Both agents (the fast v2c responder and pysnmp for v3) read this one table, so they cannot disagree.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from fabricmon.core.topology import PortSpec
+from twin.counters import METRICS
 
 SYS = (1, 3, 6, 1, 2, 1, 1)
 IF_NUMBER = (1, 3, 6, 1, 2, 1, 2, 1, 0)
@@ -52,8 +53,6 @@ def build_switch_mib(
 ) -> list[MibEntry]:
     """Entries sorted by OID. ``ports`` and ``peers`` are in the switch's PortIndex order; the
     counters' ``arg`` refers to that order, the OIDs to the ports' ifIndex."""
-    from twin.counters import METRICS
-
     col = {name: i for i, name in enumerate(METRICS)}
     entries: list[MibEntry] = [
         MibEntry((*SYS, 1, 0), Kind.STRING, static=descr.encode()),

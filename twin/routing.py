@@ -4,7 +4,8 @@ Paths on a two-tier rail-optimized fabric::
 
     PXN   src GPU ══NVLink══▶ proxy GPU (same server, NIC on the destination's leaf)
           proxy NIC ─▶ [leaf port in] leaf [port out] ─▶ dst NIC           (2 port-hops, no spine)
-    ECMP  src NIC ─▶ [leaf in] leaf [uplink out] ─▶ [spine in] spine [down out] ─▶ [leaf in] leaf [out] ─▶ dst NIC
+    ECMP  src NIC ─▶ [leaf in] leaf [uplink out] ─▶ [spine in] spine [down out]
+                 ─▶ [leaf in] leaf [out] ─▶ dst NIC
           (same-leaf pairs take the 2-hop path; uplink and spine downlink chosen by a hash of (src, dst))
 
 Same-server traffic never touches the network. Routing is precomputed once into an incidence list
@@ -62,7 +63,11 @@ class Wiring:
             except KeyError as exc:
                 raise ValueError(f"cabling names unknown port {switch}:{port}") from exc
 
-        gpu_host, gpu_local, nic_pos, nic_switch, rails = [], [], [], [], []
+        gpu_host: list[int] = []
+        gpu_local: list[int] = []
+        nic_pos: list[int] = []
+        rails: list[int] = []
+        nic_switch: list[str] = []
         self.peer = [""] * len(index)
         self.gpu_labels: list[str] = []
         self.host_start: list[int] = []
@@ -81,7 +86,7 @@ class Wiring:
         self.gpu_local = np.asarray(gpu_local, dtype=np.int64)
         self.gpu_rail = np.asarray(rails, dtype=np.int64)
         self.nic_pos = np.asarray(nic_pos, dtype=np.int64)
-        self.leaf_names = sorted({s for s in nic_switch} | {sw.name for sw in fabric.switches if sw.role == "leaf"})
+        self.leaf_names = sorted(set(nic_switch) | {sw.name for sw in fabric.switches if sw.role == "leaf"})
         self.spine_names = sorted(sw.name for sw in fabric.switches if sw.role == "spine")
         leaf_id = {n: i for i, n in enumerate(self.leaf_names)}
         spine_id = {n: i for i, n in enumerate(self.spine_names)}
@@ -137,12 +142,12 @@ class Router:
             src_nic = np.repeat(dst, n)
             dst_nic = np.tile(dst, n)
         keep = w.gpu_host[src_nic] != w.gpu_host[dst_nic]
-        pairs, first = np.unique(src_nic[keep] * n + dst_nic[keep], return_index=True)
+        pairs, first_seen = np.unique(src_nic[keep] * n + dst_nic[keep], return_index=True)
         self.pairs = pairs
         # Where each NIC pair's bytes come from: the (source host, dst) row of the per-host sums
         # (PXN), or the (src, dst) entry of the GPU matrix (ECMP). Same-host pairs are not listed.
         if mode == "pxn":
-            self.pair_source = (np.repeat(np.arange(n_hosts), n)[keep] * n + dst_nic[keep])[first]
+            self.pair_source = (np.repeat(np.arange(n_hosts), n)[keep] * n + dst_nic[keep])[first_seen]
         else:
             self.pair_source = pairs
         self._uniform_hosts = len(set(np.bincount(w.gpu_host).tolist())) == 1
@@ -186,7 +191,7 @@ class Router:
                 for target in range(n_leaf):
                     if spine in spines_of_leaf[target]:
                         table[leaf][target].append(c)
-        width = max(1, max(len(cell) for row in table for cell in row))
+        width = max(1, *(len(cell) for row in table for cell in row))
         dense = np.full((n_owner, n_leaf, width), -1, dtype=np.int64)
         count = np.zeros((n_owner, n_leaf), dtype=np.int64)
         for o, row in enumerate(table):
@@ -229,11 +234,15 @@ class Router:
         in_b = np.bincount(self.first_hop, weights=flat, minlength=p)
         out_b = np.bincount(self.last_hop, weights=flat, minlength=p)
         if len(self.cross):
-            # Bytes per cable, then onto both ends: uplink = leaf out / spine in; downlink = spine out / leaf in.
+            # Bytes per cable, then onto both of its ends:
+            # uplink = leaf port out / spine port in; downlink = spine port out / leaf port in.
             link = w.link
             cross = flat[self.cross]
             up = np.bincount(self.up, weights=cross, minlength=len(link))
             down = np.bincount(self.down, weights=cross, minlength=len(link))
-            out_b += np.bincount(link[:, 1], weights=up, minlength=p) + np.bincount(link[:, 3], weights=down, minlength=p)
-            in_b += np.bincount(link[:, 3], weights=up, minlength=p) + np.bincount(link[:, 1], weights=down, minlength=p)
+            leaf_end, spine_end = link[:, 1], link[:, 3]
+            out_b += np.bincount(leaf_end, weights=up, minlength=p)
+            out_b += np.bincount(spine_end, weights=down, minlength=p)
+            in_b += np.bincount(spine_end, weights=up, minlength=p)
+            in_b += np.bincount(leaf_end, weights=down, minlength=p)
         return PortBytes(in_bytes=in_b, out_bytes=out_b)

@@ -63,7 +63,7 @@ class TwinConfig:
 
     def __post_init__(self) -> None:
         if self.tick_hz < 10.0:
-            raise ValueError(f"tick_hz must be ≥ 10 (counters move at least every 100 ms), got {self.tick_hz}")
+            raise ValueError(f"tick_hz must be ≥ 10 (counters move every ≤ 100 ms), got {self.tick_hz}")
         if self.snmp_version not in ("2c", "3"):
             raise ValueError(f"snmp_version must be '2c' or '3', got {self.snmp_version!r}")
 
@@ -154,7 +154,8 @@ class Twin:
                 boot_ns=self.t0_ns,
                 discontinuity_ticks=[0] * len(local),
             )
-        self._thread = threading.Thread(target=self._run, args=(sockets,), name=f"twin-{cfg.name}", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(sockets,), name=f"twin-{cfg.name}",
+                                        daemon=True)
         self._thread.start()
         self._ready.wait(30)
         if self._start_error is not None:

@@ -55,10 +55,10 @@ def encode_oid(oid: tuple[int, ...]) -> bytes:
             out.append(sub)
             continue
         chunk = [sub & 0x7F]
-        sub >>= 7
-        while sub:
-            chunk.append(0x80 | (sub & 0x7F))
-            sub >>= 7
+        rest = sub >> 7
+        while rest:
+            chunk.append(0x80 | (rest & 0x7F))
+            rest >>= 7
         out += bytes(reversed(chunk))
     return _tlv(0x06, bytes(out))
 
@@ -121,7 +121,7 @@ class Request:
             raise BerError("community is not an OCTET STRING")
         self.community = data[cs:ce]
         self.pdu, ps, pe = _read_tlv(data, ce, e)
-        tag, rs, re_ = _read_tlv(data, ps, pe)
+        tag, _rs, re_ = _read_tlv(data, ps, pe)
         if tag != 0x02:
             raise BerError("request-id is not an INTEGER")
         self.req_id_tlv = data[ps:re_]
@@ -153,7 +153,7 @@ class TableCodec:
             if e.kind is Kind.INTEGER:
                 self.static_ber.append(_uint(0x02, int(e.static)))
             elif e.kind is Kind.STRING:
-                self.static_ber.append(_tlv(0x04, bytes(e.static)))  # type: ignore[arg-type]
+                self.static_ber.append(_tlv(0x04, bytes(e.static)))
             elif e.kind is Kind.GAUGE:
                 self.static_ber.append(_uint(0x42, int(e.static)))
             elif e.kind is Kind.COUNTER32_ZERO:
@@ -235,7 +235,9 @@ def respond(codec: TableCodec, req: Request, community: bytes) -> bytes | None:
     return b"\x30" + _len(len(msg)) + msg
 
 
-def _one(codec: TableCodec, live: LiveView, oid: tuple[int, ...], *, next_: bool, n: int) -> tuple[bytes, bool]:
+def _one(
+    codec: TableCodec, live: LiveView, oid: tuple[int, ...], *, next_: bool, n: int
+) -> tuple[bytes, bool]:
     st = codec.state
     if next_:
         i = st.after(oid)

@@ -3,9 +3,9 @@
 One ``SnmpEngine`` for all switches (creating one costs ~0.6 s), one UDP transport per switch
 (sockets bound by us so port 0 works), serving the v3 user and — for convenience — the v2c
 community too. The controller finds the switch from the transport domain of the request being
-processed (pysnmp's execution context "rfc3412.receiveMessage:request"; processing is synchronous). The MIB controller follows
-reference/telemetry.md §2.4: GET/GETNEXT answered by bisecting the sorted table; GETBULK is
-pysnmp's repetition of GETNEXT.
+processed (pysnmp's execution context "rfc3412.receiveMessage:request"; processing is
+synchronous). The MIB controller follows reference/telemetry.md §2.4: GET/GETNEXT answered by
+bisecting the sorted table; GETBULK is pysnmp's repetition of GETNEXT.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pysnmp.carrier.asyncio.dgram import udp
 from pysnmp.entity import config, engine
 from pysnmp.entity.rfc3413 import cmdrsp, context
 from pysnmp.proto import rfc1902, rfc1905
+from pysnmp.smi import error as smi_error
 from pysnmp.smi import instrum
 
 from twin.agent_state import LiveView, SwitchAgentState
@@ -61,7 +62,7 @@ def _pysnmp_value(state: SwitchAgentState, i: int, live: LiveView) -> Any:
     if e.kind is Kind.INTEGER:
         return rfc1902.Integer32(int(e.static))
     if e.kind is Kind.STRING:
-        return rfc1902.OctetString(bytes(e.static))  # type: ignore[arg-type]
+        return rfc1902.OctetString(bytes(e.static))
     if e.kind is Kind.GAUGE:
         return rfc1902.Gauge32(int(e.static))
     if e.kind is Kind.COUNTER32_ZERO:
@@ -112,7 +113,7 @@ class SwitchMibController(instrum.AbstractMibInstrumController):  # type: ignore
         return out
 
     def write_variables(self, *var_binds: Any, **ctx: Any) -> list[Any]:
-        raise rfc1905.NoAccessError  # type: ignore[attr-defined]
+        raise smi_error.NotWritableError(name=var_binds[0][0] if var_binds else None)
 
 
 class UnreachableGate:

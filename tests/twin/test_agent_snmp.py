@@ -19,7 +19,6 @@ from pysnmp.hlapi.v3arch.asyncio import (
     UdpTransportTarget,
     UsmUserData,
     bulk_cmd,
-    get_cmd,
 )
 
 from twin.runtime import Twin, TwinConfig

@@ -25,7 +25,7 @@ def _get(tw: Twin, switch: str, *oids: str, timeout: str = "1") -> dict[str, str
 
 
 def _num(v: str) -> int:
-    return int(v.split("(")[1].split(")")[0]) if v.startswith("Timeticks") else int(v.split(": ")[1])
+    return int(v.split("(")[1].split(")", maxsplit=1)[0]) if v.startswith("Timeticks") else int(v.split(": ")[1])
 
 
 @pytest.fixture
@@ -84,11 +84,11 @@ def test_truth_matches_counter_differences_and_rates_never_exceed_line_rate(smal
             np.testing.assert_allclose(measured, truth[rate], rtol=1e-6, atol=50)
     # Per tick, every port's rate is within line rate, and counters sampled densely never decrease.
     rates = tw.true_rates(None, t1, t2)
-    line_Bps = tw.ports.speed_bps / 8
+    line_bytes_per_s = tw.ports.speed_bps / 8
     for t in range(t1, t2, 20_000_000):
         r = tw.true_rates(None, t, t + 20_000_000)
-        assert np.all(r["out_octets_per_s"] <= line_Bps * (1 + 1e-6))
-        assert np.all(r["in_octets_per_s"] <= line_Bps * (1 + 1e-6))
+        assert np.all(r["out_octets_per_s"] <= line_bytes_per_s * (1 + 1e-6))
+        assert np.all(r["in_octets_per_s"] <= line_bytes_per_s * (1 + 1e-6))
     samples = np.stack([tw.counters_at(None, t)["ifHCOutOctets"] for t in range(t1, t2, 7_000_000)])
     assert np.all(np.diff(samples.astype(object), axis=0) >= 0)
     assert rates["out_octets_per_s"].sum() > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -32,7 +34,7 @@ def test_hot_expert_receives_most_and_regime_shift_moves_it():
         received = lt.dispatch_bytes.sum(axis=0)
         assert int(np.argmax(received)) == job.gpu_of_expert(lt.hot_expert)
         hot.append(lt.hot_expert)
-    assert all(a != b for a, b in zip(hot, hot[1:]))  # every step a jump
+    assert all(a != b for a, b in itertools.pairwise(hot))  # every step a jump
 
 
 def test_without_regime_shift_the_hot_expert_stays_and_popularity_drifts():
