@@ -1,6 +1,15 @@
 from django.contrib import admin
 
-from fabricmon.alerts.models import Alert, AlertTransition, AllowedHost, Episode, Outbox, Receiver, Rule, Silence
+from fabricmon.alerts.models import (
+    Alert,
+    AlertTransition,
+    AllowedHost,
+    Episode,
+    Outbox,
+    Receiver,
+    Rule,
+    Silence,
+)
 
 admin.site.register(Rule)
 admin.site.register(Receiver)

@@ -32,7 +32,7 @@ def state_key(fabric: str) -> str:
 
 
 def geometry(fabric: str) -> FabricGeometry:
-    from fabricmon.topology import services as topology
+    from fabricmon.topology import services as topology  # noqa: PLC0415 (app registry must be ready)
 
     index = topology.port_index(fabric)
     key = (fabric, index.version)
@@ -58,10 +58,20 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
     hot = np.flatnonzero(s.prev_hot)
-    r.set(state_key(fabric), json.dumps({
-        "topo": geo.index.version, "hot": hot.tolist(), "dwell": s.dwell[hot].tolist(),
-        "since": min(s.windows_since_migration, 1 << 30), "migrations": s.migrations,
-        "dsum": s.completed_dwell_sum, "dcount": s.completed_dwell_count}))
+    r.set(
+        state_key(fabric),
+        json.dumps(
+            {
+                "topo": geo.index.version,
+                "hot": hot.tolist(),
+                "dwell": s.dwell[hot].tolist(),
+                "since": min(s.windows_since_migration, 1 << 30),
+                "migrations": s.migrations,
+                "dsum": s.completed_dwell_sum,
+                "dcount": s.completed_dwell_count,
+            }
+        ),
+    )
 
 
 def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: int = 200) -> int:
@@ -75,8 +85,13 @@ def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: in
     for eid, frame in live_window.read_window(r, fabric, after_id=cursor, count=max_frames):
         cursor = eid
         if frame.topology_version != geo.index.version or frame.n_ports != geo.n_ports:
-            log.warning("alerts: %s frame %s is for topology %s, fabric is at %s: skipped",
-                        fabric, eid, frame.topology_version, geo.index.version)
+            log.warning(
+                "alerts: %s frame %s is for topology %s, fabric is at %s: skipped",
+                fabric,
+                eid,
+                frame.topology_version,
+                geo.index.version,
+            )
             continue
         state, found = detect_window(frame.metrics, geo, state, cfg, ts_ns=frame.ts_ns)
         services.record_window(fabric, found, geo, now=datetime.fromtimestamp(frame.ts_ns / 1e9, tz=UTC))

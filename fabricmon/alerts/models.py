@@ -113,6 +113,9 @@ class AlertTransition(models.Model):
     class Meta:
         ordering = ("at", "id")
 
+    def __str__(self) -> str:
+        return f"{self.alert_id}: {self.from_state} → {self.to_state} at {self.at:%H:%M:%S}"
+
 
 class Silence(models.Model):
     """Mute notifications matching fabric (and optionally kind, key substring) for a while."""
@@ -127,6 +130,9 @@ class Silence(models.Model):
 
     class Meta:
         ordering = ("-ends_at",)
+
+    def __str__(self) -> str:
+        return f"silence {self.fabric}/{self.kind or '*'}/{self.key_contains or '*'} until {self.ends_at}"
 
 
 class Receiver(models.Model):
@@ -185,7 +191,9 @@ class Outbox(models.Model):
         SENT = "sent"
         FAILED = "failed"
 
-    transition = models.ForeignKey(AlertTransition, null=True, on_delete=models.CASCADE, related_name="outbox")
+    transition = models.ForeignKey(
+        AlertTransition, null=True, on_delete=models.CASCADE, related_name="outbox"
+    )
     receiver = models.ForeignKey(Receiver, on_delete=models.CASCADE, related_name="outbox")
     payload = models.JSONField()  # the message content, frozen when the transition happened
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -201,6 +209,11 @@ class Outbox(models.Model):
         indexes = [models.Index(fields=("status", "next_attempt_at"))]
         constraints = [
             models.UniqueConstraint(
-                fields=("transition", "receiver"), name="alerts_outbox_once", condition=models.Q(transition__isnull=False)
+                fields=("transition", "receiver"),
+                name="alerts_outbox_once",
+                condition=models.Q(transition__isnull=False),
             )
         ]
+
+    def __str__(self) -> str:
+        return f"outbox {self.pk} → receiver {self.receiver_id} ({self.status})"

@@ -27,7 +27,7 @@ METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:
 MAX_REDIRECTS = 3
 
 
-class RefusedAddress(Exception):
+class RefusedAddressError(Exception):
     """The destination resolves to an address the guard refuses; no connection was made."""
 
 
@@ -39,8 +39,8 @@ class Policy:
 
     def permits(self, host: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         host = host.lower().strip("[]")
-        for entry in self.allow:
-            entry = entry.strip().lower()
+        for raw in self.allow:
+            entry = raw.strip().lower()
             if not entry:
                 continue
             if entry == host:
@@ -66,7 +66,7 @@ def vetted_addresses(host: str, port: int, policy: Policy) -> list[tuple[int, st
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
         if not policy.permits(host, ip):
-            raise RefusedAddress(f"{host} resolves to {ip}, which is not allowed for notifications")
+            raise RefusedAddressError(f"{host} resolves to {ip}, which is not allowed for notifications")
         out.append((family, str(sockaddr[0])))
     if not out:
         raise OSError(f"{host} has no addresses")
@@ -123,7 +123,9 @@ def post(
     for _ in range(MAX_REDIRECTS + 1):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RefusedAddress(f"only http(s) URLs with a host are allowed (got scheme {parts.scheme!r})")
+            raise RefusedAddressError(
+                f"only http(s) URLs with a host are allowed (got scheme {parts.scheme!r})"
+            )
         cls = _GuardedHTTPSConnection if parts.scheme == "https" else _GuardedHTTPConnection
         conn = cls(parts.hostname, parts.port, timeout=timeout_s)
         conn.policy = policy

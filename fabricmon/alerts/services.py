@@ -24,10 +24,26 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from fabricmon.alerts.models import Alert, AlertTransition, AllowedHost, Episode, Outbox, Receiver, Rule, Silence
+from fabricmon.alerts.models import (
+    Alert,
+    AlertTransition,
+    AllowedHost,
+    Episode,
+    Outbox,
+    Receiver,
+    Rule,
+    Silence,
+)
 from fabricmon.alerts.netguard import Policy
 from fabricmon.alerts.transports import Message, Target, TransportError, transport_for
-from fabricmon.core.detect import Condition, DetectConfig, FabricGeometry, WindowFindings, conditions, trajectory_step
+from fabricmon.core.detect import (
+    Condition,
+    DetectConfig,
+    FabricGeometry,
+    WindowFindings,
+    conditions,
+    trajectory_step,
+)
 from fabricmon.core.incast_lifecycle import DEFAULT_LIFECYCLE, LifecycleConfig, Slot, advance
 
 log = logging.getLogger(__name__)
@@ -72,7 +88,9 @@ def lifecycle_config(fabric: str) -> tuple[dict[str, LifecycleConfig], set[str]]
 
 def _silenced(fabric: str, kind: str, key: str, now: datetime) -> bool:
     # Active silences of one fabric are few: match them here rather than in SQL.
-    active = Silence.objects.filter(fabric=fabric, starts_at__lte=now, ends_at__gt=now).filter(Q(kind="") | Q(kind=kind))
+    active = Silence.objects.filter(fabric=fabric, starts_at__lte=now, ends_at__gt=now).filter(
+        Q(kind="") | Q(kind=kind)
+    )
     return any(s.key_contains in key for s in active)
 
 
@@ -93,10 +111,16 @@ def record_window(
     now = now or timezone.now()
     config, off = lifecycle_config(fabric)
     conds = [c for c in conditions(findings, geo) if c.kind not in off]
-    rows = {a.fingerprint: a for a in Alert.objects.select_for_update().filter(
-        fabric=fabric, run_name=run_name, state__in=(Alert.State.PENDING, Alert.State.FIRING))}
+    rows = {
+        a.fingerprint: a
+        for a in Alert.objects.select_for_update().filter(
+            fabric=fabric, run_name=run_name, state__in=(Alert.State.PENDING, Alert.State.FIRING)
+        )
+    }
     slots = {
-        fp: Slot(a.kind, a.key, a.state, _ns(a.active_since), _ns(a.last_true), Condition(a.kind, a.key, a.summary))  # type: ignore[arg-type]
+        fp: Slot(
+            a.kind, a.key, a.state, _ns(a.active_since), _ns(a.last_true), Condition(a.kind, a.key, a.summary)
+        )  # type: ignore[arg-type]
         for fp, a in rows.items()
     }
     new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, run=run_name, config=config)
@@ -107,8 +131,15 @@ def record_window(
         if alert is None:
             alert, _ = Alert.objects.get_or_create(
                 fingerprint=ch.fingerprint,
-                defaults={"fabric": fabric, "kind": ch.kind, "key": ch.key, "run_name": run_name,
-                          "state": ch.to_state, "active_since": now, "last_true": now},
+                defaults={
+                    "fabric": fabric,
+                    "kind": ch.kind,
+                    "key": ch.key,
+                    "run_name": run_name,
+                    "state": ch.to_state,
+                    "active_since": now,
+                    "last_true": now,
+                },
             )
             rows[ch.fingerprint] = alert
         alert.state = ch.to_state
@@ -120,7 +151,9 @@ def record_window(
             alert.acknowledged_by = None
         elif ch.to_state == "firing":
             if episode is None:
-                episode = Episode.objects.create(fabric=fabric, run_name=run_name, owner_id=owner_id, opened_at=now)
+                episode = Episode.objects.create(
+                    fabric=fabric, run_name=run_name, owner_id=owner_id, opened_at=now
+                )
             alert.fired_at = now
             alert.episode = episode
             if ch.kind not in episode.kinds:
@@ -129,8 +162,14 @@ def record_window(
             alert.resolved_at = now
         alert.save()
         silenced = ch.to_state in ("firing", "resolved") and _silenced(fabric, ch.kind, ch.key, now)
-        row = AlertTransition.objects.create(alert=alert, from_state=ch.from_state, to_state=ch.to_state, at=now,
-                                             summary=ch.condition.summary, silenced=silenced)
+        row = AlertTransition.objects.create(
+            alert=alert,
+            from_state=ch.from_state,
+            to_state=ch.to_state,
+            at=now,
+            summary=ch.condition.summary,
+            silenced=silenced,
+        )
         stored.append(row)
         if ch.to_state in ("firing", "resolved") and not silenced:
             _enqueue(row, alert, episode, now, link_base)
@@ -148,7 +187,9 @@ def record_window(
     return stored
 
 
-def _message(row: AlertTransition, alert: Alert, episode: Episode | None, receiver: Receiver, link_base: str) -> Message:
+def _message(
+    row: AlertTransition, alert: Alert, episode: Episode | None, receiver: Receiver, link_base: str
+) -> Message:
     details = dict(alert.details)
     if episode is not None and episode.trajectory:
         details["trajectory"] = [",".join(s["ports"]) for s in episode.trajectory]
@@ -168,29 +209,51 @@ def _message(row: AlertTransition, alert: Alert, episode: Episode | None, receiv
     )
 
 
-def _enqueue(row: AlertTransition, alert: Alert, episode: Episode | None, now: datetime, link_base: str) -> None:
+def _enqueue(
+    row: AlertTransition, alert: Alert, episode: Episode | None, now: datetime, link_base: str
+) -> None:
     owner_id = episode.owner_id if episode else None
     receivers = Receiver.objects.filter(disabled=False).filter(Q(fabric="") | Q(fabric=alert.fabric))
-    receivers = receivers.filter(Q(owner=None) | Q(owner_id=owner_id)) if owner_id else receivers.filter(owner=None)
+    receivers = (
+        receivers.filter(Q(owner=None) | Q(owner_id=owner_id)) if owner_id else receivers.filter(owner=None)
+    )
     for rcv in receivers:
         if rcv.kinds and alert.kind not in rcv.kinds:
             continue
         if row.to_state == "resolved" and not rcv.send_resolved:
             continue
         msg = _message(row, alert, episode, rcv, link_base)
-        Outbox.objects.get_or_create(transition=row, receiver=rcv, defaults={
-            "payload": dataclasses.asdict(msg), "created_at": now, "next_attempt_at": now})
+        Outbox.objects.get_or_create(
+            transition=row,
+            receiver=rcv,
+            defaults={"payload": dataclasses.asdict(msg), "created_at": now, "next_attempt_at": now},
+        )
 
 
 def acknowledge(alert: Alert, user: Any, now: datetime | None = None) -> None:
     Alert.objects.filter(pk=alert.pk).update(acknowledged_by=user, acknowledged_at=now or timezone.now())
 
 
-def silence(fabric: str, *, kind: str = "", key_contains: str = "", duration_s: float = 3600.0,
-            comment: str = "", user: Any = None, now: datetime | None = None) -> Silence:
+def silence(
+    fabric: str,
+    *,
+    kind: str = "",
+    key_contains: str = "",
+    duration_s: float = 3600.0,
+    comment: str = "",
+    user: Any = None,
+    now: datetime | None = None,
+) -> Silence:
     now = now or timezone.now()
-    return Silence.objects.create(fabric=fabric, kind=kind, key_contains=key_contains, starts_at=now,
-                                  ends_at=now + timedelta(seconds=duration_s), comment=comment, created_by=user)
+    return Silence.objects.create(
+        fabric=fabric,
+        kind=kind,
+        key_contains=key_contains,
+        starts_at=now,
+        ends_at=now + timedelta(seconds=duration_s),
+        comment=comment,
+        created_by=user,
+    )
 
 
 # --- delivery --------------------------------------------------------------------------------
@@ -198,8 +261,12 @@ def silence(fabric: str, *, kind: str = "", key_contains: str = "", duration_s: 
 
 def claim(outbox_id: int, now: datetime) -> bool:
     """Compare-and-swap: exactly one caller moves a due row from pending to sending."""
-    return Outbox.objects.filter(id=outbox_id, status=Outbox.Status.PENDING, next_attempt_at__lte=now).update(
-        status=Outbox.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1) == 1
+    return (
+        Outbox.objects.filter(id=outbox_id, status=Outbox.Status.PENDING, next_attempt_at__lte=now).update(
+            status=Outbox.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1
+        )
+        == 1
+    )
 
 
 def backoff_s(attempts: int) -> float:
@@ -217,7 +284,9 @@ def deliver(outbox_id: int, now: datetime | None = None) -> str:
         Outbox.objects.filter(id=row.id).update(status=Outbox.Status.FAILED, last_error="receiver disabled")
         return Outbox.Status.FAILED
     try:
-        transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy()).notify(Message(**row.payload))
+        transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy()).notify(
+            Message(**row.payload)
+        )
     except TransportError as exc:
         return _failed(row, rcv, exc, now)
     Outbox.objects.filter(id=row.id).update(status=Outbox.Status.SENT, sent_at=now, last_error="")
@@ -233,11 +302,14 @@ def _failed(row: Outbox, rcv: Receiver, exc: TransportError, now: datetime) -> s
         Receiver.objects.filter(id=rcv.id).update(disabled=True, last_error=exc.message)
         return Outbox.Status.FAILED
     if (now - row.created_at).total_seconds() > MAX_AGE_S:
-        Outbox.objects.filter(id=row.id).update(status=Outbox.Status.FAILED, last_error=f"gave up: {exc.message}")
+        Outbox.objects.filter(id=row.id).update(
+            status=Outbox.Status.FAILED, last_error=f"gave up: {exc.message}"
+        )
         return Outbox.Status.FAILED
     wait = max(backoff_s(row.attempts + 0), exc.retry_after_s or 0.0)
     Outbox.objects.filter(id=row.id).update(
-        status=Outbox.Status.PENDING, next_attempt_at=now + timedelta(seconds=wait), last_error=exc.message)
+        status=Outbox.Status.PENDING, next_attempt_at=now + timedelta(seconds=wait), last_error=exc.message
+    )
     Receiver.objects.filter(id=rcv.id).update(last_error=exc.message)
     return Outbox.Status.PENDING
 
@@ -245,20 +317,33 @@ def _failed(row: Outbox, rcv: Receiver, exc: TransportError, now: datetime) -> s
 def deliver_due(now: datetime | None = None, limit: int = 100) -> int:
     """Hand back rows of dead workers, then send every due row. Returns how many were sent."""
     now = now or timezone.now()
-    Outbox.objects.filter(status=Outbox.Status.SENDING, claimed_at__lt=now - timedelta(seconds=STUCK_S)).update(
-        status=Outbox.Status.PENDING)
-    ids = list(Outbox.objects.filter(status=Outbox.Status.PENDING, next_attempt_at__lte=now)
-               .order_by("next_attempt_at").values_list("id", flat=True)[:limit])
+    Outbox.objects.filter(
+        status=Outbox.Status.SENDING, claimed_at__lt=now - timedelta(seconds=STUCK_S)
+    ).update(status=Outbox.Status.PENDING)
+    ids = list(
+        Outbox.objects.filter(status=Outbox.Status.PENDING, next_attempt_at__lte=now)
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:limit]
+    )
     return sum(deliver(i, now) == Outbox.Status.SENT for i in ids)
 
 
 def send_test(receiver: Receiver, now: datetime | None = None) -> str:
     """The "send test" button: one real delivery right now. Returns '' or the error shown."""
     now = now or timezone.now()
-    msg = Message(id=f"test_{receiver.pk}_{int(now.timestamp())}", fingerprint="test", fabric=receiver.fabric or "*",
-                  kind="test", key="test message", status="test", summary="fabricmon test notification",
-                  starts_at=now.isoformat())
-    row = Outbox.objects.create(receiver=receiver, payload=dataclasses.asdict(msg), created_at=now, next_attempt_at=now)
+    msg = Message(
+        id=f"test_{receiver.pk}_{int(now.timestamp())}",
+        fingerprint="test",
+        fabric=receiver.fabric or "*",
+        kind="test",
+        key="test message",
+        status="test",
+        summary="fabricmon test notification",
+        starts_at=now.isoformat(),
+    )
+    row = Outbox.objects.create(
+        receiver=receiver, payload=dataclasses.asdict(msg), created_at=now, next_attempt_at=now
+    )
     if receiver.disabled:  # a test is how an operator checks a fixed receiver: try it anyway
         Receiver.objects.filter(id=receiver.id).update(disabled=False)
     status = deliver(row.id, now)

@@ -21,7 +21,7 @@ def deliver(outbox_id: int) -> str:
 @shared_task(name="alerts.evaluate", ignore_result=True)
 def evaluate() -> int:
     """Run detection over the new frames of every fabric (beat: every second)."""
-    from fabricmon.alerts.evaluation import evaluate_fabric
-    from fabricmon.topology.models import Fabric
+    from fabricmon.alerts.evaluation import evaluate_fabric  # noqa: PLC0415 (imports models lazily)
+    from fabricmon.topology.models import Fabric  # noqa: PLC0415
 
     return sum(evaluate_fabric(name) for name in Fabric.objects.values_list("name", flat=True))

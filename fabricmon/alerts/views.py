@@ -20,10 +20,17 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     alerts = Alert.objects.select_related("episode", "acknowledged_by").exclude(state=Alert.State.INACTIVE)
     if state:
         alerts = alerts.filter(state=state)
-    return render(request, "alerts/list.html", {
-        "alerts": alerts[:200], "state": state, "silences": Silence.objects.all()[:50],
-        "silence_form": SilenceForm(), "episodes": Episode.objects.all()[:20],
-    })
+    return render(
+        request,
+        "alerts/list.html",
+        {
+            "alerts": alerts[:200],
+            "state": state,
+            "silences": Silence.objects.all()[:50],
+            "silence_form": SilenceForm(),
+            "episodes": Episode.objects.all()[:20],
+        },
+    )
 
 
 def trajectory_grid(episode: Episode) -> dict[str, object]:
@@ -35,17 +42,25 @@ def trajectory_grid(episode: Episode) -> dict[str, object]:
                 rows.append(p)
     cells = [(c, rows.index(p)) for c, step in enumerate(episode.trajectory) for p in step["ports"]]
     path = [(c, rows.index(step["ports"][0])) for c, step in enumerate(episode.trajectory) if step["ports"]]
-    return {"rows": rows, "cols": len(episode.trajectory), "cells": cells,
-            "path": " ".join(f"{c * 24 + 12},{r * 18 + 9}" for c, r in path),
-            "width": max(len(episode.trajectory), 1) * 24, "height": max(len(rows), 1) * 18}
+    return {
+        "rows": rows,
+        "cols": len(episode.trajectory),
+        "cells": cells,
+        "path": " ".join(f"{c * 24 + 12},{r * 18 + 9}" for c, r in path),
+        "width": max(len(episode.trajectory), 1) * 24,
+        "height": max(len(rows), 1) * 18,
+    }
 
 
 @login_required
 def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     episode = get_object_or_404(Episode, pk=pk)
     alerts = episode.alerts.prefetch_related("transitions")
-    return render(request, "alerts/episode.html", {"episode": episode, "alerts": alerts,
-                                                   "grid": trajectory_grid(episode)})
+    return render(
+        request,
+        "alerts/episode.html",
+        {"episode": episode, "alerts": alerts, "grid": trajectory_grid(episode)},
+    )
 
 
 @login_required

@@ -419,7 +419,8 @@ def conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]
                 "fabric",
                 f"moving incast: hot set {', '.join(port_name(int(p)) for p in findings.hot_ports[:4])}"
                 f" (J={findings.jaccard:.2f}, {findings.migrations} migrations"
-                f"{', leaf jump' if findings.leaf_jump else ''}{', rail jump' if findings.rail_jump else ''})",
+                f"{', leaf jump' if findings.leaf_jump else ''}"
+                f"{', rail jump' if findings.rail_jump else ''})",
                 value=findings.migration_rate,
                 ports=tuple(int(p) for p in findings.hot_ports),
                 details={

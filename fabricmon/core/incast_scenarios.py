@@ -33,6 +33,7 @@ from fabricmon.core.detect import (
 )
 from fabricmon.core.incast_lifecycle import DEFAULT_LIFECYCLE, LifecycleConfig, Slot, advance
 from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import build_port_index
 
 KINDS = ("static", "moving", "balanced", "ecmp", "pfc")
 # The alert kind each scenario is expected to raise (balanced: none at all).
@@ -71,8 +72,6 @@ _GEO_CACHE: dict[tuple[int, int, int], FabricGeometry] = {}
 def _geometry(servers: int, gpus: int, spines: int) -> FabricGeometry:
     key = (servers, gpus, spines)
     if key not in _GEO_CACHE:
-        from fabricmon.core.topology import build_port_index
-
         fabric = rail_optimized("scn", servers=servers, gpus_per_server=gpus, spines=spines)
         _GEO_CACHE[key] = fabric_geometry(build_port_index(fabric), fabric)
     return _GEO_CACHE[key]
@@ -262,7 +261,8 @@ def format_table(result: Mapping[str, object]) -> str:
     )
     lines.append(
         f"moving incast: recall={result['moving_recall']:.3f} precision={result['moving_precision']:.3f} "
-        f"window-recall={result['moving_window_recall']:.3f} window-precision={result['moving_window_precision']:.3f}"
+        f"window-recall={result['moving_window_recall']:.3f} "
+        f"window-precision={result['moving_window_precision']:.3f}"
     )
     return "\n".join(lines)
 

@@ -73,7 +73,7 @@ def receiver() -> Iterator[Receiver]:
             self.end_headers()
             self.wfile.write(out)
 
-        do_GET = do_POST
+        do_GET = do_POST  # noqa: N815 (http.server dispatches on this name)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -108,10 +108,17 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
     cfg = tmp_path / "am.yml"
     cfg.write_text("route:\n  receiver: blackhole\nreceivers:\n  - name: blackhole\n")
     port = _free_port()
+    log = open(tmp_path / "am.log", "w")  # noqa: SIM115 (closed after the process ends)
     proc = subprocess.Popen(
-        [str(binary), f"--config.file={cfg}", f"--storage.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "am.log", "w"),
+        [
+            str(binary),
+            f"--config.file={cfg}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -130,3 +137,4 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()

@@ -5,6 +5,7 @@ A controllable clock (``now``) drives retries: "ten minutes of 503" is ten simul
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from standardwebhooks import Webhook
 
 from fabricmon.alerts import services
 from fabricmon.alerts.models import Outbox, Receiver
-from fabricmon.alerts.netguard import Policy, RefusedAddress, post
+from fabricmon.alerts.netguard import Policy, RefusedAddressError, post
 from fabricmon.alerts.transports import Message, Target, transport_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -24,16 +25,23 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 def message(status: str = "firing") -> Message:
-    return Message(id="msg_1_1", fingerprint="abc", fabric="su1", kind="moving_incast", key="fabric",
-                   status=status, summary="moving incast: hot set leaf-r3:Ethernet7", starts_at=T0.isoformat(),
-                   details={"trajectory": ["leaf-r1:Ethernet2", "leaf-r3:Ethernet7"]})
+    return Message(
+        id="msg_1_1",
+        fingerprint="abc",
+        fabric="su1",
+        kind="moving_incast",
+        key="fabric",
+        status=status,
+        summary="moving incast: hot set leaf-r3:Ethernet7",
+        starts_at=T0.isoformat(),
+        details={"trajectory": ["leaf-r1:Ethernet2", "leaf-r3:Ethernet7"]},
+    )
 
 
 def enqueue(rcv: Receiver, msg: Message | None = None) -> Outbox:
-    import dataclasses
-
-    return Outbox.objects.create(receiver=rcv, payload=dataclasses.asdict(msg or message()), created_at=T0,
-                                 next_attempt_at=T0)
+    return Outbox.objects.create(
+        receiver=rcv, payload=dataclasses.asdict(msg or message()), created_at=T0, next_attempt_at=T0
+    )
 
 
 def run_clock(receiver, start: datetime, seconds: int, step_s: int = 1) -> None:
@@ -61,17 +69,20 @@ def test_503_for_ten_minutes_then_200_is_delivered_exactly_once(receiver, allow_
 def test_429_retry_after_is_honoured(receiver, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="slack", kind="slack", url=receiver.url)
     enqueue(rcv)
-    receiver.respond = lambda seen: (429, {"Retry-After": "120"}, b"slow down") if len(receiver.requests) == 1 \
-        else (200, {}, b"ok")
+    receiver.respond = lambda seen: (
+        (429, {"Retry-After": "120"}, b"slow down") if len(receiver.requests) == 1 else (200, {}, b"ok")
+    )
     run_clock(receiver, T0, 300)
-    assert [r.clock for r in receiver.requests][0] == 0
+    assert receiver.requests[0].clock == 0
     assert len(receiver.requests) == 2 and receiver.requests[1].clock >= 120
 
 
 def test_discord_json_retry_after_and_permanent_404_disables_receiver(receiver, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="discord", kind="discord", url=receiver.url)
     enqueue(rcv)
-    answers = iter([(429, {}, b'{"retry_after": 30.5, "global": false}'), (404, {}, b'{"message": "Unknown Webhook"}')])
+    answers = iter(
+        [(429, {}, b'{"retry_after": 30.5, "global": false}'), (404, {}, b'{"message": "Unknown Webhook"}')]
+    )
     receiver.respond = lambda seen: next(answers)
     run_clock(receiver, T0, 120)
     assert len(receiver.requests) == 2 and receiver.requests[1].clock >= 30.5
@@ -99,7 +110,7 @@ def test_generic_webhook_signature_verifies_with_standard_webhooks(receiver, all
     payload = Webhook(SECRET).verify(seen.body, seen.headers)  # the independent verifier
     assert payload["version"] == "4" and payload["alerts"][0]["labels"]["alertname"] == "moving_incast"
     tampered = seen.body.replace(b"moving", b"static")
-    with pytest.raises(Exception, match="(?i)signature"):
+    with pytest.raises(Exception, match=r"(?i)signature"):
         Webhook(SECRET).verify(tampered, seen.headers)
 
 
@@ -124,8 +135,6 @@ def test_chat_payloads_arrive_in_each_format(receiver, allow_loopback, kind: str
 def test_real_alertmanager_lists_the_alert(alertmanager: str, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="am", kind="alertmanager", url=alertmanager)
     now = datetime.now(UTC)
-    import dataclasses
-
     msg = dataclasses.replace(message(), starts_at=now.isoformat())
     Outbox.objects.create(receiver=rcv, payload=dataclasses.asdict(msg), created_at=now, next_attempt_at=now)
     assert services.deliver_due(now) == 1
@@ -151,13 +160,13 @@ def test_ssrf_private_ip_is_refused_without_connecting(settings) -> None:
 def test_ssrf_redirect_to_metadata_is_not_followed(receiver, allow_loopback) -> None:
     receiver.respond = lambda seen: (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, b"")
     CONNECTS.clear()
-    with pytest.raises(RefusedAddress, match="169.254.169.254"):
+    with pytest.raises(RefusedAddressError, match=r"169.254.169.254"):
         post(receiver.url, b"{}", {}, policy=Policy(("127.0.0.1",)))
     assert len(receiver.requests) == 1
     assert ("127.0.0.1", receiver.port) in CONNECTS
     assert not any(ip == "169.254.169.254" for ip, _ in CONNECTS)
     # Even a range that covers link-local does not open the metadata address.
-    with pytest.raises(RefusedAddress):
+    with pytest.raises(RefusedAddressError):
         post(receiver.url, b"{}", {}, policy=Policy(("127.0.0.1", "169.254.0.0/16")))
 
 

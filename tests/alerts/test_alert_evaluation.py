@@ -24,12 +24,22 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
     geo = geometry(fabric_name)
     host = np.flatnonzero(geo.is_leaf_host)
     try:
+
         def push(t: int, hot: list[int], topo: str | None = None) -> None:
             util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
             wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
             util[hot], wm[hot] = 0.97, 3 * KMAX
-            live_window.append(redis_client, Frame(fabric_name, topo or geo.index.version, T0_NS + t * 10**9, 1.0,
-                                                   {"util": util, "watermark_bytes": wm}), max_frames=100)
+            live_window.append(
+                redis_client,
+                Frame(
+                    fabric_name,
+                    topo or geo.index.version,
+                    T0_NS + t * 10**9,
+                    1.0,
+                    {"util": util, "watermark_bytes": wm},
+                ),
+                max_frames=100,
+            )
 
         for t, hot in enumerate([[host[0]], [host[0]], [host[5]]]):
             push(t, hot)
@@ -44,4 +54,6 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
         ep = Episode.objects.get(fabric=fabric_name)
         assert ep.migrations == 3 and len(ep.trajectory) == 4
     finally:
-        redis_client.delete(live_window.frames_key(fabric_name), cursor_key(fabric_name), state_key(fabric_name))
+        redis_client.delete(
+            live_window.frames_key(fabric_name), cursor_key(fabric_name), state_key(fabric_name)
+        )

@@ -36,24 +36,50 @@ def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, st
         wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
         util[list(hot)], wm[list(hot)] = 0.97, 3 * KMAX
         fan = np.where(geo.is_leaf_host, 31, 0).astype(np.float32)
-        state, found = detect_window({"util": util, "watermark_bytes": wm}, geo, state, DetectConfig(),
-                                     fan_in=fan, ts_ns=t)
-        out += services.record_window(fabric, found, geo, now=T0 + timedelta(seconds=t), run_name=run_name,
-                                      owner_id=owner_id, link_base="http://fabricmon.example")
+        state, found = detect_window(
+            {"util": util, "watermark_bytes": wm}, geo, state, DetectConfig(), fan_in=fan, ts_ns=t
+        )
+        out += services.record_window(
+            fabric,
+            found,
+            geo,
+            now=T0 + timedelta(seconds=t),
+            run_name=run_name,
+            owner_id=owner_id,
+            link_base="http://fabricmon.example",
+        )
     return out
 
 
 def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
-    path = [[host[0]], [host[0]], [host[0]], [host[5]], [host[2]], [host[7]], [host[7]], [], [], [], [], [], [], []]
+    path = [
+        [host[0]],
+        [host[0]],
+        [host[0]],
+        [host[5]],
+        [host[2]],
+        [host[7]],
+        [host[7]],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+    ]
     windows(geo, path)
     assert Episode.objects.count() == 1
     ep = Episode.objects.get()
     assert ep.kinds == ["incast", "moving_incast"] and ep.migrations == 3 and ep.closed_at is not None
     assert [s["ports"] for s in ep.trajectory] == [
-        [f"leaf-r0:{geo.index.port_names[host[0]]}"], [f"leaf-r1:{geo.index.port_names[host[5]]}"],
-        [f"leaf-r0:{geo.index.port_names[host[2]]}"], [f"leaf-r1:{geo.index.port_names[host[7]]}"]]
+        [f"leaf-r0:{geo.index.port_names[host[0]]}"],
+        [f"leaf-r1:{geo.index.port_names[host[5]]}"],
+        [f"leaf-r0:{geo.index.port_names[host[2]]}"],
+        [f"leaf-r1:{geo.index.port_names[host[7]]}"],
+    ]
     assert ep.trajectory[1]["rail_jump"] and ep.trajectory[1]["hosts"] == ["node002"]
     moving = Alert.objects.get(kind="moving_incast")
     assert moving.state == "resolved"
@@ -102,7 +128,9 @@ def test_rules_from_database_disable_kinds_and_set_thresholds(geo) -> None:
     assert not Alert.objects.filter(kind="incast").exists()
 
 
-def test_pages_list_episode_ack_silence_receivers(geo, client, django_user_model, receiver, allow_loopback) -> None:
+def test_pages_list_episode_ack_silence_receivers(
+    geo, client, django_user_model, receiver, allow_loopback
+) -> None:
     admin = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client.force_login(admin)
     host = np.flatnonzero(geo.is_leaf_host).tolist()
@@ -117,11 +145,23 @@ def test_pages_list_episode_ack_silence_receivers(geo, client, django_user_model
     assert alert.acknowledged_by == admin
     client.post("/alerts/silences/", {"fabric": "su1", "kind": "", "key_contains": "", "duration_s": 600})
     assert "until" in client.get("/alerts/").content.decode()
-    client.post("/alerts/receivers/", {"name": "local", "kind": "webhook", "url": receiver.url, "secret": "",
-                                        "fabric": "", "kinds": "[]", "send_resolved": "on"})
+    client.post(
+        "/alerts/receivers/",
+        {
+            "name": "local",
+            "kind": "webhook",
+            "url": receiver.url,
+            "secret": "",
+            "fabric": "",
+            "kinds": "[]",
+            "send_resolved": "on",
+        },
+    )
     rcv = Receiver.objects.get(name="local")
     resp = client.post(f"/alerts/receivers/{rcv.pk}/test/", follow=True)
     assert "Test sent to local" in resp.content.decode() and len(receiver.requests) == 1
-    bad = client.post("/alerts/rules/", {"fabric": "su1", "kind": "incast", "for_s": 1, "keep_firing_s": 3,
-                                          "params": '{"bogus": 1}'})
+    bad = client.post(
+        "/alerts/rules/",
+        {"fabric": "su1", "kind": "incast", "for_s": 1, "keep_firing_s": 3, "params": '{"bogus": 1}'},
+    )
     assert "unknown setting" in bad.content.decode()

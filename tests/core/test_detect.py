@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fabricmon.core.detect import (
+    Condition,
     DetectConfig,
     MovingState,
     conditions,
@@ -108,16 +109,16 @@ def test_pfc_storm_ecmp_imbalance_rail_violation_and_target_down(geo) -> None:
 
 def test_config_from_mapping_names_bad_keys_and_values() -> None:
     assert DetectConfig.from_mapping({"fan_in_min": "6"}).fan_in_min == 6.0
-    with pytest.raises(ValueError, match="unknown setting.*bogus"):
+    with pytest.raises(ValueError, match=r"unknown setting.*bogus"):
         DetectConfig.from_mapping({"bogus": 1})
-    with pytest.raises(ValueError, match="jaccard_max"):
+    with pytest.raises(ValueError, match=r"jaccard_max"):
         DetectConfig.from_mapping({"jaccard_max": 2})
-    with pytest.raises(ValueError, match="top_m=.*int"):
+    with pytest.raises(ValueError, match=r"top_m=.*int"):
         DetectConfig.from_mapping({"top_m": "many"})
 
 
 def test_bad_metric_shape_is_a_clear_error(geo) -> None:
-    with pytest.raises(ValueError, match="watermark_bytes.*shape"):
+    with pytest.raises(ValueError, match=r"watermark_bytes.*shape"):
         detect_window(
             {"util": np.zeros(geo.n_ports, np.float32), "watermark_bytes": np.zeros(3, np.float32)},
             geo,
@@ -127,8 +128,6 @@ def test_bad_metric_shape_is_a_clear_error(geo) -> None:
 
 
 def test_lifecycle_for_duration_keep_firing_and_dedup() -> None:
-    from fabricmon.core.detect import Condition
-
     c = Condition("incast", "leaf-r0:Ethernet1", "x")
     cfg = {"incast": LifecycleConfig(for_s=2.0, keep_firing_s=2.0)}
     s = 1_000_000_000
@@ -149,7 +148,7 @@ def test_lifecycle_for_duration_keep_firing_and_dedup() -> None:
 
 
 def test_unknown_scenario_kind_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown scenario kind 'x'"):
+    with pytest.raises(ValueError, match=r"unknown scenario kind 'x'"):
         make_scenario("x", 0)
 
 

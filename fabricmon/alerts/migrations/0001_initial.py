@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,153 +14,346 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AllowedHost',
+            name="AllowedHost",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('host', models.CharField(max_length=200, unique=True)),
-                ('comment', models.CharField(blank=True, default='', max_length=200)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("host", models.CharField(max_length=200, unique=True)),
+                ("comment", models.CharField(blank=True, default="", max_length=200)),
             ],
         ),
         migrations.CreateModel(
-            name='Alert',
+            name="Alert",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fingerprint', models.CharField(max_length=32, unique=True)),
-                ('fabric', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('incast', 'Incast'), ('moving_incast', 'Moving incast'), ('pfc_storm', 'PFC storm'), ('ecmp_imbalance', 'ECMP imbalance'), ('rail_violation', 'Rail-plan violation'), ('target_down', 'Target down')], max_length=32)),
-                ('key', models.CharField(max_length=200)),
-                ('run_name', models.CharField(blank=True, default='', max_length=200)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('firing', 'Firing'), ('resolved', 'Resolved'), ('inactive', 'Inactive')], max_length=16)),
-                ('summary', models.TextField(default='')),
-                ('details', models.JSONField(blank=True, default=dict)),
-                ('active_since', models.DateTimeField()),
-                ('last_true', models.DateTimeField()),
-                ('fired_at', models.DateTimeField(blank=True, null=True)),
-                ('resolved_at', models.DateTimeField(blank=True, null=True)),
-                ('acknowledged_at', models.DateTimeField(blank=True, null=True)),
-                ('acknowledged_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fingerprint", models.CharField(max_length=32, unique=True)),
+                ("fabric", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("incast", "Incast"),
+                            ("moving_incast", "Moving incast"),
+                            ("pfc_storm", "PFC storm"),
+                            ("ecmp_imbalance", "ECMP imbalance"),
+                            ("rail_violation", "Rail-plan violation"),
+                            ("target_down", "Target down"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("key", models.CharField(max_length=200)),
+                ("run_name", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("firing", "Firing"),
+                            ("resolved", "Resolved"),
+                            ("inactive", "Inactive"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("summary", models.TextField(default="")),
+                ("details", models.JSONField(blank=True, default=dict)),
+                ("active_since", models.DateTimeField()),
+                ("last_true", models.DateTimeField()),
+                ("fired_at", models.DateTimeField(blank=True, null=True)),
+                ("resolved_at", models.DateTimeField(blank=True, null=True)),
+                ("acknowledged_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "acknowledged_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-active_since',),
+                "ordering": ("-active_since",),
             },
         ),
         migrations.CreateModel(
-            name='AlertTransition',
+            name="AlertTransition",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('from_state', models.CharField(max_length=16)),
-                ('to_state', models.CharField(max_length=16)),
-                ('at', models.DateTimeField()),
-                ('summary', models.TextField(default='')),
-                ('silenced', models.BooleanField(default=False)),
-                ('alert', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='transitions', to='alerts.alert')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("from_state", models.CharField(max_length=16)),
+                ("to_state", models.CharField(max_length=16)),
+                ("at", models.DateTimeField()),
+                ("summary", models.TextField(default="")),
+                ("silenced", models.BooleanField(default=False)),
+                (
+                    "alert",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="transitions",
+                        to="alerts.alert",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('at', 'id'),
+                "ordering": ("at", "id"),
             },
         ),
         migrations.CreateModel(
-            name='Episode',
+            name="Episode",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fabric', models.CharField(max_length=100)),
-                ('run_name', models.CharField(blank=True, default='', max_length=200)),
-                ('opened_at', models.DateTimeField()),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('kinds', models.JSONField(default=list)),
-                ('trajectory', models.JSONField(default=list)),
-                ('migrations', models.PositiveIntegerField(default=0)),
-                ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fabric", models.CharField(max_length=100)),
+                ("run_name", models.CharField(blank=True, default="", max_length=200)),
+                ("opened_at", models.DateTimeField()),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                ("kinds", models.JSONField(default=list)),
+                ("trajectory", models.JSONField(default=list)),
+                ("migrations", models.PositiveIntegerField(default=0)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-opened_at',),
+                "ordering": ("-opened_at",),
             },
         ),
         migrations.AddField(
-            model_name='alert',
-            name='episode',
-            field=models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='alerts', to='alerts.episode'),
+            model_name="alert",
+            name="episode",
+            field=models.ForeignKey(
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="alerts",
+                to="alerts.episode",
+            ),
         ),
         migrations.CreateModel(
-            name='Receiver',
+            name="Receiver",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('slack', 'Slack'), ('msteams', 'Msteams'), ('mattermost', 'Mattermost'), ('discord', 'Discord'), ('webhook', 'Webhook'), ('alertmanager', 'Alertmanager')], max_length=16)),
-                ('url', models.URLField(max_length=500)),
-                ('secret', models.CharField(blank=True, default='', help_text='whsec_… for signed webhooks', max_length=200)),
-                ('fabric', models.CharField(blank=True, default='', help_text='blank = every fabric', max_length=100)),
-                ('kinds', models.JSONField(blank=True, default=list, help_text='alert kinds; empty = all')),
-                ('send_resolved', models.BooleanField(default=True)),
-                ('disabled', models.BooleanField(default=False)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('owner', models.ForeignKey(blank=True, help_text="set: only alerts attributed to this user's runs", null=True, on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("slack", "Slack"),
+                            ("msteams", "Msteams"),
+                            ("mattermost", "Mattermost"),
+                            ("discord", "Discord"),
+                            ("webhook", "Webhook"),
+                            ("alertmanager", "Alertmanager"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("url", models.URLField(max_length=500)),
+                (
+                    "secret",
+                    models.CharField(
+                        blank=True, default="", help_text="whsec_… for signed webhooks", max_length=200
+                    ),
+                ),
+                (
+                    "fabric",
+                    models.CharField(
+                        blank=True, default="", help_text="blank = every fabric", max_length=100
+                    ),
+                ),
+                ("kinds", models.JSONField(blank=True, default=list, help_text="alert kinds; empty = all")),
+                ("send_resolved", models.BooleanField(default=True)),
+                ("disabled", models.BooleanField(default=False)),
+                ("last_error", models.TextField(blank=True, default="")),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="set: only alerts attributed to this user's runs",
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('name',),
+                "ordering": ("name",),
             },
         ),
         migrations.CreateModel(
-            name='Outbox',
+            name="Outbox",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('payload', models.JSONField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('sending', 'Sending'), ('sent', 'Sent'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('created_at', models.DateTimeField()),
-                ('next_attempt_at', models.DateTimeField()),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('transition', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='outbox', to='alerts.alerttransition')),
-                ('receiver', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='outbox', to='alerts.receiver')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("payload", models.JSONField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("sending", "Sending"),
+                            ("sent", "Sent"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField()),
+                ("next_attempt_at", models.DateTimeField()),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True, default="")),
+                (
+                    "transition",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="outbox",
+                        to="alerts.alerttransition",
+                    ),
+                ),
+                (
+                    "receiver",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="outbox",
+                        to="alerts.receiver",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('created_at', 'id'),
+                "ordering": ("created_at", "id"),
             },
         ),
         migrations.CreateModel(
-            name='Rule',
+            name="Rule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fabric', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('incast', 'Incast'), ('moving_incast', 'Moving incast'), ('pfc_storm', 'PFC storm'), ('ecmp_imbalance', 'ECMP imbalance'), ('rail_violation', 'Rail-plan violation'), ('target_down', 'Target down')], max_length=32)),
-                ('enabled', models.BooleanField(default=True)),
-                ('for_s', models.FloatField(default=1.0, help_text='condition must hold this long before firing')),
-                ('keep_firing_s', models.FloatField(default=3.0, help_text='firing outlives the condition this long')),
-                ('params', models.JSONField(blank=True, default=dict, help_text='DetectConfig overrides, e.g. fan_in_min')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fabric", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("incast", "Incast"),
+                            ("moving_incast", "Moving incast"),
+                            ("pfc_storm", "PFC storm"),
+                            ("ecmp_imbalance", "ECMP imbalance"),
+                            ("rail_violation", "Rail-plan violation"),
+                            ("target_down", "Target down"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "for_s",
+                    models.FloatField(default=1.0, help_text="condition must hold this long before firing"),
+                ),
+                (
+                    "keep_firing_s",
+                    models.FloatField(default=3.0, help_text="firing outlives the condition this long"),
+                ),
+                (
+                    "params",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="DetectConfig overrides, e.g. fan_in_min"
+                    ),
+                ),
             ],
             options={
-                'ordering': ('fabric', 'kind'),
-                'constraints': [models.UniqueConstraint(fields=('fabric', 'kind'), name='alerts_rule_unique')],
+                "ordering": ("fabric", "kind"),
+                "constraints": [
+                    models.UniqueConstraint(fields=("fabric", "kind"), name="alerts_rule_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Silence',
+            name="Silence",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fabric', models.CharField(max_length=100)),
-                ('kind', models.CharField(blank=True, default='', help_text='blank = every kind', max_length=32)),
-                ('key_contains', models.CharField(blank=True, default='', max_length=200)),
-                ('starts_at', models.DateTimeField()),
-                ('ends_at', models.DateTimeField()),
-                ('comment', models.CharField(blank=True, default='', max_length=300)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("fabric", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(blank=True, default="", help_text="blank = every kind", max_length=32),
+                ),
+                ("key_contains", models.CharField(blank=True, default="", max_length=200)),
+                ("starts_at", models.DateTimeField()),
+                ("ends_at", models.DateTimeField()),
+                ("comment", models.CharField(blank=True, default="", max_length=300)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-ends_at',),
+                "ordering": ("-ends_at",),
             },
         ),
         migrations.AddIndex(
-            model_name='alert',
-            index=models.Index(fields=['fabric', 'state'], name='alerts_aler_fabric_0fd837_idx'),
+            model_name="alert",
+            index=models.Index(fields=["fabric", "state"], name="alerts_aler_fabric_0fd837_idx"),
         ),
         migrations.AddIndex(
-            model_name='outbox',
-            index=models.Index(fields=['status', 'next_attempt_at'], name='alerts_outb_status_5dc843_idx'),
+            model_name="outbox",
+            index=models.Index(fields=["status", "next_attempt_at"], name="alerts_outb_status_5dc843_idx"),
         ),
         migrations.AddConstraint(
-            model_name='outbox',
-            constraint=models.UniqueConstraint(condition=models.Q(('transition__isnull', False)), fields=('transition', 'receiver'), name='alerts_outbox_once'),
+            model_name="outbox",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("transition__isnull", False)),
+                fields=("transition", "receiver"),
+                name="alerts_outbox_once",
+            ),
         ),
     ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
-from fabricmon.alerts.netguard import Policy, RefusedAddress, Response, post
+from fabricmon.alerts.netguard import Policy, RefusedAddressError, Response, post
 
 DEFAULT_TIMEOUT_S = 15.0
 
@@ -108,8 +108,10 @@ class HttpTransport:
     def notify(self, msg: Message) -> None:
         body = json.dumps(self.payload(msg), separators=(",", ":")).encode()
         try:
-            resp = post(self.url(msg), body, self.headers(body, msg), policy=self.policy, timeout_s=DEFAULT_TIMEOUT_S)
-        except RefusedAddress as exc:
+            resp = post(
+                self.url(msg), body, self.headers(body, msg), policy=self.policy, timeout_s=DEFAULT_TIMEOUT_S
+            )
+        except RefusedAddressError as exc:
             raise TransportError(f"{self.target.name}: {exc}", permanent=True) from exc
         except OSError as exc:
             # Connection refused, reset, timeout: the receiver may come back.
@@ -123,7 +125,9 @@ class HttpTransport:
         if resp.status == 429:
             raise TransportError(f"{name}: rate limited (429)", retry_after_s=retry_after_seconds(resp))
         if resp.status in (408, 425) or resp.status >= 500:
-            raise TransportError(f"{name}: received status code {resp.status}", retry_after_s=retry_after_seconds(resp))
+            raise TransportError(
+                f"{name}: received status code {resp.status}", retry_after_s=retry_after_seconds(resp)
+            )
         if resp.status in (404, 410):
             # Chat hooks answer 404/410 once deleted: they will never work again.
             raise TransportError(f"{name}: received status code {resp.status} (hook gone)", permanent=True)

@@ -25,7 +25,9 @@ class Transport(HttpTransport):
                     "title": escape(msg.title)[:256],
                     "description": escape(msg.summary)[:4096],
                     "color": color,
-                    "fields": [{"name": k, "value": escape(v)[:1024], "inline": True} for k, v in msg.facts()][:25],
+                    "fields": [
+                        {"name": k, "value": escape(v)[:1024], "inline": True} for k, v in msg.facts()
+                    ][:25],
                 }
             ],
         }

@@ -25,11 +25,15 @@ class Transport(HttpTransport):
             {"type": "section", "fields": fields[:10]},
         ]
         if msg.link:
-            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{msg.link}|Open episode>"}]})
+            blocks.append(
+                {"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{msg.link}|Open episode>"}]}
+            )
         return {"text": slack_text(msg), "blocks": blocks}
 
     def raise_for_response(self, resp: Response) -> None:
         text = resp.body[:200].decode(errors="replace")
-        if resp.status in (400, 403) and ("invalid_token" in text or "no_service" in text or resp.status == 403):
+        if resp.status in (400, 403) and (
+            "invalid_token" in text or "no_service" in text or resp.status == 403
+        ):
             raise TransportError(f"{self.target.name}: Slack says {text!r}", permanent=True)
         super().raise_for_response(resp)
