@@ -306,7 +306,7 @@ def _failed(row: Outbox, rcv: Receiver, exc: TransportError, now: datetime) -> s
             status=Outbox.Status.FAILED, last_error=f"gave up: {exc.message}"
         )
         return Outbox.Status.FAILED
-    wait = max(backoff_s(row.attempts + 0), exc.retry_after_s or 0.0)
+    wait = max(backoff_s(row.attempts), exc.retry_after_s or 0.0)
     Outbox.objects.filter(id=row.id).update(
         status=Outbox.Status.PENDING, next_attempt_at=now + timedelta(seconds=wait), last_error=exc.message
     )
