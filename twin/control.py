@@ -1,6 +1,7 @@
 """A tiny JSON control API for a twin running as its own process (demo, browser tests).
 
     GET  /status
+    GET  /ports?switch=leaf-r0                        ports in PortIndex order: ifindex, name, peer
     GET  /truth?switch=leaf-r0&t1_ns=…&t2_ns=…        per-port true rates over exactly [t1, t2]
     GET  /counters?switch=leaf-r0&t_ns=…              counter values at t (uint64 as JSON ints)
     GET  /hottest?t1_ns=…&t2_ns=…                     hottest egress port over [t1, t2]
@@ -84,6 +85,10 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
         except ValueError as exc:  # outside the kept history
             raise ApiError(400, str(exc)) from None
         return {**_port_labels(tw, sw), "t1_ns": t1, "t2_ns": t2, **{k: v.tolist() for k, v in rates.items()}}
+    if method == "GET" and path == "/ports":
+        sw = _switch(tw, p)
+        assert sw is not None
+        return {"switch": sw, "ports": tw.switch_ports(sw)}
     if method == "GET" and path == "/counters":
         sw = _switch(tw, p, required=False)
         t = _int(p, "t_ns")

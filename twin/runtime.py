@@ -284,7 +284,8 @@ class Twin:
         self.agents[switch].unreachable = on
 
     def wrap(self, switch: str, seconds_to_wrap: float = 2.0) -> None:
-        """Move the switch's 64-bit counters to just below 2^64 so they wrap in ~``seconds_to_wrap``.
+        """Move the switch's 64-bit counters to just below 2^64 so they wrap in ``seconds_to_wrap``
+        (ports that will carry no traffic by then sit at 2^64 − 1).
 
         The jump itself is a discontinuity (ifCounterDiscontinuityTime is set to now); the wrap that
         follows is a natural one.
@@ -293,8 +294,12 @@ class Twin:
 
         def apply() -> None:
             now = time.time_ns()
-            rates = self.clock.latest.rates[sl][:, HC_METRICS]
-            headroom = np.ceil(np.maximum(rates, 1.0) * seconds_to_wrap).astype(np.uint64)
+            # The job's schedule is known ahead: leave exactly the bytes (and packets) the port
+            # will count in the next ``seconds_to_wrap``, so the wrap lands on time.
+            in_b, out_b, _ = self.timeline.window_bytes(now, now + int(seconds_to_wrap * NS))
+            pkt = self.cfg.packet_bytes
+            ahead = np.stack([in_b, out_b, in_b / pkt, out_b / pkt], axis=1)
+            headroom = np.ceil(np.maximum(ahead[sl], 1.0)).astype(np.uint64)
             with np.errstate(over="ignore"):
                 near = np.uint64(0) - headroom  # 2^64 − headroom, in wrapping uint64
             self._tick(now, int(NS / self.cfg.tick_hz), overrides=[((sl, HC_METRICS), near)])
@@ -306,6 +311,15 @@ class Twin:
     # -- truth ------------------------------------------------------------------------------------
     def _slice(self, switch: str | None) -> slice:
         return self.ports.slice_of(switch) if switch is not None else slice(0, len(self.ports))
+
+    def switch_ports(self, switch: str) -> list[dict[str, Any]]:
+        """The switch's ports in PortIndex order (the order of every per-switch array here)."""
+        sl = self.ports.slice_of(switch)
+        return [
+            {"position": p, "ifindex": int(self.ports.ifindex[p]), "name": self.ports.port_names[p],
+             "peer": self.wiring.peer[p], "host_facing": bool(self.ports.host_facing[p])}
+            for p in range(sl.start, sl.stop)
+        ]
 
     def true_rates(self, switch: str | None, t1_ns: int, t2_ns: int) -> dict[str, np.ndarray]:
         """Per-port average rates over exactly [t1, t2] (bytes/s, pkts/s, discards/s)."""

@@ -46,6 +46,7 @@ def test_cli_runs_writes_topology_serves_control_api_and_stops_on_sigterm(tmp_pa
         base = f"http://127.0.0.1:{m.group(1)}"
         status, st = _call(base, "/status")
         assert status == 200 and st["fabric"] == "clitwin" and len(st["switches"]) == 6
+        assert _call(base, "/ports?switch=leaf-r0")[1]["ports"][0]["peer"] == "node001 gpu0 mlx5_0"
         fabric = load_fabric(topo.read_text(), source=str(topo))
         assert {sw.name: sw.snmp.port for sw in fabric.switches} == {k: v["port"] for k, v in st["switches"].items()}
         time.sleep(0.5)

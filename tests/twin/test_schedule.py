@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -29,7 +31,7 @@ def test_phases_are_sequential_and_no_port_exceeds_line_rate(lossy):
     tl.ensure(2 * NS)
     phases = list(tl.phases)
     assert [p.kind for p in phases[:4]] == ["dispatch", "combine", "dispatch", "combine"]
-    for a, b in zip(phases, phases[1:], strict=False):
+    for a, b in itertools.pairwise(phases):
         assert b.start_ns >= a.end_ns
     for p in phases:
         dur = (p.end_ns - p.start_ns) / NS
@@ -37,7 +39,7 @@ def test_phases_are_sequential_and_no_port_exceeds_line_rate(lossy):
         assert np.all(p.in_bytes / dur <= line * (1 + 1e-9))
     # Binned into 100 ms windows the rates stay within line rate too.
     for a in range(0, 2 * NS - NS // 10, NS // 10):
-        in_b, out_b, _ = tl.window_bytes(a, a + NS // 10)
+        _in_b, out_b, _ = tl.window_bytes(a, a + NS // 10)
         assert np.all(out_b / 0.1 <= line * (1 + 1e-9))
 
 
