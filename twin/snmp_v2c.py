@@ -202,9 +202,11 @@ def respond(codec: TableCodec, req: Request, community: bytes) -> bytes | None:
         max_rep = max(0, req.value2) if bulk else 0
         size = 0
         for k, oid in enumerate(req.oids[:non_rep]):
-            vb, missing = _one(codec, live, oid, next_=req.pdu != GET, n=n)
-            if missing and req.version == 0:  # SNMPv1: exceptions become noSuchName
+            vb, missing = _one(codec, live, oid, next_=req.pdu != GET, n=n, v1=req.version == 0)
+            if missing and req.version == 0:  # SNMPv1: exceptions become noSuchName, request echoed
                 err_status, err_index = 2, k + 1
+                vbs = [codec.exception(o, b"\x05\x00") for o in req.oids]
+                break
             vbs.append(vb)
             size += len(vb)
         reps = req.oids[non_rep:]
@@ -236,14 +238,16 @@ def respond(codec: TableCodec, req: Request, community: bytes) -> bytes | None:
 
 
 def _one(
-    codec: TableCodec, live: LiveView, oid: tuple[int, ...], *, next_: bool, n: int
+    codec: TableCodec, live: LiveView, oid: tuple[int, ...], *, next_: bool, n: int, v1: bool = False
 ) -> tuple[bytes, bool]:
     st = codec.state
     if next_:
         i = st.after(oid)
+        while v1 and i < n and st.entries[i].kind is Kind.COUNTER64:
+            i += 1  # SNMPv1 has no Counter64: GETNEXT skips it (RFC 3584 §4.2.2.1)
         return (codec.varbind(i, live), False) if i < n else (codec.exception(oid, END_OF_MIB), True)
     i = st.exact(oid)
-    if i >= 0:
+    if i >= 0 and not (v1 and st.entries[i].kind is Kind.COUNTER64):
         return codec.varbind(i, live), False
     code = NO_SUCH_INSTANCE if st.is_known_object(oid) else NO_SUCH_OBJECT
     return codec.exception(oid, code), True
