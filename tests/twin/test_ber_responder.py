@@ -28,7 +28,7 @@ def codec() -> TableCodec:
     return TableCodec(state)
 
 
-def _request(version, pdu_type: str, oids, non_rep: int = 0, max_rep: int = 0, community: str = "public"):
+def _request(version, pdu_type: str, oids, *, non_rep: int = 0, max_rep: int = 0, community: str = "public"):
     mod = api.PROTOCOL_MODULES[version]
     pdu = getattr(mod, pdu_type)()
     mod.apiPDU.set_defaults(pdu)
