@@ -47,14 +47,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+# Concurrent writers (ASGI threads, Celery) on SQLite: take the write lock at BEGIN and wait for it,
+# instead of failing with "database is locked" when a read transaction upgrades to a write.
+SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+
+
 def database_from_url(url: str) -> dict[str, object]:
     """``sqlite:///path`` or ``postgres://user:pass@host:port/name`` → a Django DATABASES entry."""
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "fabricmon.sqlite3"}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "fabricmon.sqlite3", "OPTIONS": SQLITE_OPTIONS}
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:"}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:", "OPTIONS": SQLITE_OPTIONS}
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
         return {
             "ENGINE": "django.db.backends.postgresql",

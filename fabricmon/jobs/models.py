@@ -91,7 +91,9 @@ class PhaseEvent(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=("run", "event_id"), name="jobs_event_id_unique")]
-        indexes = [models.Index(fields=("run", "start_ns")), models.Index(fields=("run", "step", "layer", "phase"))]
+        # one index beside the unique key: the timeline reads by time; per-(step, layer, phase)
+        # questions are answered by TrafficMatrix, so no second index slows every insert.
+        indexes = [models.Index(fields=("run", "start_ns"))]
 
 
 class TrafficMatrix(models.Model):
@@ -101,8 +103,8 @@ class TrafficMatrix(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="matrices")
     source = models.CharField(max_length=16)
-    step = models.BigIntegerField(null=True)
-    layer = models.IntegerField(null=True)
+    step = models.BigIntegerField()  # -1: events without a step
+    layer = models.IntegerField()  # -1: events without a layer
     phase = models.CharField(max_length=16)
     n_ranks = models.PositiveIntegerField()
     sent = models.BinaryField()

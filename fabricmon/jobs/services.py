@@ -21,6 +21,7 @@ from fabricmon.jobs.models import PhaseEvent, RankMapEntry, Run, TraceUpload, Tr
 from fabricmon.jobs.validation import ROW_FIELDS, LineError, ParsedBatch, parse_ndjson, validate_dicts
 
 MAX_TAGS, MAX_TAG_LEN = 64, 100
+NO_VALUE = -1  # a matrix's step/layer when the events had none (a real value keeps the unique key working)
 IMPORT_BATCH = 5_000
 
 
@@ -183,42 +184,86 @@ _R = {f: i for i, f in enumerate(ROW_FIELDS)}
 
 
 def _add_to_matrices(run: Run, rows: list[tuple[tuple[Any, ...], tuple[Any, Any]]]) -> None:
-    """Fold the per-peer maps of new events into their (source, step, layer, phase) matrices."""
-    sent: dict[tuple[Any, ...], list[tuple[int, int, int]]] = defaultdict(list)
-    recv: dict[tuple[Any, ...], list[tuple[int, int, int]]] = defaultdict(list)
+    """Fold the per-peer maps of new events into their (source, step, layer, phase) matrices:
+    one SELECT for all touched matrices, one numpy scatter-add for the whole batch, then one
+    executemany UPDATE and one INSERT."""
+    key_index: dict[tuple[Any, ...], int] = {}
     calls: dict[tuple[Any, ...], int] = defaultdict(int)
+    # flat (matrix, src, dst, bytes) columns for sent (kind 0) and received (kind 1)
+    cols: tuple[list[int], ...] = ([], [], [], [], [])
+    i_src, i_step, i_layer, i_phase, i_rank = _R["source"], _R["step"], _R["layer"], _R["phase"], _R["rank"]
     for row, (send_map, recv_map) in rows:
         if not send_map and not recv_map:
             continue
-        key = (row[_R["source"]], row[_R["step"]], row[_R["layer"]], row[_R["phase"]])
-        rank = row[_R["rank"]]
+        step, layer = row[i_step], row[i_layer]
+        key = (row[i_src], NO_VALUE if step is None else step, NO_VALUE if layer is None else layer, row[i_phase])
+        kid = key_index.setdefault(key, len(key_index))
         calls[key] += 1
-        if send_map:
-            sent[key].extend((rank, int(peer), b) for peer, b in send_map.items())
-        if recv_map:
-            recv[key].extend((int(peer), rank, b) for peer, b in recv_map.items())
-    for key in calls:
-        triples_s, triples_r = sent.get(key, []), recv.get(key, [])
-        n_needed = 1 + max(max(s, d) for s, d, _ in (*triples_s, *triples_r))
-        source, step, layer, phase = key
-        matrix = (
-            TrafficMatrix.objects.select_for_update()
-            .filter(run=run, source=source, step=step, layer=layer, phase=phase).first()
+        rank = row[i_rank]
+        for kind, peer_map in ((0, send_map), (1, recv_map)):
+            if peer_map:
+                n_peers = len(peer_map)
+                cols[0].extend([kid] * n_peers)
+                cols[1].extend([kind] * n_peers)
+                peers = list(map(int, peer_map))
+                if kind == 0:
+                    cols[2].extend([rank] * n_peers)
+                    cols[3].extend(peers)
+                else:
+                    cols[2].extend(peers)
+                    cols[3].extend([rank] * n_peers)
+                cols[4].extend(peer_map.values())
+    if not calls:
+        return
+    table = connection.ops.quote_name(TrafficMatrix._meta.db_table)
+    steps = [k[1] for k in calls]
+    sources = sorted({k[0] for k in calls})
+    kid_a, kind_a, src_a, dst_a, bytes_a = (np.asarray(c, dtype=np.int64) for c in cols)
+    n_batch = int(max(src_a.max(), dst_a.max())) + 1
+    # one stable sort groups the batch by matrix; each group is one scatter-add (no n_keys×n×n block)
+    order = np.argsort(kid_a, kind="stable")
+    bounds = np.searchsorted(kid_a[order], np.arange(len(key_index) + 1))
+
+    def batch_part(kid: int) -> tuple[np.ndarray, np.ndarray]:
+        sel = order[bounds[kid]:bounds[kid + 1]]
+        part = np.zeros((2, n_batch, n_batch), dtype=np.int64)
+        np.add.at(part, (kind_a[sel], src_a[sel], dst_a[sel]), bytes_a[sel])
+        return part[0], part[1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, source, step, layer, phase, n_ranks, sent, received, calls FROM {table} "
+            f"WHERE run_id = %s AND step >= %s AND step <= %s AND source IN ({', '.join(['%s'] * len(sources))})",
+            [run.pk, min(steps), max(steps), *sources],
         )
-        if matrix is None:
-            n = n_needed
-            m_sent, m_recv = np.zeros((n, n), dtype="<i8"), np.zeros((n, n), dtype="<i8")
-            matrix = TrafficMatrix(run=run, source=source, step=step, layer=layer, phase=phase, n_ranks=n)
-        else:
-            n = max(matrix.n_ranks, n_needed)
-            m_sent, m_recv = _grown(matrix.sent_array(), n), _grown(matrix.received_array(), n)
-        for target, triples in ((m_sent, triples_s), (m_recv, triples_r)):
-            if triples:
-                arr = np.asarray(triples, dtype=np.int64)
-                np.add.at(target, (arr[:, 0], arr[:, 1]), arr[:, 2])
-        matrix.n_ranks, matrix.sent, matrix.received = n, m_sent.tobytes(), m_recv.tobytes()
-        matrix.calls += calls[key]
-        matrix.save()
+        existing = {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in calls}
+        updates, inserts = [], []
+        for key, kid in key_index.items():
+            old = existing.get(key)
+            part_sent, part_recv = batch_part(kid)
+            if old is None:
+                n = n_batch
+                m_sent, m_recv = part_sent, part_recv
+            else:
+                n_old = old[5]
+                n = max(n_old, n_batch)
+                m_sent = _grown(np.frombuffer(bytes(old[6]), dtype="<i8").reshape(n_old, n_old), n)
+                m_recv = _grown(np.frombuffer(bytes(old[7]), dtype="<i8").reshape(n_old, n_old), n)
+                m_sent[:n_batch, :n_batch] += part_sent
+                m_recv[:n_batch, :n_batch] += part_recv
+            sent_blob, recv_blob = m_sent.astype("<i8").tobytes(), m_recv.astype("<i8").tobytes()
+            if old is None:
+                inserts.append((run.pk, *key, n, sent_blob, recv_blob, calls[key]))
+            else:
+                updates.append((n, sent_blob, recv_blob, old[8] + calls[key], old[0]))
+        if updates:
+            cursor.executemany(
+                f"UPDATE {table} SET n_ranks = %s, sent = %s, received = %s, calls = %s WHERE id = %s", updates
+            )
+        if inserts:
+            cursor.executemany(
+                f"INSERT INTO {table} (run_id, source, step, layer, phase, n_ranks, sent, received, calls) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)", inserts,
+            )
 
 
 def _grown(a: np.ndarray, n: int) -> np.ndarray:

@@ -71,6 +71,10 @@ def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
         return None
     if not isinstance(value, dict):
         raise _Bad(key, f"must be an object {{global rank: bytes}}, got {type(value).__name__}")
+    # builtins over the whole map first (fast path); name the offending peer only when it fails
+    values = value.values()
+    if all(map(str.isdigit, value)) and all(type(v) is int for v in values) and (not value or min(values) >= 0):
+        return value
     for peer, nbytes in value.items():
         if not peer.isdigit():
             raise _Bad(key, f"peer key {peer!r} is not a global rank")
