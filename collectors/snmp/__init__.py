@@ -1,7 +1,8 @@
 """SNMP collector: pysnmp 7 asyncio polling of IF-MIB counters into numpy snapshots (no Django)."""
 
 from collectors.snmp.engine import close_loop_context, loop_context
-from collectors.snmp.poller import PARSE_ERRORS, IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget
+from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
+from collectors.snmp.poller import IfSnapshot, SnmpPoller, SnmpTarget
 from collectors.snmp.snapshot_rates import snapshot_rates
 
 __all__ = [

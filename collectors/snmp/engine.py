@@ -39,6 +39,7 @@ from pysnmp.hlapi.v3arch.asyncio import (
 )
 from pysnmp.hlapi.v3arch.asyncio.cmdgen import LCD
 
+from collectors.snmp.fastv2c import close_clients
 from fabricmon.core.topology import SnmpSettings
 
 AUTH_PROTOCOLS: dict[str, Any] = {
@@ -152,7 +153,9 @@ def loop_context() -> LoopContext:
 
 
 def close_loop_context() -> None:
-    """Close the running loop's engine (its UDP socket); call before the loop ends."""
+    """Close the running loop's engine and fast v2c endpoints (their UDP sockets); call before
+    the loop ends."""
+    close_clients()
     ctx = _contexts.pop(asyncio.get_running_loop(), None)
     if ctx is not None:
         ctx.close()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,15 +28,12 @@ from pyasn1.type.univ import Null
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.proto import errind, rfc1902, rfc1905
 
+from collectors.snmp import fastv2c
 from collectors.snmp.engine import LoopContext, loop_context
+from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
 from fabricmon.core.rates import align_ports
 from fabricmon.core.topology import SnmpSettings
-
-PollErrorKind = Literal["timeout", "auth", "malformed", "agent_error"]
-
-# Per-process counts of dropped cells/rows and malformed polls, by reason (health and tests).
-PARSE_ERRORS: Counter[str] = Counter()
 
 _KIND_TYPES: dict[str, type | tuple[type, ...]] = {
     "counter64": rfc1902.Counter64,
@@ -64,15 +60,6 @@ _AUTH_ERRORS = (
 )
 _NULL = Null("")
 MAX_ROWS = 1_000_000  # a walk longer than this is an agent looping on us
-
-
-class SnmpPollError(Exception):
-    """A poll of one target failed; ``kind`` is one of timeout / auth / malformed / agent_error."""
-
-    def __init__(self, kind: PollErrorKind, message: str) -> None:
-        super().__init__(f"{kind}: {message}")
-        self.kind: PollErrorKind = kind
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -136,9 +123,15 @@ class _Walk:
         self.varbinds = 0
 
 
-class SnmpPoller:
-    """Polls IF-MIB of many switches from one event loop, sharing that loop's pysnmp engine.
+Engine = Literal["fast", "pysnmp"]
 
+
+class SnmpPoller:
+    """Polls IF-MIB of many switches from one event loop.
+
+    ``engine="fast"`` (default) polls v2c targets with our own client (:mod:`fastv2c`, one UDP
+    endpoint per loop); v3 targets, and every target with ``engine="pysnmp"``, go through that
+    loop's pysnmp engine. Both give the same :class:`IfSnapshot` and the same errors.
     ``max_repetitions`` rows per column per GETBULK (the agent may return fewer).
     ``deadline_s`` bounds one whole poll (None: only per-request timeout x retries apply).
     """
@@ -149,10 +142,14 @@ class SnmpPoller:
         *,
         max_repetitions: int = 25,
         deadline_s: float | None = None,
+        engine: Engine = "fast",
     ) -> None:
+        if engine not in ("fast", "pysnmp"):
+            raise ValueError(f"engine must be 'fast' or 'pysnmp', got {engine!r}")
         self.columns = tuple(columns)
         self.max_repetitions = max_repetitions
         self.deadline_s = deadline_s
+        self.engine: Engine = engine
         self._generator = cmdgen.BulkCommandGeneratorSingleRun()
 
     async def poll_many(self, targets: Sequence[SnmpTarget]) -> list[IfSnapshot | SnmpPollError]:
@@ -186,6 +183,8 @@ class SnmpPoller:
             raise SnmpPollError("malformed", f"{target.name}: {type(exc).__name__}: {exc}") from exc
 
     async def _poll(self, target: SnmpTarget) -> IfSnapshot:
+        if self.engine == "fast" and target.settings.version == "2c":
+            return await self._poll_fast(target)
         ctx = loop_context()
         try:
             name = await ctx.target_name(target.address, target.port, target.settings)
@@ -196,8 +195,31 @@ class SnmpPoller:
         walk = _Walk(self.columns)
         uptime = await self._walk(_Session(ctx, target, name, context_name), walk)
         t1_ns, t1 = time.time_ns(), time.perf_counter()
-        snap = self._assemble(target.name, walk, uptime, (t0_ns + t1_ns) // 2, t1 - t0)
+        snap = self._assemble(
+            target.name, walk.index, walk.values, varbinds=walk.varbinds, uptime=uptime,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0,
+        )  # fmt: skip
         PARSE_ERRORS["bad_cell"] += walk.bad_cells
+        PARSE_ERRORS["dropped_row"] += snap.dropped_rows
+        return snap
+
+    async def _poll_fast(self, target: SnmpTarget) -> IfSnapshot:
+        s = target.settings
+        t0_ns, t0 = time.time_ns(), time.perf_counter()
+        fast = await fastv2c.walk_columns(
+            target.name, target.address, target.port, community=s.community,
+            columns=[c.oid for c in self.columns], kinds=[c.kind for c in self.columns],
+            uptime_oid=SYS_UPTIME, max_repetitions=self.max_repetitions, timeout_s=s.timeout_s,
+            retries=s.retries, max_cells=MAX_ROWS,
+        )  # fmt: skip
+        t1_ns, t1 = time.time_ns(), time.perf_counter()
+        if fast.varbinds and not fast.uptime_ok:
+            PARSE_ERRORS["bad_uptime"] += 1
+        snap = self._assemble(
+            target.name, fast.index, fast.values, varbinds=fast.varbinds, uptime=fast.uptime_ticks,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0,
+        )  # fmt: skip
+        PARSE_ERRORS["bad_cell"] += fast.bad_cells
         PARSE_ERRORS["dropped_row"] += snap.dropped_rows
         return snap
 
@@ -278,12 +300,10 @@ class SnmpPoller:
         return uptime
 
     def _assemble(
-        self, switch: str, walk: _Walk, uptime: int | None, ts_ns: int, duration_s: float
-    ) -> IfSnapshot:
-        cols = {
-            c.key: (np.asarray(walk.index[j], dtype=np.int64), walk.values[j])
-            for j, c in enumerate(self.columns)
-        }
+        self, switch: str, index: Sequence[npt.ArrayLike], values: Sequence[npt.ArrayLike], *,
+        varbinds: int, uptime: int | None, ts_ns: int, duration_s: float,
+    ) -> IfSnapshot:  # fmt: skip
+        cols = {c.key: (np.asarray(index[j], dtype=np.int64), values[j]) for j, c in enumerate(self.columns)}
         served = {key for key, (idx, _) in cols.items() if len(idx)}
         missing = [c.key for c in self.columns if c.required and c.key not in served]
         if missing:
@@ -295,8 +315,8 @@ class SnmpPoller:
         keep = (base > 0) & (base <= np.iinfo(np.int32).max)
         aligned: dict[str, npt.NDArray[np.uint64]] = {}
         for key in served:
-            idx, values = cols[key]
-            arr, present = align_ports(idx, np.asarray(values, dtype=np.uint64), base)
+            idx, cells = cols[key]
+            arr, present = align_ports(idx, np.asarray(cells, dtype=np.uint64), base)
             aligned[key] = arr.astype(np.uint64, copy=False)
             keep &= present
         dropped = int(len(base) - keep.sum())
@@ -311,7 +331,7 @@ class SnmpPoller:
             high_speed_mbps=aligned["high_speed_mbps"][keep].astype(np.uint32),
             oper_up=aligned["oper_status"][keep] == 1,
             discontinuity_ticks=None if disc is None else disc[keep].astype(np.int64),
-            varbinds=walk.varbinds,
+            varbinds=varbinds,
             duration_s=duration_s,
             dropped_rows=dropped,
         )

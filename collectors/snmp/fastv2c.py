@@ -1,0 +1,304 @@
+"""Our own SNMP v2c client over asyncio UDP: the fast path of :class:`~collectors.snmp.SnmpPoller`.
+
+One unconnected UDP endpoint per event loop and address family serves every v2c target polled
+from that loop; responses find their request by request-id::
+
+    walk(target A) ─┐                       ┌─▶ pending[rid] future of A   (rid, source, community,
+    walk(target B) ─┼─ sendto ─▶ [socket] ──┤                               version all checked)
+    walk(target C) ─┘                       └─▶ unparseable / unknown rid from a polled agent:
+                                                its oldest pending request fails 'malformed'
+
+Per request: ``timeout_s`` then a resend with the same request-id, ``retries`` times (a late
+answer to an earlier try is as good as the new one). Decoding is :mod:`collectors.snmp.ber`: no
+pysnmp, no pyasn1 — about a tenth of the CPU per varbind (bench/snmp_poll.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import random
+import socket
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from collectors.snmp.ber import (
+    GETBULK,
+    RESPONSE,
+    TIMETICKS,
+    ColumnDecoder,
+    ResponseHeader,
+    encode_oid,
+    encode_request,
+    iter_varbinds,
+    parse_header,
+    read_tlv,
+)
+from collectors.snmp.errors import SnmpPollError
+
+Address = tuple[str, int]
+ERROR_STATUS = ("noError", "tooBig", "noSuchName", "badValue", "readOnly", "genErr", "noAccess",
+                "wrongType", "wrongLength", "wrongEncoding", "wrongValue", "noCreation",
+                "inconsistentValue", "resourceUnavailable", "commitFailed", "undoFailed",
+                "authorizationError", "notWritable", "inconsistentName")  # fmt: skip
+_RECENT_IDS = 4096  # answered/expired request-ids remembered: their late copies are not an error
+
+
+@dataclass
+class _Pending:
+    """One request in flight: where it went, what must come back, and its resend timer."""
+
+    future: asyncio.Future[tuple[bytes, ResponseHeader]]
+    addr: Address
+    payload: bytes
+    version: int
+    community: bytes
+    name: str
+    timeout_s: float
+    tries_left: int
+    timer: asyncio.TimerHandle | None = None
+
+
+class V2cClient(asyncio.DatagramProtocol):
+    """The shared endpoint: sends requests, matches responses, times out and resends."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.DatagramTransport | None = None
+        self.pending: dict[int, _Pending] = {}
+        self.by_addr: dict[Address, dict[int, None]] = {}  # request-ids per agent, oldest first
+        self.recent: dict[int, None] = {}
+        self.stray = 0  # late duplicates and datagrams from nobody we are polling
+        self._ids = itertools.count(random.randrange(1, 2**30))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for rid in list(self.pending):
+            self._finish(rid, SnmpPollError("timeout", f"{self.pending[rid].name}: socket closed ({exc})"))
+
+    def error_received(self, exc: Exception) -> None:  # ICMP errors on an unconnected socket: rare
+        self.stray += 1
+
+    def next_request_id(self) -> int:
+        return next(self._ids) % (2**31 - 1) + 1
+
+    def request(
+        self, addr: Address, payload: bytes, request_id: int, *, version: int, community: bytes,
+        name: str, timeout_s: float, retries: int,
+    ) -> asyncio.Future[tuple[bytes, ResponseHeader]]:  # fmt: skip
+        """Send ``payload`` (which carries ``request_id``); the future gets (datagram, header)."""
+        if self.transport is None or self.transport.is_closing():
+            raise SnmpPollError("timeout", f"{name}: the client's socket is closed")
+        p = _Pending(self.loop.create_future(), addr, payload, version, community, name, timeout_s, retries)
+        self.pending[request_id] = p
+        self.by_addr.setdefault(addr, {})[request_id] = None
+        self._send(request_id, p)
+        return p.future
+
+    def _send(self, rid: int, p: _Pending) -> None:
+        assert self.transport is not None
+        self.transport.sendto(p.payload, p.addr)
+        p.timer = self.loop.call_later(p.timeout_s, self._expire, rid)
+
+    def _expire(self, rid: int) -> None:
+        p = self.pending.get(rid)
+        if p is None:
+            return
+        if p.tries_left > 0 and not p.future.done():
+            p.tries_left -= 1
+            self._send(rid, p)
+            return
+        self._finish(rid, SnmpPollError("timeout", f"{p.name}: no response from {p.addr[0]}:{p.addr[1]} "
+                                                   f"within {p.timeout_s:g} s"))  # fmt: skip
+
+    def _finish(self, rid: int, result: tuple[bytes, ResponseHeader] | SnmpPollError) -> None:
+        p = self.pending.pop(rid)
+        if p.timer is not None:
+            p.timer.cancel()
+        waiting = self.by_addr.get(p.addr)
+        if waiting is not None:
+            waiting.pop(rid, None)
+            if not waiting:
+                del self.by_addr[p.addr]
+        self.recent[rid] = None
+        if len(self.recent) > _RECENT_IDS:
+            del self.recent[next(iter(self.recent))]
+        if p.future.done():
+            return
+        if isinstance(result, SnmpPollError):
+            p.future.set_exception(result)
+        else:
+            p.future.set_result(result)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        source: Address = (str(addr[0]), int(str(addr[1])))
+        waiting = self.by_addr.get(source)
+        if not waiting:
+            self.stray += 1  # nobody we are polling (or a late answer after the poll ended)
+            return
+        try:
+            header = parse_header(data)
+        except SnmpPollError as exc:
+            rid = next(iter(waiting))
+            self._fail(rid, f"unparseable response: {exc.message}")
+            return
+        p = self.pending.get(header.request_id)
+        if p is None or p.addr != source:
+            if header.request_id in self.recent:
+                self.stray += 1  # a late copy of an answered or retried request
+                return
+            self._fail(next(iter(waiting)), f"response request-id {header.request_id} matches no request")
+            return
+        if header.pdu != RESPONSE:
+            self._fail(header.request_id, f"PDU type 0x{header.pdu:02x} is not a Response")
+        elif header.version != p.version:
+            self._fail(header.request_id, f"response version {header.version}, sent {p.version}")
+        elif header.community != p.community:
+            self._fail(header.request_id, "response echoes a different community")
+        else:
+            self._finish(header.request_id, (data, header))
+
+    def _fail(self, rid: int, what: str) -> None:
+        self._finish(rid, SnmpPollError("malformed", f"{self.pending[rid].name}: {what}"))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Future[V2cClient]]] = (
+    weakref.WeakKeyDictionary()
+)
+_resolved: dict[tuple[str, int], tuple[int, Address]] = {}
+
+
+async def client_for(family: int) -> V2cClient:
+    """The running loop's endpoint for ``family`` (AF_INET / AF_INET6), created on first use."""
+    loop = asyncio.get_running_loop()
+    per_loop = _clients.setdefault(loop, {})
+    made = per_loop.get(family)
+    if made is None or (made.done() and not _usable(made)):
+        made = per_loop[family] = loop.create_future()
+        try:
+            local = (
+                ("::", 0) if family == socket.AF_INET6 else ("0.0.0.0", 0)
+            )  # client side: any local address
+            _t, client = await loop.create_datagram_endpoint(lambda: V2cClient(loop), local_addr=local)
+            made.set_result(client)
+        except OSError as exc:
+            del per_loop[family]  # the next poll tries again
+            made.set_exception(SnmpPollError("timeout", f"cannot open a UDP socket: {exc}"))
+    return await asyncio.shield(made)
+
+
+def _usable(made: asyncio.Future[V2cClient]) -> bool:
+    if made.cancelled() or made.exception() is not None:
+        return False
+    transport = made.result().transport
+    return transport is not None and not transport.is_closing()
+
+
+def close_clients() -> None:
+    """Close the running loop's endpoints (their sockets); call before the loop ends."""
+    for made in _clients.pop(asyncio.get_running_loop(), {}).values():
+        if made.done() and _usable(made):
+            made.result().close()
+
+
+async def resolve(address: str, port: int) -> tuple[int, Address]:
+    """(family, (ip, port)) of a target; names are looked up once, answers come from the IP."""
+    key = (address, port)
+    if key not in _resolved:
+        try:
+            ip = ipaddress.ip_address(address)
+            family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            _resolved[key] = (family, (str(ip), port))
+        except ValueError:
+            infos = await asyncio.get_running_loop().getaddrinfo(address, port, type=socket.SOCK_DGRAM)
+            if not infos:
+                raise SnmpPollError("timeout", f"{address}: no address") from None
+            family, _, _, _, sockaddr = infos[0]
+            _resolved[key] = (int(family), (str(sockaddr[0]), int(sockaddr[1])))
+    return _resolved[key]
+
+
+@dataclass
+class FastWalk:
+    """A finished multi-column walk: per column its ifIndex (int64) and values (uint64)."""
+
+    index: list[npt.NDArray[np.int64]]
+    values: list[npt.NDArray[np.uint64]]
+    uptime_ticks: int | None
+    uptime_ok: bool
+    bad_cells: int
+    varbinds: int
+
+
+async def walk_columns(
+    name: str, address: str, port: int, *, community: str, columns: Sequence[Sequence[int]],
+    kinds: Sequence[str], uptime_oid: Sequence[int], max_repetitions: int, timeout_s: float,
+    retries: int, max_cells: int,
+) -> FastWalk:  # fmt: skip
+    """Walk ``columns`` in lock-step with v2c GETBULK (``uptime_oid`` as the first request's
+    non-repeater, answered by its GETNEXT, i.e. ``.0``); raises only :class:`SnmpPollError`."""
+    family, addr = await resolve(address, port)
+    client = await client_for(family)
+    dec = ColumnDecoder(columns, kinds)
+    want_uptime = encode_oid((*uptime_oid, 0))
+    comm = community.encode()
+    active = list(range(len(columns)))
+    uptime: int | None = None
+    uptime_ok = False
+    varbinds = 0
+    first = True
+    while active:
+        head = [encode_oid(uptime_oid)] if first else []
+        rid = client.next_request_id()
+        oids = head + [dec.cursor[i] for i in active]
+        payload = encode_request(1, comm, GETBULK, request_id=rid, non_repeaters=len(head),
+                                 max_repetitions=max_repetitions, oids=oids)  # fmt: skip
+        data, h = await client.request(addr, payload, rid, version=1, community=comm, name=name,
+                                       timeout_s=timeout_s, retries=retries)  # fmt: skip
+        if h.error_status:
+            status = ERROR_STATUS[h.error_status] if h.error_status < len(ERROR_STATUS) else h.error_status
+            raise SnmpPollError("agent_error", f"{name}: {status} at varbind {h.error_index}")
+        pos = h.vb_start
+        if first:
+            first = False
+            if pos < h.vb_end:
+                pos, (oid, tag, value) = _first_varbind(data, pos, h.vb_end)
+                varbinds += 1
+                uptime_ok = oid == want_uptime and tag == TIMETICKS and isinstance(value, int)
+                uptime = value if uptime_ok and isinstance(value, int) else None
+        if pos >= h.vb_end:
+            raise SnmpPollError("malformed", f"{name}: empty GETBULK response")
+        count, moved, done = dec.absorb(data, pos, h.vb_end, active)
+        varbinds += count
+        if not moved and not done:
+            raise SnmpPollError("malformed", f"{name}: GETBULK response made no progress")
+        active = [i for i in active if i not in done]
+        if sum(map(len, dec.index)) > max_cells:
+            raise SnmpPollError("malformed", f"{name}: table longer than {max_cells} cells")
+    return FastWalk(
+        index=[np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64) for a in dec.index],
+        values=[np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64) for a in dec.values],
+        uptime_ticks=uptime,
+        uptime_ok=uptime_ok,
+        bad_cells=dec.bad_cells,
+        varbinds=varbinds,
+    )
+
+
+def _first_varbind(data: bytes, pos: int, end: int) -> tuple[int, tuple[bytes, int, object]]:
+    """The first varbind (sysUpTime.0) read by the general decoder, and where the next begins."""
+    _tag, _s, stop = read_tlv(data, pos, end)
+    (vb,) = iter_varbinds(data, pos, stop)
+    return stop, vb
