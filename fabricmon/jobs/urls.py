@@ -2,10 +2,17 @@
 
 from django.urls import path
 
-from fabricmon.jobs import api
+from fabricmon.jobs import api, views
 
 app_name = "jobs"
 urlpatterns = [
+    path("", views.run_list, name="runs"),
+    path("tokens/new", views.token_create, name="token-create"),
+    path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
+    path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("runs/<int:run_id>/upload", views.run_upload, name="run-upload"),
+    path("runs/<int:run_id>/timeline.json", views.run_timeline, name="run-timeline"),
+    path("runs/<int:run_id>/matrix.json", views.run_matrix, name="run-matrix"),
     path("api/openapi.json", api.openapi, name="openapi"),
     path("api/clock", api.clock, name="clock"),
     path("api/runs", api.runs, name="api-runs"),

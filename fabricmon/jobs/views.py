@@ -1,0 +1,147 @@
+"""Job owners' pages: list and create runs, API tokens, a run's tags, rank-map and trace uploads,
+its timeline (steps, layers, phases) and its traffic matrix per (layer, phase).
+
+Session-authenticated (login + CSRF); the machine API is ``api.py``. The JSON endpoints here
+feed plotly.js on the run page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from fabricmon.jobs import services
+from fabricmon.jobs.models import ApiToken, PhaseEvent, Run, TrafficMatrix
+from fabricmon.jobs.tokens import issue_token, revoke_token
+
+TIMELINE_LIMIT = 20_000
+
+
+def _own_run(request: HttpRequest, run_id: int) -> Run:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or (run.owner_id != request.user.pk and not request.user.is_staff):
+        raise Http404("no such run")
+    return run
+
+
+def _tags(text: str) -> list[str]:
+    return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        try:
+            run = services.create_run(request.user, request.POST.get("name", ""), _tags(request.POST.get("tags", "")),
+                                      request.POST.get("fabric", ""))
+        except services.InputError as exc:
+            messages.error(request, str(exc))
+            return redirect("jobs:runs")
+        return redirect("jobs:run", run_id=run.pk)
+    runs = Run.objects.filter(owner=request.user).order_by("-started_at")[:200]
+    tokens = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).order_by("-created_at")
+    return render(request, "jobs/runs.html", {"runs": runs, "tokens": tokens,
+                                              "new_token": request.session.pop("jobs_new_token", None)})
+
+
+@login_required
+@require_POST
+def token_create(request: HttpRequest) -> HttpResponse:
+    _, token = issue_token(request.user, request.POST.get("name", "")[:100])
+    request.session["jobs_new_token"] = token  # shown once on the next page, then gone
+    return redirect("jobs:runs")
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    row = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    if row is not None:
+        revoke_token(row)
+    return redirect("jobs:runs")
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _own_run(request, run_id)
+    if request.method == "POST":
+        try:
+            services.set_tags(run, _tags(request.POST.get("tags", "")))
+        except services.InputError as exc:
+            messages.error(request, str(exc))
+        return redirect("jobs:run", run_id=run.pk)
+    keys = (TrafficMatrix.objects.filter(run=run).values_list("source", "layer", "phase").distinct()
+            .order_by("source", "layer", "phase"))
+    return render(request, "jobs/run.html", {
+        "run": run, "ranks": run.ranks.all()[:1024], "uploads": run.uploads.order_by("-created_at")[:20],
+        "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
+        "event_count": PhaseEvent.objects.filter(run=run).count(),
+    })
+
+
+@login_required
+@require_POST
+def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Rank map (JSON list) or trace file from the page's XHR upload (progress shown client-side)."""
+    run = _own_run(request, run_id)
+    upload = request.FILES.get("file")
+    kind = request.POST.get("kind", "")
+    if upload is None:
+        return JsonResponse({"error": "choose a file", "field": "file"}, status=400)
+    try:
+        if kind == "rankmap":
+            try:
+                entries = orjson.loads(upload.read())
+            except orjson.JSONDecodeError as exc:
+                raise services.InputError("file", f"rank map is not valid JSON: {exc}") from exc
+            if not isinstance(entries, list):
+                raise services.InputError("file", "rank map must be a JSON list of entries")
+            stored, errors = services.store_rank_map(run, entries)
+            return JsonResponse({"stored": stored, "rejected": [e.as_dict() for e in errors]},
+                                status=422 if errors else 200)
+        rank_raw = request.POST.get("rank", "")
+        rank = int(rank_raw) if rank_raw.isdigit() else None
+        _, result = services.import_trace(run, kind, upload, filename=upload.name or "", rank=rank,
+                                          size_bytes=upload.size or 0)
+    except services.InputError as exc:
+        return JsonResponse({"error": exc.reason, "field": exc.field}, status=400)
+    return JsonResponse(result.as_dict(max_errors=50), status=422 if result.rejected else 200)
+
+
+@login_required
+@require_GET
+def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Events as columns for a plotly timeline (first TIMELINE_LIMIT by time)."""
+    run = _own_run(request, run_id)
+    qs = PhaseEvent.objects.filter(run=run)
+    if request.GET.get("source"):
+        qs = qs.filter(source=request.GET["source"])
+    rows = list(qs.order_by("start_ns").values_list("rank", "step", "layer", "phase", "start_ns", "end_ns",
+                                                    "bytes_sent", "source")[:TIMELINE_LIMIT])
+    cols: dict[str, list[Any]] = {k: [] for k in ("rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source")}
+    for row in rows:
+        for key, value in zip(cols, row, strict=True):
+            cols[key].append(value)
+    return HttpResponse(orjson.dumps({"truncated": len(rows) == TIMELINE_LIMIT, **cols}), content_type="application/json")
+
+
+@login_required
+@require_GET
+def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _own_run(request, run_id)
+    qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"),
+                                      phase=request.GET.get("phase", "dispatch"))
+    layer = request.GET.get("layer", "")
+    if layer.lstrip("-").isdigit():
+        qs = qs.filter(layer=int(layer))
+    step = request.GET.get("step", "")
+    if step.lstrip("-").isdigit():
+        qs = qs.filter(step=int(step))
+    sent, received = services.sum_matrices(list(qs))
+    return JsonResponse({"sent": sent, "received": received})
