@@ -13,6 +13,12 @@ from collectors.snmp.netsnmp import Snmpd, V3User, start_snmpd
 V3 = V3User("fmuser", "SHA", "authpass123", "AES", "privpass123")
 
 
+@pytest.fixture(params=["fast", "pysnmp"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The poller engine under test: our own v2c client, or pysnmp (v3 always uses pysnmp)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def real_snmpd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snmpd]:
     """snmpd serving this machine's own interfaces (v2c 'public' and v3 SHA/AES user)."""

@@ -70,7 +70,7 @@ def target(name: str, port: int) -> SnmpTarget:
     return SnmpTarget(name, "127.0.0.1", port, SnmpSettings(timeout_s=0.3, retries=0, interval_s=1.0))
 
 
-def test_broken_agents_give_typed_errors_and_do_not_disturb_a_good_one(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_broken_agents_give_typed_errors_and_do_not_disturb_a_good_one(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     good, _ = table_agent(ports=16)
     before = PARSE_ERRORS["malformed_poll"]
 
@@ -81,7 +81,7 @@ def test_broken_agents_give_typed_errors_and_do_not_disturb_a_good_one(table_age
         good_target = SnmpTarget(
             "good", "127.0.0.1", good.port, SnmpSettings(timeout_s=2.0, retries=0, interval_s=5)
         )
-        poller = SnmpPoller()
+        poller = SnmpPoller(engine=engine)
         try:
             results = await poller.poll_many([*targets, good_target])
             again = await poller.poll(good_target)  # the engine survived the garbage

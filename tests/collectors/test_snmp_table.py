@@ -33,19 +33,19 @@ def target(agent: Snmpd) -> SnmpTarget:
     )
 
 
-def poll(agent: Snmpd, **poller_kw: int) -> IfSnapshot:
+def poll(agent: Snmpd, engine: str, **poller_kw: int) -> IfSnapshot:
     async def main() -> IfSnapshot:
         try:
-            return await SnmpPoller(**poller_kw).poll(target(agent))  # type: ignore[arg-type]
+            return await SnmpPoller(engine=engine, **poller_kw).poll(target(agent))  # type: ignore[arg-type]
         finally:
             close_loop_context()
 
     return asyncio.run(main())
 
 
-def test_default_table_is_decoded_exactly(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_default_table_is_decoded_exactly(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     agent, _ = table_agent(ports=40)
-    snap = poll(agent, max_repetitions=7)  # several GETBULK rounds, rows split across responses
+    snap = poll(agent, engine, max_repetitions=7)  # several GETBULK rounds, rows split across responses
     idx = np.arange(1, 41)
     assert snap.ifindex.tolist() == idx.tolist()
     assert snap.counters["in_octets"].tolist() == (10**12 + idx * 1000 + 6).tolist()
@@ -60,13 +60,13 @@ def test_default_table_is_decoded_exactly(table_agent) -> None:  # type: ignore[
     assert set(COUNTER_WIDTH_BITS) == set(snap.counters)
 
 
-def test_counter64_near_2_to_the_64_is_exact_and_rates_follow(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_counter64_near_2_to_the_64_is_exact_and_rates_follow(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     top = 2**64 - 1
     agent, set_state = table_agent(ports=4, state={"values": {f"{IFX}.6.2": ["counter64", str(top - 5000)]}})
-    first = poll(agent)
+    first = poll(agent, engine)
     assert int(first.counters["in_octets"][1]) == top - 5000
     set_state({"values": {f"{IFX}.6.2": ["counter64", str(top)], f"{IFX}.6.3": ["counter64", "5"]}})
-    second = poll(agent)
+    second = poll(agent, engine)
     assert int(second.counters["in_octets"][1]) == top
     speed = second.high_speed_mbps.astype(np.float64) * 1e6
 
@@ -78,18 +78,18 @@ def test_counter64_near_2_to_the_64_is_exact_and_rates_follow(table_agent) -> No
     assert rates.reason[2] == RateReason.RESET_DECREASE  # 1e12+… → 5: a reset, never a negative rate
 
 
-def test_missing_optional_column_is_absent_and_missing_required_column_is_malformed(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_missing_optional_column_is_absent_and_missing_required_column_is_malformed(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     agent, set_state = table_agent(ports=6, state={"omit": [f"{IFX}.7", f"{IFX}.19"]})
-    snap = poll(agent)
+    snap = poll(agent, engine)
     assert "in_pkts" not in snap.counters and snap.discontinuity_ticks is None
     assert len(snap.ifindex) == 6
     set_state({"omit": [f"{IFX}.10"]})
     with pytest.raises(SnmpPollError) as err:
-        poll(agent)
+        poll(agent, engine)
     assert err.value.kind == "malformed" and "out_octets" in err.value.message
 
 
-def test_bad_cells_drop_their_row_and_are_counted(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_bad_cells_drop_their_row_and_are_counted(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     before = dict(PARSE_ERRORS)
     agent, _ = table_agent(
         ports=8,
@@ -101,7 +101,7 @@ def test_bad_cells_drop_their_row_and_are_counted(table_agent) -> None:  # type:
             "omit": [f"{IFX}.10.7"],  # a short column
         },
     )
-    snap = poll(agent)
+    snap = poll(agent, engine)
     assert snap.ifindex.tolist() == [1, 2, 4, 6, 8]
     assert snap.counters["in_octets"].tolist() == [10**12 + i * 1000 + 6 for i in (1, 2, 4, 6, 8)]
     assert snap.dropped_rows == 3
@@ -109,8 +109,8 @@ def test_bad_cells_drop_their_row_and_are_counted(table_agent) -> None:  # type:
     assert PARSE_ERRORS["dropped_row"] - before.get("dropped_row", 0) == 3
 
 
-def test_a_large_table_is_read_completely(table_agent) -> None:  # type: ignore[no-untyped-def]
+def test_a_large_table_is_read_completely(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     agent, _ = table_agent(ports=1024)
-    snap = poll(agent, max_repetitions=25)
+    snap = poll(agent, engine, max_repetitions=25)
     assert len(snap.ifindex) == 1024 and snap.dropped_rows == 0
     assert int(snap.counters["out_octets"][-1]) == 2 * 10**12 + 1024 * 1000 + 10

@@ -49,8 +49,8 @@ def kernel_ifindex(name: str) -> int:
     return int(Path(f"/sys/class/net/{name}/ifindex").read_text())
 
 
-def test_v2c_and_v3_read_this_machines_interfaces(real_snmpd: Snmpd) -> None:
-    poller = SnmpPoller()
+def test_v2c_and_v3_read_this_machines_interfaces(real_snmpd: Snmpd, engine: str) -> None:
+    poller = SnmpPoller(engine=engine)  # type: ignore[arg-type]
     snap2, snap3 = run(poller.poll_many([v2c(real_snmpd), v3(real_snmpd)]))
     assert isinstance(snap2, IfSnapshot) and isinstance(snap3, IfSnapshot), (snap2, snap3)
     kernel = sorted(int(p.read_text()) for p in Path("/sys/class/net").glob("*/ifindex"))
@@ -72,7 +72,7 @@ def test_v2c_and_v3_read_this_machines_interfaces(real_snmpd: Snmpd) -> None:
     assert abs(snap2.ts_ns - time.time_ns()) < 60 * 10**9
 
 
-def test_wrong_v3_key_is_an_auth_error_and_wrong_community_a_timeout(real_snmpd: Snmpd) -> None:
+def test_wrong_v3_key_is_an_auth_error_and_wrong_community_a_timeout(real_snmpd: Snmpd, engine: str) -> None:
     bad_key = SnmpTarget(
         "h", "127.0.0.1", real_snmpd.port,
         SnmpSettings(version="3", v3_user=V3.name, v3_auth_key="wrongwrong1", v3_priv_key=V3.priv_key),
@@ -82,13 +82,14 @@ def test_wrong_v3_key_is_an_auth_error_and_wrong_community_a_timeout(real_snmpd:
         SnmpSettings(version="3", v3_user="nobody", v3_auth_key="authpass123", v3_priv_key="privpass123"),
     )  # fmt: skip
     wrong_community = v2c(real_snmpd, community="nope", timeout_s=0.2, retries=0)
-    results = run(SnmpPoller().poll_many([bad_key, unknown_user, wrong_community, v2c(real_snmpd)]))
+    poller = SnmpPoller(engine=engine)  # type: ignore[arg-type]
+    results = run(poller.poll_many([bad_key, unknown_user, wrong_community, v2c(real_snmpd)]))
     kinds = [r.kind if isinstance(r, SnmpPollError) else "ok" for r in results]
     assert kinds == ["auth", "auth", "timeout", "ok"], results
 
 
-def test_engine_is_per_event_loop_so_repeated_asyncio_run_works(real_snmpd: Snmpd) -> None:
-    poller = SnmpPoller()
+def test_engine_is_per_event_loop_so_repeated_asyncio_run_works(real_snmpd: Snmpd, engine: str) -> None:
+    poller = SnmpPoller(engine=engine)  # type: ignore[arg-type]
     for _ in range(3):  # pysnmp hangs if one engine is reused across loops (lextudio/pysnmp#64)
         assert isinstance(run(poller.poll(v2c(real_snmpd, timeout_s=0.5, retries=0))), IfSnapshot)
 
@@ -129,13 +130,13 @@ async def _next_fresh_read(poller: SnmpPoller, target: SnmpTarget, lo: int, last
     raise AssertionError("ifHCInOctets of lo never changed in 15 s")
 
 
-def test_loopback_transfer_is_measured_through_ifHCInOctets_within_2_percent(real_snmpd: Snmpd) -> None:
+def test_loopback_transfer_is_measured_through_ifHCInOctets_within_2_percent(real_snmpd: Snmpd, engine: str) -> None:
     n_bytes = 200 * (1 << 20)
     target = v2c(real_snmpd)
     lo_index = kernel_ifindex("lo")
 
     async def measure() -> tuple[int, float]:
-        poller = SnmpPoller()
+        poller = SnmpPoller(engine=engine)  # type: ignore[arg-type]
         first = await poller.poll(target)
         lo = int(np.flatnonzero(first.ifindex == lo_index)[0])
         v0, t0 = await _next_fresh_read(poller, target, lo, int(first.counters["in_octets"][lo]))
