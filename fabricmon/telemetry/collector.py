@@ -33,7 +33,14 @@ from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease
 from fabricmon.telemetry.shards import Shard
-from fabricmon.telemetry.slices import SwitchRead, SwitchSlice, compute_slice, decode_read, encode_read, read_from_snapshot
+from fabricmon.telemetry.slices import (
+    SwitchRead,
+    SwitchSlice,
+    compute_slice,
+    decode_read,
+    encode_read,
+    read_from_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +145,8 @@ class ShardCollector:
         }
 
     async def run(self) -> ShardReport:
-        tasks = [asyncio.create_task(self._switch_loop(self.framer.spec.switch(n))) for n in self.shard.switches]
+        spec = self.framer.spec
+        tasks = [asyncio.create_task(self._switch_loop(spec.switch(n))) for n in self.shard.switches]
         tasks.append(asyncio.create_task(self._deadline_loop()))
         try:
             self.report.ended = await self._supervise()
@@ -172,37 +180,37 @@ class ShardCollector:
         ifindex = self.framer.index.ifindex[sl]
         spec_speed = self.framer.index.speed_bps[sl]
         interval_ns = self.framer.interval_ns[sw.name]
+        keep_read_ms = max(60_000, 10 * interval_ns // 1_000_000)
         prev = self._load_read(sw.name)
         while True:
-            now = time.time_ns()
-            scheduled = (now // interval_ns + 1) * interval_ns
+            scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
             await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
             started = time.time_ns()
-            cur: SwitchRead | None = None
-            kind: str | None = None
-            message = ""
-            try:
-                snapshot = await self.poll(sw)
-                cur = read_from_snapshot(snapshot, ifindex)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # SnmpPollError carries .kind; anything else is our bug
-                kind = str(getattr(exc, "kind", "internal"))
-                message = str(getattr(exc, "message", "") or exc)
-                if kind == "internal":
-                    log.exception("shard %s: polling %s failed unexpectedly", self.shard.shard_id, sw.name)
+            cur, kind, message = await self._poll_once(sw, ifindex)
             finished = time.time_ns()
             if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > MAX_BASELINE_INTERVALS * interval_ns:
                 prev = None
             part = compute_slice(sw.name, prev, cur, spec_speed, started)
             tick = self.framer.frame_tick(scheduled)
             self._deliver(sw.name, tick, part)
-            self._record_health(sw.name, started, finished, cur, kind, message, part)
+            self._record_health(sw.name, (finished - started) / 1e6, started, cur, f"{kind}: {message}", part)
             if cur is not None:
                 prev = cur
-                self.r.set(read_key(self.fabric, sw.name), encode_read(cur), px=max(60_000, 10 * interval_ns // 1_000_000))
+                self.r.set(read_key(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
             if self.observer is not None:
                 self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part, kind))
+
+    async def _poll_once(self, sw: SwitchSpec, ifindex: Any) -> tuple[SwitchRead | None, str | None, str]:
+        """One poll → (aligned read, None, "") or (None, error kind, message). Never raises."""
+        try:
+            return read_from_snapshot(await self.poll(sw), ifindex), None, ""
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # SnmpPollError carries .kind; anything else is our bug
+            kind = str(getattr(exc, "kind", "internal"))
+            if kind == "internal":
+                log.exception("shard %s: polling %s failed unexpectedly", self.shard.shard_id, sw.name)
+            return None, kind, str(getattr(exc, "message", "") or exc)
 
     def _load_read(self, switch: str) -> SwitchRead | None:
         blob = self.r.get(read_key(self.fabric, switch))
@@ -214,18 +222,18 @@ class ShardCollector:
         if frame is not None:
             self._after_frame(frame)
 
-    def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,
-                       kind: str | None, message: str, part: SwitchSlice) -> None:
+    def _record_health(self, switch: str, poll_ms: float, started: int, cur: SwitchRead | None,
+                       error: str, part: SwitchSlice) -> None:
         h = self.health[switch]
         h.polls += 1
         h.last_poll_ns = started
-        h.poll_ms = round((finished - started) / 1e6, 3)
+        h.poll_ms = round(poll_ms, 3)
         self.report.polls += 1
         if cur is None:
             h.up = False
             h.consecutive_failures += 1
-            h.error_counts[kind or "internal"] += 1
-            h.last_error = f"{kind}: {message}"[:300]
+            h.error_counts[error.split(":", 1)[0]] += 1
+            h.last_error = error[:300]
             self.report.failures += 1
         else:
             h.up = True
@@ -260,7 +268,8 @@ class ShardCollector:
         if frame.ts_ns + self.framer.frame_ns <= step_end:
             return  # not the last tick of its step yet
         start = step_end - step
-        if self.r.set(history_guard_key(self.fabric, start), b"1", nx=True, px=max(600_000, 3 * step // 1_000_000)):
+        guard_ms = max(600_000, 3 * step // 1_000_000)
+        if self.r.set(history_guard_key(self.fabric, start), b"1", nx=True, px=guard_ms):
             loop = asyncio.get_running_loop()
             # The database write must not stall the polls: run it on the default executor.
             loop.run_in_executor(None, self.history_sink, self.framer, start, step_end)

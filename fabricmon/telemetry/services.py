@@ -18,6 +18,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections
 
+from collectors.snmp.poller import SnmpPoller, SnmpPollError, SnmpTarget
 from fabricmon.core.frames import Frame, FrameFormatError
 from fabricmon.core.topology import FabricSpec, SwitchSpec
 from fabricmon.telemetry import live_window, runtime
@@ -25,16 +26,16 @@ from fabricmon.telemetry.collector import PollRecord, ShardCollector, ShardRepor
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.history import downsample
 from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shards import Shard, find_shard, plan_shards
+from fabricmon.topology.models import Fabric
+from fabricmon.topology.services import fabric_spec, port_index, port_peers
 
 log = logging.getLogger(__name__)
 
 
 def load_fabrics() -> list[FabricSpec]:
     """Every fabric in the database, as specs (what the collectors poll)."""
-    from fabricmon.topology.models import Fabric
-    from fabricmon.topology.services import fabric_spec
-
     return [fabric_spec(f) for f in Fabric.objects.all()]
 
 
@@ -80,8 +81,6 @@ def run_shard(
 
 
 def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
-    from collectors.snmp.poller import SnmpPoller, SnmpPollError, SnmpTarget
-
     poller = SnmpPoller()
 
     async def poll(sw: SwitchSpec) -> Any:
@@ -149,9 +148,6 @@ def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 
                   redis_url: str | None = None) -> int:
     """Downsample the live window's frames with ``start_ns < ts ≤ end_ns`` into HistoryFrame rows
     (one per topology version present), then prune rows older than the retention. Returns rows written."""
-    from fabricmon.telemetry.models import HistoryFrame
-    from fabricmon.topology.models import Fabric
-
     close_old_connections()
     r = live_window.connect(redis_url)
     try:
@@ -177,8 +173,6 @@ def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 
 
 
 def prune_history(retention_s: float) -> int:
-    from fabricmon.telemetry.models import HistoryFrame
-
     cutoff = datetime.now(tz=UTC) - timedelta(seconds=retention_s)
     deleted, _ = HistoryFrame.objects.filter(ts__lt=cutoff).delete()
     return deleted
@@ -220,8 +214,6 @@ class FabricStatus:
 
 
 def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -> FabricStatus:
-    from fabricmon.topology.services import port_index, port_peers
-
     r = live_window.connect(redis_url)
     try:
         health = live_window.read_health(r, fabric)
@@ -243,8 +235,8 @@ def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -
     nan = np.full(len(index), np.nan)
     in_bps, out_bps = frame.metrics.get("in_bps", nan), frame.metrics.get("out_bps", nan)
     hot = [
-        HotPort(index.switch_names[index.switch_of[i]], index.port_names[i], peers[i] if i < len(peers) else "",
-                float(util[i]), float(in_bps[i]), float(out_bps[i]))
+        HotPort(index.switch_names[index.switch_of[i]], index.port_names[i],
+                peers[i] if i < len(peers) else "", float(util[i]), float(in_bps[i]), float(out_bps[i]))
         for i in order.tolist()
     ]
     return FabricStatus(fabric, health, frame.ts_ns, hot)

@@ -8,10 +8,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from fabricmon.telemetry import services
+from fabricmon.topology.models import Fabric
 
 
 class Command(BaseCommand):
-    help = "Per-switch collector health and the ten hottest ports of the latest frame, refreshed until Ctrl-C."
+    help = "Per-switch collector health and the hottest ports of the latest frame, refreshed until Ctrl-C."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("fabric", nargs="?", help="fabric name (default: the only fabric)")
@@ -34,8 +35,6 @@ class Command(BaseCommand):
             return
 
     def _only_fabric(self) -> str:
-        from fabricmon.topology.models import Fabric
-
         names = list(Fabric.objects.values_list("name", flat=True))
         if len(names) != 1:
             raise CommandError(f"name a fabric; known: {', '.join(names) or '(none — run load_topology)'}")
@@ -55,7 +54,8 @@ def render(status: services.FabricStatus) -> str:
         poll_ms = h.get("poll_ms")
         lines.append(
             f"{name:<16} {'up' if h.get('up') else 'DOWN':<5} {age:>8} "
-            f"{(f'{poll_ms:.1f}' if poll_ms is not None else '-'):>8} {h.get('consecutive_failures', 0):>5}  {err}"
+            f"{(f'{poll_ms:.1f}' if poll_ms is not None else '-'):>8} "
+            f"{h.get('consecutive_failures', 0):>5}  {err}"
         )
     if not status.health:
         lines.append("(no switch has reported health yet)")
