@@ -64,7 +64,7 @@ class Collectors:
 
 
 @contextmanager
-def run_collectors(specs: Sequence[FabricSpec], shard_ids: Sequence[str], redis_url: str, *,
+def run_collectors(specs: Sequence[FabricSpec] | None, shard_ids: Sequence[str], redis_url: str, *,
                    lease_s: float = 30.0, history: bool = False) -> Iterator[Collectors]:
     c = Collectors()
 

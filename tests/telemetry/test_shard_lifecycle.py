@@ -1,0 +1,183 @@
+"""Shard lifecycle against the twin process: malformed agents, lease takeover, frames + history,
+and the status command.
+
+    twin process ◀─UDP─ run_shard (thread) ──▶ Redis (frames, health, leases) ──▶ DB (HistoryFrame)
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+from io import StringIO
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.models import HistoryFrame
+from fabricmon.telemetry.services import fabric_status, run_shard
+from fabricmon.topology.services import import_fabric
+from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_for(predicate, timeout_s: float, step_s: float = 0.1) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return predicate()
+
+
+class GarbageAgent:
+    """A UDP "agent" on 127.0.0.1:0 that answers every request with bytes that are not SNMP."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.answered = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                _data, addr = self.sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            self.sock.sendto(b"\x30\x82\xff\xffnot-snmp" + bytes(range(40)), addr)
+            self.answered += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def test_malformed_responses_are_counted_and_polling_continues(twin_process, redis_url, redis_client,
+                                                               settings) -> None:
+    settings.FABRICMON_SHARD_SIZE = 6
+    garbage = GarbageAgent()
+    bad = "leaf-r2"
+    base = collector_spec(twin_process.fabric)
+    spec = replace(base, switches=tuple(
+        replace(sw, snmp=replace(sw.snmp, port=garbage.port)) if sw.name == bad else sw
+        for sw in base.switches))
+    try:
+        with run_collectors([spec], [f"{spec.name}:0"], redis_url) as c:
+            assert _wait_for(lambda: len(c.by_switch().get(bad, [])) >= 5, 15)
+    finally:
+        garbage.close()
+    assert garbage.answered >= 5
+    bad_polls = c.by_switch()[bad]
+    assert all(r.error_kind == "malformed" for r in bad_polls), {r.error_kind for r in bad_polls}
+    health = live_window.read_health(redis_client, spec.name)
+    assert health[bad]["up"] is False
+    assert health[bad]["error_counts"]["malformed"] == len(bad_polls)
+    assert "malformed" in health[bad]["last_error"]
+    # The loop kept polling everyone else, successfully.
+    for switch, recs in c.by_switch().items():
+        if switch != bad:
+            assert len(recs) >= 5 and all(r.error_kind is None for r in recs[1:]), switch
+            assert health[switch]["up"] is True and health[switch]["error_counts"] == {}
+
+
+def test_a_held_shard_is_taken_over_within_one_lease_after_its_holder_dies(twin_process, redis_url,
+                                                                          redis_client, settings) -> None:
+    settings.FABRICMON_SHARD_SIZE = 6
+    spec = collector_spec(twin_process.fabric)
+    shard = f"{spec.name}:0"
+    lease_s = 2.0
+    # A collector that crashed leaves exactly this behind: a lease key nobody renews.
+    dead = Lease.acquire(redis_client, shard, lease_s)
+    assert dead is not None
+    died_at = time.monotonic()
+    assert run_shard(shard, lease_s=lease_s, fabrics=[spec], redis_url=redis_url, history=False).acquired is False
+
+    taken_over = []
+    stop = threading.Event()
+
+    def second_runner() -> None:
+        while not stop.is_set():  # what ensure_collectors + collect_shard do, without Celery
+            report = run_shard(shard, lease_s=lease_s, run_s=4.0, fabrics=[spec], redis_url=redis_url,
+                               stop_event=stop, history=False)
+            if report.acquired:
+                taken_over.append(report)
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=second_runner)
+    t.start()
+    try:
+        assert _wait_for(lambda: holder(redis_client, shard) not in (None, dead.token), lease_s + 1.5)
+        took_s = time.monotonic() - died_at
+        assert _wait_for(lambda: len(live_window.read_window(redis_client, spec.name)) >= 2, 6)
+    finally:
+        stop.set()
+        t.join(15)
+    assert took_s <= lease_s + 1.0
+    assert not dead.renew()
+    assert taken_over and taken_over[0].frames_built >= 2
+    assert holder(redis_client, shard) is None  # handed back at the end
+
+
+@pytest.mark.django_db(transaction=True)
+def test_frames_once_per_tick_nan_for_a_dead_shard_and_history_rows(twin_process, redis_url, redis_client,
+                                                                    settings) -> None:
+    settings.FABRICMON_SHARD_SIZE = 3
+    settings.FABRICMON_HISTORY_STEP_S = 2
+    spec = collector_spec(twin_process.fabric)
+    import_fabric(spec)  # the collector reads the topology from the database (fabrics=None)
+    framer = FabricFramer(spec, window_s=60)
+    # Only shard 0 runs: shard 1 is "dead", its switches must be NaN in every frame (deadline path).
+    with run_collectors(None, [f"{spec.name}:0"], redis_url, history=True) as c:
+        assert _wait_for(lambda: HistoryFrame.objects.filter(fabric__name=spec.name).count() >= 2, 15, 0.3)
+    alive = {r.switch for r in c.records}
+    assert len(alive) == 3
+    frames = [f for _, f in live_window.read_window(redis_client, spec.name)]
+    ticks = [f.ts_ns for f in frames]
+    assert len(ticks) == len(set(ticks)) >= 4, "a tick was framed twice"
+    assert all(np.diff(ticks) % round(INTERVAL_S * 1e9) == 0)
+    for f in frames:
+        for switch, sl in framer.slices.items():
+            if switch not in alive:
+                assert np.isnan(f.metrics["in_bps"][sl]).all()
+    assert sum(np.isfinite(f.metrics["util"][framer.slices[s]]).all() for f in frames for s in alive) >= 6
+    rows = list(HistoryFrame.objects.filter(fabric__name=spec.name).order_by("ts"))
+    for row in rows:
+        frame = row.frame()
+        assert row.step_s == 2 and row.topology_version == framer.index.version
+        assert 1 <= row.n_samples <= 2 / INTERVAL_S
+        assert {"in_bps", "util", "util_max"} <= set(frame.metrics)
+        assert frame.n_ports == len(framer.index)
+        with np.errstate(invalid="ignore"):
+            assert (np.nan_to_num(frame.metrics["util_max"], nan=0) >= np.nan_to_num(frame.metrics["util"], nan=0)).all()
+    assert len({row.ts for row in rows}) == len(rows)
+
+    out = StringIO()
+    call_command("fabric_status", spec.name, "--once", stdout=out)
+    text = out.getvalue()
+    assert "hottest ports" in text and "leaf-r" in text
+    status = fabric_status(spec.name, redis_url=redis_url)
+    assert status.hot and status.hot[0].util >= status.hot[-1].util
+    assert status.hot[0].peer  # a rail-leaf's hottest port faces a GPU NIC or a spine
+
+
+@pytest.mark.django_db
+def test_status_says_when_there_are_no_frames(fabric_name, redis_client) -> None:
+    from fabricmon.core.railgen import rail_optimized
+
+    import_fabric(rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=1))
+    out = StringIO()
+    call_command("fabric_status", fabric_name, "--once", stdout=out)
+    assert "no frames yet — is the collector running?" in out.getvalue()
