@@ -152,7 +152,9 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30},
+        # socket_timeout > channels_redis's 5 s BZPOPMIN: redis-py 8 defaults to 5 s too, and the
+        # tie kills every idle consumer with "Timeout reading from …" after 5 s.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 200, "expiry": 30},
     }
 }
 

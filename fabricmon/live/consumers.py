@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class FabricConsumer(AsyncWebsocketConsumer):
+    # No channel layer: frames come straight from the Redis stream (XREAD), so a socket costs no
+    # per-consumer channel and no second blocking Redis read. An unknown alias means "none".
+    channel_layer_alias = "fabricmon.live:no-channel-layer"
     stream: services.FabricStream | None = None
     pump: asyncio.Task[None] | None = None
 

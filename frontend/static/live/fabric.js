@@ -253,17 +253,20 @@ heatCanvas.addEventListener("mousemove", (ev) => {
   tooltip.innerHTML = `<b>${escapeHtml(portLabel(hit.port))}</b><div>peer: <span class="peer">${escapeHtml(peerOf(hit.port) || "—")}</span></div>` +
     `<div>${escapeHtml(METRIC_LABELS[state.hello.metric] || state.hello.metric)}: <b class="value">${value}</b></div><div>${when}</div>${pooled}`;
   tooltip.hidden = false;
-  tooltip.style.left = `${ev.pageX + 14}px`;
+  const flip = ev.clientX > window.innerWidth - 380; // keep it on screen near the right edge
+  tooltip.style.left = flip ? `${ev.pageX - 14 - tooltip.offsetWidth}px` : `${ev.pageX + 14}px`;
   tooltip.style.top = `${ev.pageY + 10}px`;
 });
 heatCanvas.addEventListener("mouseleave", () => { tooltip.hidden = true; });
 
-let drag = null;
+let drag = null, clickTimer = null;
 heatCanvas.addEventListener("mousedown", (ev) => { drag = { y: ev.offsetY, view: [...heatmap.view], moved: false }; });
 window.addEventListener("mouseup", (ev) => {
   if (drag && !drag.moved && ev.target === heatCanvas) {
     const hit = heatmap.pick(...canvasXY(ev));
-    if (hit) location.href = root.dataset.portUrl.replace(/0\/$/, `${hit.port}/`);
+    // A click opens the port; wait a moment so a double-click (reset zoom) does not navigate.
+    clearTimeout(clickTimer);
+    if (hit) clickTimer = setTimeout(() => { location.href = root.dataset.portUrl.replace(/0\/$/, `${hit.port}/`); }, 300);
   }
   drag = null;
 });
@@ -283,7 +286,7 @@ heatCanvas.addEventListener("wheel", (ev) => {
   heatmap.setView(at - (at - v0) * f, at + (v1 - at) * f);
   heatmap.redraw(); drawLabels();
 }, { passive: false });
-heatCanvas.addEventListener("dblclick", () => { heatmap.setView(0, heatmap.rowCount()); heatmap.redraw(); drawLabels(); });
+heatCanvas.addEventListener("dblclick", () => { clearTimeout(clickTimer); heatmap.setView(0, heatmap.rowCount()); heatmap.redraw(); drawLabels(); });
 $("reset-zoom").addEventListener("click", () => { heatmap.setView(0, heatmap.rowCount()); heatmap.redraw(); drawLabels(); });
 
 labelCanvas.addEventListener("click", (ev) => {
