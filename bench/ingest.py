@@ -24,7 +24,7 @@ T0 = 1_795_987_668_367_402_543
 
 
 def make_batches(n_events: int, ranks: int, batch: int) -> list[bytes]:
-    import orjson
+    import orjson  # noqa: PLC0415
 
     out, lines = [], []
     phases = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
@@ -32,12 +32,28 @@ def make_batches(n_events: int, ranks: int, batch: int) -> list[bytes]:
         rank = i % ranks
         call = i // ranks
         peers = {str(d): 4096 * (1 + (rank + d + call) % 5) for d in range(ranks)}
-        lines.append(orjson.dumps({
-            "id": f"b{i}", "rank": rank, "host": f"node{rank // 8}", "step": call // 64, "layer": (call // 4) % 16,
-            "phase": phases[call % 4], "collective": "all_to_all_single", "pg": "1", "pg_ranks": list(range(ranks)),
-            "seq": call + 1, "start_ns": T0 + i * 1000, "end_ns": T0 + i * 1000 + 700,
-            "send_bytes_per_peer": peers, "recv_bytes_per_peer": peers, "source": "probe", "time_kind": "host_call",
-        }))
+        lines.append(
+            orjson.dumps(
+                {
+                    "id": f"b{i}",
+                    "rank": rank,
+                    "host": f"node{rank // 8}",
+                    "step": call // 64,
+                    "layer": (call // 4) % 16,
+                    "phase": phases[call % 4],
+                    "collective": "all_to_all_single",
+                    "pg": "1",
+                    "pg_ranks": list(range(ranks)),
+                    "seq": call + 1,
+                    "start_ns": T0 + i * 1000,
+                    "end_ns": T0 + i * 1000 + 700,
+                    "send_bytes_per_peer": peers,
+                    "recv_bytes_per_peer": peers,
+                    "source": "probe",
+                    "time_kind": "host_call",
+                }
+            )
+        )
         if len(lines) == batch:
             out.append(b"\n".join(lines))
             lines = []
@@ -49,14 +65,14 @@ def make_batches(n_events: int, ranks: int, batch: int) -> list[bytes]:
 def bench_ingest(n_events: int, ranks: int, batch: int, db_dir: str) -> None:
     os.environ["DATABASE_URL"] = f"sqlite:///{db_dir}/bench.sqlite3"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
-    import django
+    import django  # noqa: PLC0415
 
     django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
+    from django.contrib.auth import get_user_model  # noqa: PLC0415
+    from django.core.management import call_command  # noqa: PLC0415
 
-    from fabricmon.jobs import services
-    from fabricmon.jobs.models import PhaseEvent, Run
+    from fabricmon.jobs import services  # noqa: PLC0415
+    from fabricmon.jobs.models import PhaseEvent, Run  # noqa: PLC0415
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench")
@@ -71,23 +87,41 @@ def bench_ingest(n_events: int, ranks: int, batch: int, db_dir: str) -> None:
     again0 = time.process_time()
     dup = services.ingest_ndjson(run, batches[0])
     print(f"ingest: {n_events} events ({ranks} ranks, {ranks} peers each) in batches of {batch}, SQLite")
-    print(f"  stored {stored / wall:,.0f} events/s wall, {stored / cpu:,.0f} events/s per core (CPU time, 1 process)")
-    print(f"  re-sent batch: {dup.duplicates} duplicates, {dup.stored} stored, "
-          f"{len(batches[0].splitlines()) / (time.process_time() - again0):,.0f} lines/s per core")
+    print(
+        f"  stored {stored / wall:,.0f} events/s wall, "
+        f"{stored / cpu:,.0f} events/s per core (CPU time, 1 process)"
+    )
+    print(
+        f"  re-sent batch: {dup.duplicates} duplicates, {dup.stored} stored, "
+        f"{len(batches[0].splitlines()) / (time.process_time() - again0):,.0f} lines/s per core"
+    )
     print("  reference: target >= 50,000 events/s per core")
 
 
 # --- Kineto import -------------------------------------------------------------------------------
 
+
 def write_trace(path: Path, target_mb: int, world: int = 8) -> int:
     """A gloo-style Kineto trace: per step, compute cpu_ops (filler, as in real traces) and a few
     annotated all-to-alls. Returns the number of all-to-alls written."""
     base = 1_790_857_026_000_000_000
-    header = {"schemaVersion": 1, "deviceProperties": [], "record_shapes": 1,
-              "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": world, "pg_count": 1,
-                                  "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": world,
-                                                 "ranks": list(range(world))}]},
-              "host_name": "bench", "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
+    header = {
+        "schemaVersion": 1,
+        "deviceProperties": [],
+        "record_shapes": 1,
+        "distributedInfo": {
+            "backend": "gloo",
+            "rank": 1,
+            "world_size": world,
+            "pg_count": 1,
+            "pg_config": [
+                {"pg_name": "0", "pg_desc": "default_pg", "pg_size": world, "ranks": list(range(world))}
+            ],
+        },
+        "host_name": "bench",
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base,
+    }
     target = target_mb * 1_000_000
     n_a2a, ts = 0, 5_130_559_171_207.758
     with path.open("w") as f:
@@ -96,21 +130,66 @@ def write_trace(path: Path, target_mb: int, world: int = 8) -> int:
         while f.tell() < target:
             chunk = []
             for k in range(200):  # filler compute ops
-                chunk.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": round(ts + k, 3),
-                              "dur": 0.9, "args": {"External id": k, "Input Dims": [[64, 64], [64, 64]],
-                                                   "Input type": ["float", "float"], "Ev Idx": k}})
+                chunk.append(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::mm",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": round(ts + k, 3),
+                        "dur": 0.9,
+                        "args": {
+                            "External id": k,
+                            "Input Dims": [[64, 64], [64, 64]],
+                            "Input type": ["float", "float"],
+                            "Ev Idx": k,
+                        },
+                    }
+                )
             ts += 300
             splits = [1 + (n_a2a + d) % 7 for d in range(world)]
             layer, phase = (n_a2a // 2) % 8, ("dispatch", "combine")[n_a2a % 2]
-            chunk.append({"ph": "X", "cat": "user_annotation", "name": f"moe/layer{layer}/{phase}", "pid": 1, "tid": 1,
-                          "ts": round(ts, 3), "dur": 50.0, "args": {}})
-            chunk.append({"ph": "X", "cat": "cpu_op", "name": "c10d::alltoall_base_", "pid": 1, "tid": 1,
-                          "ts": round(ts + 1, 3), "dur": 0.5, "args": {
-                              "Concrete Inputs": ["", "", "", str(splits), str(splits), "False", "-1"],
-                              "Input type": ["float", "float", "", "ScalarList", "ScalarList", "Scalar", "Scalar"],
-                              "Input Dims": [[sum(splits), 1024], [sum(splits), 1024], [], [], [], [], []]}})
-            chunk.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_to_all", "pid": 1, "tid": 2,
-                          "ts": round(ts + 2, 3), "dur": 40.0, "args": {}})
+            chunk.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"moe/layer{layer}/{phase}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": round(ts, 3),
+                    "dur": 50.0,
+                    "args": {},
+                }
+            )
+            chunk.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "c10d::alltoall_base_",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": round(ts + 1, 3),
+                    "dur": 0.5,
+                    "args": {
+                        "Concrete Inputs": ["", "", "", str(splits), str(splits), "False", "-1"],
+                        "Input type": ["float", "float", "", "ScalarList", "ScalarList", "Scalar", "Scalar"],
+                        "Input Dims": [[sum(splits), 1024], [sum(splits), 1024], [], [], [], [], []],
+                    },
+                }
+            )
+            chunk.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_to_all",
+                    "pid": 1,
+                    "tid": 2,
+                    "ts": round(ts + 2, 3),
+                    "dur": 40.0,
+                    "args": {},
+                }
+            )
             n_a2a += 1
             ts += 100
             text = ",\n".join(json.dumps(e) for e in chunk)
@@ -121,7 +200,7 @@ def write_trace(path: Path, target_mb: int, world: int = 8) -> int:
 
 
 def _import_child(path: str) -> None:
-    from collectors.traces.kineto import read_kineto
+    from collectors.traces.kineto import read_kineto  # noqa: PLC0415
 
     t0 = time.perf_counter()
     with open(path, "rb") as f:
@@ -137,14 +216,22 @@ def bench_trace(sizes_mb: list[int], tmp: str) -> None:
         path = Path(tmp) / f"trace_{mb}mb.json"
         n_a2a = write_trace(path, mb)
         size = path.stat().st_size
-        out = subprocess.run([sys.executable, __file__, "--import-child", str(path)], capture_output=True, text=True,
-                             check=True, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, __file__, "--import-child", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
         res = json.loads(out.stdout.strip().splitlines()[-1])
         assert res["events"] == n_a2a, (res, n_a2a)
-        print(f"  {size / 1e6:7.1f} MB: {size / 1e6 / res['seconds']:6.1f} MB/s, {res['events']:,} all-to-alls, "
-              f"peak RSS {res['peak_rss_mb']:.0f} MB")
+        print(
+            f"  {size / 1e6:7.1f} MB: {size / 1e6 / res['seconds']:6.1f} MB/s, "
+            f"{res['events']:,} all-to-alls, "
+            f"peak RSS {res['peak_rss_mb']:.0f} MB"
+        )
         path.unlink()
-    print("  reference: json.load of the same file needs the whole document in memory (several × its size)")
+    print("  reference: json.load of the same file needs the whole document in memory (several x its size)")
 
 
 def main() -> None:

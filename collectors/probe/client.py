@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.error
@@ -30,7 +29,11 @@ class IngestClient:
         self.timeout_s = timeout_s
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json",
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """(status, decoded JSON body) — HTTP errors are returned, network errors raise OSError."""
@@ -51,14 +54,19 @@ class IngestClient:
             return status, raw.decode(errors="replace")
 
     def create_run(self, name: str, tags: list[str] | None = None, **extra: Any) -> int:
-        status, body = self.request("POST", "/jobs/api/runs", json.dumps({"name": name, "tags": tags or [], **extra}).encode())
+        status, body = self.request(
+            "POST", "/jobs/api/runs", json.dumps({"name": name, "tags": tags or [], **extra}).encode()
+        )
         if status != 201:
             raise RuntimeError(f"create run failed: {status} {body}")
         return int(body["id"])
 
     def post_events(self, run_id: int, ndjson: bytes, clock_offset_ns: int = 0) -> tuple[int, Any]:
         return self.request(
-            "POST", f"/jobs/api/runs/{run_id}/events", ndjson, "application/x-ndjson",
+            "POST",
+            f"/jobs/api/runs/{run_id}/events",
+            ndjson,
+            "application/x-ndjson",
             {"X-Clock-Offset-Ns": str(clock_offset_ns)},
         )
 
@@ -67,7 +75,7 @@ class IngestClient:
 
 
 def measure_clock_offset(base_url: str, samples: int = 5, timeout_s: float = 2.0) -> tuple[int, int]:
-    """NTP-style: offset = server_ns − (t_send + t_recv)/2 from the sample with the smallest
+    """NTP-style: offset = server_ns - (t_send + t_recv)/2 from the sample with the smallest
     round trip. Returns (offset_ns, rtt_ns); add the offset to host times to get server time."""
     best: tuple[int, int] | None = None
     url = base_url.rstrip("/") + "/jobs/api/clock"
@@ -99,8 +107,15 @@ class EventPoster:
     """Posts event dicts as NDJSON batches from a daemon thread; bounded, never blocking."""
 
     def __init__(
-        self, client: IngestClient, run_id: int, *, batch_size: int = 1_000, max_buffer: int = 100_000,
-        flush_interval_s: float = 1.0, clock_resync_s: float = 60.0, measure_clock: bool = True,
+        self,
+        client: IngestClient,
+        run_id: int,
+        *,
+        batch_size: int = 1_000,
+        max_buffer: int = 100_000,
+        flush_interval_s: float = 1.0,
+        clock_resync_s: float = 60.0,
+        measure_clock: bool = True,
     ) -> None:
         self.client, self.run_id = client, run_id
         self.batch_size, self.max_buffer = batch_size, max_buffer
@@ -152,11 +167,15 @@ class EventPoster:
         return self.stats
 
     def _sync_clock(self) -> None:
-        if not self._measure_clock or time.monotonic() - self._clock_at < self.clock_resync_s and self._clock_at:
+        if not self._measure_clock or (
+            time.monotonic() - self._clock_at < self.clock_resync_s and self._clock_at
+        ):
             return
         self._clock_at = time.monotonic()
         try:
-            self.clock_offset_ns, self.clock_rtt_ns = measure_clock_offset(self.client.base_url, timeout_s=2.0)
+            self.clock_offset_ns, self.clock_rtt_ns = measure_clock_offset(
+                self.client.base_url, timeout_s=2.0
+            )
         except (OSError, ValueError, KeyError) as exc:  # keep the last offset; never crash training
             log.warning("probe: clock offset exchange failed: %s", exc)
 
@@ -180,7 +199,7 @@ class EventPoster:
         body = "\n".join(json.dumps(e, separators=(",", ":")) for e in batch).encode()
         try:
             status, answer = self.client.post_events(self.run_id, body, self.clock_offset_ns)
-        except (OSError, socket.timeout) as exc:
+        except (TimeoutError, OSError) as exc:
             self.stats.dropped += len(batch)
             self.stats.failed_posts += 1
             log.warning("probe: server unreachable, dropped %d events: %s", len(batch), exc)
@@ -193,4 +212,6 @@ class EventPoster:
         self.stats.posted += int(answer.get("accepted", 0))
         self.stats.rejected += int(answer.get("rejected_count", 0))
         if answer.get("rejected"):
-            log.warning("probe: %s events rejected, first: %s", answer.get("rejected_count"), answer["rejected"][0])
+            log.warning(
+                "probe: %s events rejected, first: %s", answer.get("rejected_count"), answer["rejected"][0]
+            )

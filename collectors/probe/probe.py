@@ -58,7 +58,11 @@ class A2AProbe:
     """Records every ``all_to_all_single`` as a normalized phase event passed to ``sink``."""
 
     def __init__(
-        self, sink: Sink | None = None, *, rank: int | None = None, host: str | None = None,
+        self,
+        sink: Sink | None = None,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
         keep: bool = False,
     ) -> None:
         self.sink = sink
@@ -104,32 +108,33 @@ class A2AProbe:
 
     # --- install --------------------------------------------------------------------------------
     def install(self) -> A2AProbe:
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
+        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed.distributed_c10d as c10d  # noqa: PLC0415
 
         if self._original is None:
             self._original = c10d.all_to_all_single
             wrapped = self._wrap(self._original)
-            dist.all_to_all_single = wrapped  # type: ignore[assignment]
-            c10d.all_to_all_single = wrapped  # type: ignore[assignment]
+            dist.all_to_all_single = wrapped
+            c10d.all_to_all_single = wrapped
         return self
 
     def uninstall(self) -> None:
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
+        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed.distributed_c10d as c10d  # noqa: PLC0415
 
         if self._original is not None:
-            dist.all_to_all_single = self._original  # type: ignore[assignment]
-            c10d.all_to_all_single = self._original  # type: ignore[assignment]
+            dist.all_to_all_single = self._original
+            c10d.all_to_all_single = self._original
             self._original = None
 
     def rank_map_entry(self, nic: str | None = None) -> dict[str, Any]:
         """This process's rank-map line: global rank, host, LOCAL_RANK and the NIC (env or guess)."""
-        import torch.distributed as dist
+        import torch.distributed as dist  # noqa: PLC0415
 
         local_rank = os.environ.get("LOCAL_RANK")
         return {
-            "rank": dist.get_rank() if self.rank is None else self.rank, "host": self.host,
+            "rank": dist.get_rank() if self.rank is None else self.rank,
+            "host": self.host,
             "local_rank": int(local_rank) if local_rank and local_rank.isdigit() else None,
             "nic": nic or os.environ.get("FABRICMON_NIC", "") or _first_nic(),
         }
@@ -139,9 +144,13 @@ class A2AProbe:
         probe = self
 
         @functools.wraps(original)
-        def all_to_all_single(
-            output: Any, input: Any, output_split_sizes: Any = None, input_split_sizes: Any = None,
-            group: Any = None, async_op: bool = False,
+        def all_to_all_single(  # noqa: PLR0917 - torch's own signature
+            output: Any,
+            input: Any,
+            output_split_sizes: Any = None,
+            input_split_sizes: Any = None,
+            group: Any = None,
+            async_op: bool = False,
         ) -> Any:
             try:
                 event = probe._describe(output, input, output_split_sizes, input_split_sizes, group)
@@ -150,7 +159,7 @@ class A2AProbe:
                 event = None
             if event is None:
                 return original(output, input, output_split_sizes, input_split_sizes, group, async_op)
-            from torch.autograd.profiler import record_function
+            from torch.autograd.profiler import record_function  # noqa: PLC0415
 
             start_ns = time.time_ns()
             with record_function(phase_label(event["layer"], event["phase"])):
@@ -167,10 +176,12 @@ class A2AProbe:
 
         return all_to_all_single
 
-    def _describe(self, output: Any, input: Any, out_splits: Any, in_splits: Any, group: Any) -> dict[str, Any]:
-        import torch
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
+    def _describe(
+        self, output: Any, input: Any, out_splits: Any, in_splits: Any, group: Any
+    ) -> dict[str, Any]:
+        import torch  # noqa: PLC0415
+        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed.distributed_c10d as c10d  # noqa: PLC0415
 
         pg = group if group is not None else c10d._get_default_group()
         pg_ranks = list(dist.get_process_group_ranks(pg))
@@ -204,12 +215,20 @@ class A2AProbe:
                 if len(stack) > _FWD_STACK_LIMIT:
                     del stack[0]
         return {
-            "id": f"{self._session}-{rank}-{pg_name}-{seq}", "rank": rank, "host": self.host,
-            "step": step, "layer": layer, "phase": phase, "collective": "all_to_all_single",
-            "pg": pg_name, "pg_ranks": pg_ranks, "seq": seq,
+            "id": f"{self._session}-{rank}-{pg_name}-{seq}",
+            "rank": rank,
+            "host": self.host,
+            "step": step,
+            "layer": layer,
+            "phase": phase,
+            "collective": "all_to_all_single",
+            "pg": pg_name,
+            "pg_ranks": pg_ranks,
+            "seq": seq,
             "send_bytes_per_peer": {str(r): ins[i] * row_in for i, r in enumerate(pg_ranks)},
             "recv_bytes_per_peer": {str(r): outs[i] * row_out for i, r in enumerate(pg_ranks)},
-            "source": "probe", "time_kind": "host_call",
+            "source": "probe",
+            "time_kind": "host_call",
         }
 
     def _emit(self, event: dict[str, Any]) -> None:

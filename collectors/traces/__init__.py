@@ -17,15 +17,15 @@ class TraceFormatError(ValueError):
 def read_events(kind: str, stream: IO[bytes], *, rank: int | None = None) -> Iterator[dict[str, Any]]:
     """Dispatch to the reader for ``kind`` (kineto | fr | fr_pickle | inspector)."""
     if kind == "kineto":
-        from collectors.traces.kineto import read_kineto
+        from collectors.traces.kineto import read_kineto  # noqa: PLC0415
 
         return read_kineto(stream, rank=rank)
     if kind in ("fr", "fr_pickle"):
-        from collectors.traces.flight_recorder import read_flight_recorder
+        from collectors.traces.flight_recorder import read_flight_recorder  # noqa: PLC0415
 
         return read_flight_recorder(stream, rank=rank, pickled=(kind == "fr_pickle"))
     if kind == "inspector":
-        from collectors.traces.inspector import read_inspector
+        from collectors.traces.inspector import read_inspector  # noqa: PLC0415
 
         return read_inspector(stream)
     raise TraceFormatError(f"unknown trace kind {kind!r}")

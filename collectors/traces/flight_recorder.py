@@ -20,9 +20,15 @@ from collectors.traces.safe_pickle import loads_plain
 from collectors.traces.schema import DTYPE_BYTES
 
 _PHASE = {
-    "all_reduce": "allreduce", "allreduce": "allreduce", "all_gather": "allgather", "_allgather_base": "allgather",
-    "allgather": "allgather", "reduce_scatter": "reducescatter", "_reduce_scatter_base": "reducescatter",
-    "send": "send", "recv": "recv",
+    "all_reduce": "allreduce",
+    "allreduce": "allreduce",
+    "all_gather": "allgather",
+    "_allgather_base": "allgather",
+    "allgather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "_reduce_scatter_base": "reducescatter",
+    "send": "send",
+    "recv": "recv",
 }
 
 
@@ -55,16 +61,25 @@ def entry_to_event(entry: dict[str, Any], rank: int) -> dict[str, Any]:
     else:
         start_ns, end_ns, kind = start, start, "host_enqueue"
     return {
-        "id": f"fr{rank}-{pg_name}-{'p' if p2p else 'c'}{seq}", "rank": rank, "layer": None,
-        "phase": _PHASE.get(collective, "other"), "collective": collective[:40] or "unknown", "pg": pg_name,
-        "seq": seq, "start_ns": start_ns, "end_ns": end_ns,
+        "id": f"fr{rank}-{pg_name}-{'p' if p2p else 'c'}{seq}",
+        "rank": rank,
+        "layer": None,
+        "phase": _PHASE.get(collective, "other"),
+        "collective": collective[:40] or "unknown",
+        "pg": pg_name,
+        "seq": seq,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
         "bytes_sent": _nbytes(entry.get("input_sizes"), entry.get("input_dtypes")),
         "bytes_recv": _nbytes(entry.get("output_sizes"), entry.get("output_dtypes")),
-        "source": "fr", "time_kind": kind,
+        "source": "fr",
+        "time_kind": kind,
     }
 
 
-def read_flight_recorder(stream: IO[bytes], rank: int | None, pickled: bool = False) -> Iterator[dict[str, Any]]:
+def read_flight_recorder(
+    stream: IO[bytes], rank: int | None, pickled: bool = False
+) -> Iterator[dict[str, Any]]:
     if rank is None:
         raise TraceFormatError("Flight Recorder dumps do not name their rank: give rank=")
     if pickled:

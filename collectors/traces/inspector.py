@@ -13,8 +13,14 @@ import orjson
 
 from collectors.traces import TraceFormatError
 
-_PHASE = {"AllReduce": "allreduce", "AllGather": "allgather", "AllGatherV": "allgather",
-          "ReduceScatter": "reducescatter", "Send": "send", "Recv": "recv"}
+_PHASE = {
+    "AllReduce": "allreduce",
+    "AllGather": "allgather",
+    "AllGatherV": "allgather",
+    "ReduceScatter": "reducescatter",
+    "Send": "send",
+    "Recv": "recv",
+}
 
 
 def _times(rec: dict[str, Any], perf: dict[str, Any], kind: str) -> tuple[int, int]:
@@ -43,17 +49,38 @@ def read_inspector(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
             size = perf.get("coll_msg_size_bytes")
             start_ns, end_ns = _times(rec, perf, kind)
             name = str(perf.get("coll", ""))
-            yield {"id": f"i{comm}-{rank}-c{perf.get('coll_sn')}", "rank": rank, "host": host, "pg": comm,
-                   "collective": name, "phase": _PHASE.get(name, "other"), "seq": perf.get("coll_sn"),
-                   "start_ns": start_ns, "end_ns": end_ns, "bytes_sent": size, "source": "inspector",
-                   "time_kind": "gpu_kernel" if perf.get("coll_timing_source") == "kernel_gpu" else "host_call"}
+            yield {
+                "id": f"i{comm}-{rank}-c{perf.get('coll_sn')}",
+                "rank": rank,
+                "host": host,
+                "pg": comm,
+                "collective": name,
+                "phase": _PHASE.get(name, "other"),
+                "seq": perf.get("coll_sn"),
+                "start_ns": start_ns,
+                "end_ns": end_ns,
+                "bytes_sent": size,
+                "source": "inspector",
+                "time_kind": "gpu_kernel" if perf.get("coll_timing_source") == "kernel_gpu" else "host_call",
+            }
         elif "p2p_perf" in rec:
             perf, kind = rec["p2p_perf"], "p2p"
             size, peer, name = perf.get("p2p_msg_size_bytes"), perf.get("p2p_peer"), str(perf.get("p2p", ""))
             start_ns, end_ns = _times(rec, perf, kind)
             per_peer = {str(peer): size} if isinstance(peer, int) and isinstance(size, int) else None
-            yield {"id": f"i{comm}-{rank}-p{perf.get('p2p_sn')}-{name}", "rank": rank, "host": host, "pg": comm,
-                   "collective": name, "phase": _PHASE.get(name, "other"), "seq": perf.get("p2p_sn"),
-                   "start_ns": start_ns, "end_ns": end_ns, "source": "inspector",
-                   **({"send_bytes_per_peer": per_peer} if name == "Send" else {"recv_bytes_per_peer": per_peer}),
-                   "time_kind": "gpu_kernel" if perf.get("p2p_timing_source") == "kernel_gpu" else "host_call"}
+            yield {
+                "id": f"i{comm}-{rank}-p{perf.get('p2p_sn')}-{name}",
+                "rank": rank,
+                "host": host,
+                "pg": comm,
+                "collective": name,
+                "phase": _PHASE.get(name, "other"),
+                "seq": perf.get("p2p_sn"),
+                "start_ns": start_ns,
+                "end_ns": end_ns,
+                "source": "inspector",
+                **(
+                    {"send_bytes_per_peer": per_peer} if name == "Send" else {"recv_bytes_per_peer": per_peer}
+                ),
+                "time_kind": "gpu_kernel" if perf.get("p2p_timing_source") == "kernel_gpu" else "host_call",
+            }

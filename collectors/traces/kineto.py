@@ -33,9 +33,15 @@ from collectors.traces.schema import DTYPE_BYTES, PHASE_LABEL_RE, PHASES
 HEAD_BYTES = 1 << 20
 _LIST_RE = re.compile(r"-?\d+")
 _COLLECTIVE_PHASE = {
-    "allreduce": "allreduce", "all_reduce": "allreduce", "_allgather_base": "allgather",
-    "allgather": "allgather", "all_gather": "allgather", "reduce_scatter": "reducescatter",
-    "_reduce_scatter_base": "reducescatter", "send": "send", "recv": "recv",
+    "allreduce": "allreduce",
+    "all_reduce": "allreduce",
+    "_allgather_base": "allgather",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "_reduce_scatter_base": "reducescatter",
+    "send": "send",
+    "recv": "recv",
 }
 
 
@@ -121,7 +127,9 @@ def read_kineto(stream: IO[bytes], rank: int | None = None) -> Iterator[dict[str
                 if m and m.group(2) in PHASES:
                     ts = float(ev["ts"])
                     layer = int(m.group(1)) if m.group(1) is not None else None
-                    ann[(ev.get("pid"), ev.get("tid"))].items.append((ts, ts + float(ev.get("dur", 0)), layer, m.group(2)))
+                    ann[(ev.get("pid"), ev.get("tid"))].items.append(
+                        (ts, ts + float(ev.get("dur", 0)), layer, m.group(2))
+                    )
             elif name == "c10d::alltoall_base_" and cat == "cpu_op":
                 a2a_ops.append(ev)
             elif name == "gloo:all_to_all":
@@ -154,7 +162,7 @@ def read_kineto(stream: IO[bytes], rank: int | None = None) -> Iterator[dict[str
 
 def _ns(base_ns: int, ts_us: Any) -> int:
     """ts in µs with 3 decimals (a Decimal from ijson: exact, unlike a float at 1e15 µs) → ns."""
-    return base_ns + round(ts_us * 1000)
+    return base_ns + int(round(ts_us * 1000))  # noqa: RUF046 - Decimal in, int out
 
 
 def _label(ann: dict[Any, _Annotations], key: Any, ts: float) -> tuple[int | None, str]:
@@ -169,9 +177,13 @@ def _peers(splits: list[int] | None, row_bytes: int, pg_ranks: list[int] | None)
     return {str(r): s * row_bytes for r, s in zip(pg_ranks, splits, strict=True)}
 
 
-def _gloo_events(
-    ops: list[dict[str, Any]], execs: list[tuple[float, float]], ann: dict[Any, _Annotations],
-    base_ns: int, dist_info: dict[str, Any], common: dict[str, Any],
+def _gloo_events(  # noqa: PLR0917
+    ops: list[dict[str, Any]],
+    execs: list[tuple[float, float]],
+    ann: dict[Any, _Annotations],
+    base_ns: int,
+    dist_info: dict[str, Any],
+    common: dict[str, Any],
 ) -> Iterator[dict[str, Any]]:
     ops.sort(key=lambda e: e["ts"])
     paired = len(execs) == len(ops)
@@ -211,12 +223,20 @@ def _gloo_events(
         recv = _peers(out_splits, row_out, pg_ranks)
         start_ns = _ns(base_ns, start_us)
         yield {
-            **common, "id": f"k{common['rank']}-a2a-{ordinal}-{start_ns}", "layer": layer, "phase": phase,
-            "collective": "all_to_allv" if in_splits else "all_to_all", "pg_ranks": pg_ranks, "seq": ordinal,
-            "start_ns": start_ns, "end_ns": start_ns + round(dur_us * 1000),
+            **common,
+            "id": f"k{common['rank']}-a2a-{ordinal}-{start_ns}",
+            "layer": layer,
+            "phase": phase,
+            "collective": "all_to_allv" if in_splits else "all_to_all",
+            "pg_ranks": pg_ranks,
+            "seq": ordinal,
+            "start_ns": start_ns,
+            "end_ns": start_ns + round(dur_us * 1000),
             "bytes_sent": math.prod(in_shape) * itemsize if in_shape else None,
             "bytes_recv": math.prod(out_shape) * itemsize if out_shape else None,
-            "send_bytes_per_peer": send, "recv_bytes_per_peer": recv, "time_kind": time_kind,
+            "send_bytes_per_peer": send,
+            "recv_bytes_per_peer": recv,
+            "time_kind": time_kind,
         }
 
 
@@ -247,11 +267,19 @@ def _nccl_events(
         start_ns = _ns(base_ns, ev["ts"])
         seq = args.get("Seq")
         yield {
-            **common, "id": f"k{common['rank']}-{args.get('Process Group Name', '')}-{seq or ordinal}-{start_ns}",
-            "layer": layer, "phase": phase, "collective": coll[:40] or "unknown",
-            "pg": str(args.get("Process Group Name", "")), "pg_ranks": pg_ranks,
-            "seq": seq if isinstance(seq, int) else None, "start_ns": start_ns,
+            **common,
+            "id": f"k{common['rank']}-{args.get('Process Group Name', '')}-{seq or ordinal}-{start_ns}",
+            "layer": layer,
+            "phase": phase,
+            "collective": coll[:40] or "unknown",
+            "pg": str(args.get("Process Group Name", "")),
+            "pg_ranks": pg_ranks,
+            "seq": seq if isinstance(seq, int) else None,
+            "start_ns": start_ns,
             "end_ns": start_ns + round(ev.get("dur", 0) * 1000),
-            "bytes_sent": in_n * itemsize, "bytes_recv": out_n * itemsize,
-            "send_bytes_per_peer": send, "recv_bytes_per_peer": recv, "time_kind": "gpu_kernel",
+            "bytes_sent": in_n * itemsize,
+            "bytes_recv": out_n * itemsize,
+            "send_bytes_per_peer": send,
+            "recv_bytes_per_peer": recv,
+            "time_kind": "gpu_kernel",
         }

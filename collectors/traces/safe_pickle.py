@@ -20,7 +20,9 @@ class ForbiddenPickle(pickle.UnpicklingError):
 
 class PlainDataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise ForbiddenPickle(f"pickle refers to {module}.{name}; only plain data (dict, list, str, numbers) is accepted")
+        raise ForbiddenPickle(
+            f"pickle refers to {module}.{name}; only plain data (dict, list, str, numbers) is accepted"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
         raise ForbiddenPickle("pickle uses persistent ids; only plain data is accepted")

@@ -69,9 +69,15 @@ def _read_json(request: HttpRequest) -> Any:
 
 def _run_json(run: Run) -> dict[str, Any]:
     return {
-        "id": run.pk, "name": run.name, "owner": run.owner.get_username(), "tags": run.tags,
-        "state": run.state, "fabric": run.fabric, "world_size": run.world_size,
-        "started_at": run.started_at.isoformat(), "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+        "id": run.pk,
+        "name": run.name,
+        "owner": run.owner.get_username(),
+        "tags": run.tags,
+        "state": run.state,
+        "fabric": run.fabric,
+        "world_size": run.world_size,
+        "started_at": run.started_at.isoformat(),
+        "ended_at": run.ended_at.isoformat() if run.ended_at else None,
     }
 
 
@@ -87,6 +93,7 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
 
 
 # --- endpoints ----------------------------------------------------------------------------------
+
 
 @require_GET
 def clock(request: HttpRequest) -> HttpResponse:
@@ -186,8 +193,24 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
 
 
 _EXPORT_FIELDS = (
-    "event_id", "rank", "host", "step", "layer", "phase", "collective", "pg", "pg_ranks", "seq", "start_ns",
-    "end_ns", "clock_offset_ns", "bytes_sent", "bytes_recv", "peer_bytes", "source", "time_kind",
+    "event_id",
+    "rank",
+    "host",
+    "step",
+    "layer",
+    "phase",
+    "collective",
+    "pg",
+    "pg_ranks",
+    "seq",
+    "start_ns",
+    "end_ns",
+    "clock_offset_ns",
+    "bytes_sent",
+    "bytes_recv",
+    "peer_bytes",
+    "source",
+    "time_kind",
 )
 
 
@@ -247,4 +270,3 @@ def matrix(request: HttpRequest, run: Run) -> HttpResponse:
         qs = qs.filter(phase=request.GET["phase"])
     sent, received = services.sum_matrices(list(qs))
     return JsonResponse({"n_ranks": len(sent), "sent": sent, "received": received, "matrices": qs.count()})
-

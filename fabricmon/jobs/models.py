@@ -5,7 +5,7 @@
     Run ──< RankMapEntry      rank → host, local GPU, NIC → switch port
      │
      ├──< PhaseEvent          one collective call seen by one rank (probe, Kineto, FR, Inspector)
-     └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), n×n int64 blob
+     └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
 
 Events are many (millions per run) and arrive in batches of ~1,000, so they are inserted with
 one ``executemany`` per batch (see ``services.ingest``), and the matrices are updated from the
@@ -63,6 +63,9 @@ class RankMapEntry(models.Model):
         constraints = [models.UniqueConstraint(fields=("run", "rank"), name="jobs_rank_unique")]
         ordering = ("run", "rank")
 
+    def __str__(self) -> str:
+        return f"rank {self.rank} @ {self.host}"
+
 
 class PhaseEvent(models.Model):
     """One collective call on one rank. Times are Unix-epoch ns on the *server's* clock: the
@@ -95,10 +98,13 @@ class PhaseEvent(models.Model):
         # questions are answered by TrafficMatrix, so no second index slows every insert.
         indexes = [models.Index(fields=("run", "start_ns"))]
 
+    def __str__(self) -> str:
+        return f"{self.event_id} r{self.rank} {self.phase}"
+
 
 class TrafficMatrix(models.Model):
     """Bytes src→dst summed over one (step, layer, phase) of a run and one event source, as two
-    n×n little-endian int64 blobs: what senders reported sending and what receivers reported
+    nxn little-endian int64 blobs: what senders reported sending and what receivers reported
     receiving (equal when the job is consistent; a mismatch is a finding, not an error)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="matrices")
@@ -117,6 +123,9 @@ class TrafficMatrix(models.Model):
                 fields=("run", "source", "step", "layer", "phase"), name="jobs_matrix_unique"
             )
         ]
+
+    def __str__(self) -> str:
+        return f"{self.source} step {self.step} layer {self.layer} {self.phase}"
 
     def sent_array(self) -> np.ndarray:
         return np.frombuffer(bytes(self.sent), dtype="<i8").reshape(self.n_ranks, self.n_ranks)
@@ -152,3 +161,6 @@ class TraceUpload(models.Model):
     events_rejected = models.PositiveIntegerField(default=0)
     error = models.TextField(default="", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.filename}"

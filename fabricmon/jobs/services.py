@@ -48,8 +48,11 @@ class IngestResult:
 
     def as_dict(self, max_errors: int = 1_000) -> dict[str, Any]:
         return {
-            "lines": self.lines, "accepted": self.accepted, "stored": self.stored,
-            "duplicates": self.duplicates, "rejected_count": len(self.rejected),
+            "lines": self.lines,
+            "accepted": self.accepted,
+            "stored": self.stored,
+            "duplicates": self.duplicates,
+            "rejected_count": len(self.rejected),
             "rejected": [e.as_dict() for e in self.rejected[:max_errors]],
         }
 
@@ -61,6 +64,7 @@ class IngestResult:
 
 
 # --- runs ---------------------------------------------------------------------------------------
+
 
 def clean_tags(tags: Any) -> list[str]:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
@@ -125,18 +129,25 @@ def store_rank_map(run: Run, entries: Iterable[Any], source: str = "upload") -> 
             errors.append(LineError(n, bad, "must be a string"))
             continue
         good[rank] = RankMapEntry(
-            run=run, rank=rank, host=host, local_rank=local_rank, source=source,
+            run=run,
+            rank=rank,
+            host=host,
+            local_rank=local_rank,
+            source=source,
             **{f: str(entry.get(f, "") or "") for f in _RANK_STR_FIELDS},
         )
     with transaction.atomic():
         RankMapEntry.objects.bulk_create(
-            good.values(), update_conflicts=True, unique_fields=["run", "rank"],
+            good.values(),
+            update_conflicts=True,
+            unique_fields=["run", "rank"],
             update_fields=["host", "local_rank", "source", *_RANK_STR_FIELDS],
         )
     return len(good), errors
 
 
 # --- events -------------------------------------------------------------------------------------
+
 
 def _insert_sql() -> str:
     table = connection.ops.quote_name(PhaseEvent._meta.db_table)
@@ -152,9 +163,11 @@ def store_batch(run: Run, batch: ParsedBatch) -> IngestResult:
         return result
     with transaction.atomic():
         ids = [row[0] for row in batch.rows]
-        existing = set(
-            PhaseEvent.objects.filter(run=run, event_id__in=ids).values_list("event_id", flat=True)
-        ) if len(ids) <= 5_000 else _existing_ids_chunked(run, ids)
+        existing = (
+            set(PhaseEvent.objects.filter(run=run, event_id__in=ids).values_list("event_id", flat=True))
+            if len(ids) <= 5_000
+            else _existing_ids_chunked(run, ids)
+        )
         fresh_rows, fresh_peers, seen = [], [], existing
         for row, peers in zip(batch.rows, batch.peers, strict=True):
             if row[0] in seen:
@@ -175,7 +188,9 @@ def _existing_ids_chunked(run: Run, ids: list[str]) -> set[str]:
     found: set[str] = set()
     for i in range(0, len(ids), 5_000):
         found.update(
-            PhaseEvent.objects.filter(run=run, event_id__in=ids[i:i + 5_000]).values_list("event_id", flat=True)
+            PhaseEvent.objects.filter(run=run, event_id__in=ids[i : i + 5_000]).values_list(
+                "event_id", flat=True
+            )
         )
     return found
 
@@ -196,7 +211,12 @@ def _add_to_matrices(run: Run, rows: list[tuple[tuple[Any, ...], tuple[Any, Any]
         if not send_map and not recv_map:
             continue
         step, layer = row[i_step], row[i_layer]
-        key = (row[i_src], NO_VALUE if step is None else step, NO_VALUE if layer is None else layer, row[i_phase])
+        key = (
+            row[i_src],
+            NO_VALUE if step is None else step,
+            NO_VALUE if layer is None else layer,
+            row[i_phase],
+        )
         kid = key_index.setdefault(key, len(key_index))
         calls[key] += 1
         rank = row[i_rank]
@@ -220,22 +240,26 @@ def _add_to_matrices(run: Run, rows: list[tuple[tuple[Any, ...], tuple[Any, Any]
     sources = sorted({k[0] for k in calls})
     kid_a, kind_a, src_a, dst_a, bytes_a = (np.asarray(c, dtype=np.int64) for c in cols)
     n_batch = int(max(src_a.max(), dst_a.max())) + 1
-    # one stable sort groups the batch by matrix; each group is one scatter-add (no n_keys×n×n block)
+    # one stable sort groups the batch by matrix; each group is one scatter-add (no n_keysxnxn block)
     order = np.argsort(kid_a, kind="stable")
     bounds = np.searchsorted(kid_a[order], np.arange(len(key_index) + 1))
 
     def batch_part(kid: int) -> tuple[np.ndarray, np.ndarray]:
-        sel = order[bounds[kid]:bounds[kid + 1]]
+        sel = order[bounds[kid] : bounds[kid + 1]]
         part = np.zeros((2, n_batch, n_batch), dtype=np.int64)
         np.add.at(part, (kind_a[sel], src_a[sel], dst_a[sel]), bytes_a[sel])
         return part[0], part[1]
+
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, source, step, layer, phase, n_ranks, sent, received, calls FROM {table} "
-            f"WHERE run_id = %s AND step >= %s AND step <= %s AND source IN ({', '.join(['%s'] * len(sources))})",
+            f"WHERE run_id = %s AND step >= %s AND step <= %s "
+            f"AND source IN ({', '.join(['%s'] * len(sources))})",
             [run.pk, min(steps), max(steps), *sources],
         )
-        existing = {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in calls}
+        existing = {
+            (r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in calls
+        }
         updates, inserts = [], []
         for key, kid in key_index.items():
             old = existing.get(key)
@@ -257,12 +281,14 @@ def _add_to_matrices(run: Run, rows: list[tuple[tuple[Any, ...], tuple[Any, Any]
                 updates.append((n, sent_blob, recv_blob, old[8] + calls[key], old[0]))
         if updates:
             cursor.executemany(
-                f"UPDATE {table} SET n_ranks = %s, sent = %s, received = %s, calls = %s WHERE id = %s", updates
+                f"UPDATE {table} SET n_ranks = %s, sent = %s, received = %s, calls = %s WHERE id = %s",
+                updates,
             )
         if inserts:
             cursor.executemany(
                 f"INSERT INTO {table} (run_id, source, step, layer, phase, n_ranks, sent, received, calls) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)", inserts,
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                inserts,
             )
 
 
@@ -297,11 +323,16 @@ IMPORT_KINDS = ("kineto", "fr", "fr_pickle", "inspector")
 
 
 def import_trace(
-    run: Run, kind: str, stream: IO[bytes], *, filename: str = "", rank: int | None = None,
+    run: Run,
+    kind: str,
+    stream: IO[bytes],
+    *,
+    filename: str = "",
+    rank: int | None = None,
     size_bytes: int = 0,
 ) -> tuple[TraceUpload, IngestResult]:
     """Import a trace file (streamed) into ``run``; format errors become an ``InputError``."""
-    from collectors.traces import TraceFormatError, read_events  # importers are pure, no Django
+    from collectors.traces import TraceFormatError, read_events  # importers are pure, no Django  # noqa: PLC0415
 
     if kind not in IMPORT_KINDS:
         raise InputError("kind", f"unknown trace kind {kind!r}; expected one of {', '.join(IMPORT_KINDS)}")

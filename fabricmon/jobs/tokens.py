@@ -32,7 +32,7 @@ def authenticate_token(token: str) -> ApiToken | None:
     """The live token row for a presented token, or None (unknown, malformed or revoked)."""
     if not token.startswith(TOKEN_PREFIX):
         return None
-    prefix = token[len(TOKEN_PREFIX):].split("_", 1)[0]
+    prefix = token[len(TOKEN_PREFIX) :].split("_", 1)[0]
     digest = _digest(token)
     for row in ApiToken.objects.filter(prefix=prefix, revoked_at__isnull=True).select_related("user"):
         if hmac.compare_digest(row.digest, digest):

@@ -35,7 +35,7 @@ class LineError:
         return {"line": self.line, "field": self.field, "reason": self.reason}
 
 
-class _Bad(Exception):
+class _FieldError(Exception):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(reason)
         self.field, self.reason = field, reason
@@ -45,12 +45,12 @@ def _int(obj: dict[str, Any], key: str, *, required: bool = False, minimum: int 
     value = obj.get(key)
     if value is None:
         if required:
-            raise _Bad(key, "required")
+            raise _FieldError(key, "required")
         return None
     if type(value) is not int:  # bool is an int subclass: reject it too
-        raise _Bad(key, f"must be an integer, got {type(value).__name__}")
+        raise _FieldError(key, f"must be an integer, got {type(value).__name__}")
     if minimum is not None and value < minimum:
-        raise _Bad(key, f"must be >= {minimum}, got {value}")
+        raise _FieldError(key, f"must be >= {minimum}, got {value}")
     return value
 
 
@@ -59,9 +59,9 @@ def _str(obj: dict[str, Any], key: str, default: str = "", max_len: int = 200) -
     if value is None:
         return default
     if not isinstance(value, str):
-        raise _Bad(key, f"must be a string, got {type(value).__name__}")
+        raise _FieldError(key, f"must be a string, got {type(value).__name__}")
     if len(value) > max_len:
-        raise _Bad(key, f"longer than {max_len} characters")
+        raise _FieldError(key, f"longer than {max_len} characters")
     return value
 
 
@@ -70,16 +70,20 @@ def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise _Bad(key, f"must be an object {{global rank: bytes}}, got {type(value).__name__}")
+        raise _FieldError(key, f"must be an object {{global rank: bytes}}, got {type(value).__name__}")
     # builtins over the whole map first (fast path); name the offending peer only when it fails
     values = value.values()
-    if all(map(str.isdigit, value)) and all(type(v) is int for v in values) and (not value or min(values) >= 0):
+    if (
+        all(map(str.isdigit, value))
+        and all(type(v) is int for v in values)
+        and (not value or min(values) >= 0)
+    ):
         return value
     for peer, nbytes in value.items():
         if not peer.isdigit():
-            raise _Bad(key, f"peer key {peer!r} is not a global rank")
+            raise _FieldError(key, f"peer key {peer!r} is not a global rank")
         if type(nbytes) is not int or nbytes < 0:
-            raise _Bad(key, f"bytes for peer {peer} must be a non-negative integer, got {nbytes!r}")
+            raise _FieldError(key, f"bytes for peer {peer} must be a non-negative integer, got {nbytes!r}")
     return value
 
 
@@ -90,44 +94,49 @@ def _total(obj: dict[str, Any], key: str, peers: dict[str, int] | None, peers_ke
         if total is None:
             return peer_sum
         if total != peer_sum:
-            raise _Bad(key, f"{total} differs from the sum of {peers_key} ({peer_sum})")
+            raise _FieldError(key, f"{total} differs from the sum of {peers_key} ({peer_sum})")
     return total
 
 
 def event_id_for(obj: dict[str, Any]) -> str:
     """A deterministic id for a line that brought none, so a retried batch stays idempotent."""
     key = orjson.dumps(
-        [obj.get(k) for k in ("rank", "source", "collective", "pg", "seq", "start_ns", "phase", "layer", "step")]
+        [
+            obj.get(k)
+            for k in ("rank", "source", "collective", "pg", "seq", "start_ns", "phase", "layer", "step")
+        ]
     )
     return "h" + hashlib.blake2b(key, digest_size=16).hexdigest()
 
 
 def validate_event(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
-    """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_Bad``)."""
+    """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_FieldError``)."""
     if not isinstance(obj, dict):
-        raise _Bad("", f"line must be a JSON object, got {type(obj).__name__}")
+        raise _FieldError("", f"line must be a JSON object, got {type(obj).__name__}")
     event_id = obj.get("id")
     if event_id is None:
         event_id = event_id_for(obj)
     elif not isinstance(event_id, str) or not event_id or len(event_id) > MAX_ID_LEN:
-        raise _Bad("id", f"must be a non-empty string of at most {MAX_ID_LEN} characters")
+        raise _FieldError("id", f"must be a non-empty string of at most {MAX_ID_LEN} characters")
     rank = _int(obj, "rank", required=True, minimum=0)
     phase = obj.get("phase", "other")
     if phase not in _PHASES:
-        raise _Bad("phase", f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+        raise _FieldError("phase", f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     source = obj.get("source", "api")
     if source not in _SOURCES:
-        raise _Bad("source", f"unknown source {source!r}; expected one of {', '.join(SOURCES)}")
+        raise _FieldError("source", f"unknown source {source!r}; expected one of {', '.join(SOURCES)}")
     time_kind = obj.get("time_kind", "host_call")
     if time_kind not in _TIME_KINDS:
-        raise _Bad("time_kind", f"unknown time kind {time_kind!r}; expected one of {', '.join(TIME_KINDS)}")
+        raise _FieldError(
+            "time_kind", f"unknown time kind {time_kind!r}; expected one of {', '.join(TIME_KINDS)}"
+        )
     start_ns = _int(obj, "start_ns", required=True)
     end_ns = _int(obj, "end_ns", required=True)
     assert start_ns is not None and end_ns is not None
     if not _MIN_NS <= start_ns < _MAX_NS:
-        raise _Bad("start_ns", f"{start_ns} is not a Unix-epoch time in nanoseconds")
+        raise _FieldError("start_ns", f"{start_ns} is not a Unix-epoch time in nanoseconds")
     if end_ns < start_ns:
-        raise _Bad("end_ns", f"ends before it starts ({end_ns} < {start_ns})")
+        raise _FieldError("end_ns", f"ends before it starts ({end_ns} < {start_ns})")
     send = _peer_map(obj, "send_bytes_per_peer")
     recv = _peer_map(obj, "recv_bytes_per_peer")
     bytes_sent = _total(obj, "bytes_sent", send, "send_bytes_per_peer")
@@ -138,21 +147,51 @@ def validate_event(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
     elif isinstance(pg_ranks, list) and all(type(r) is int and r >= 0 for r in pg_ranks):
         pg_ranks_text = ",".join(map(str, pg_ranks))
     else:
-        raise _Bad("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")
+        raise _FieldError("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")
     offset = _int(obj, "clock_offset_ns")
     offset = clock_offset_ns if offset is None else offset
     peers = orjson.dumps({"send": send, "recv": recv}).decode() if (send or recv) else ""
     return (
-        event_id, rank, _int(obj, "step", minimum=0), _int(obj, "layer", minimum=0), phase,
-        _str(obj, "collective", "unknown", 40) or "unknown", _str(obj, "pg", "", 64), pg_ranks_text,
-        _int(obj, "seq", minimum=0), start_ns + offset, end_ns + offset, offset, bytes_sent, bytes_recv,
-        peers, source, time_kind, _str(obj, "host"),
+        event_id,
+        rank,
+        _int(obj, "step", minimum=0),
+        _int(obj, "layer", minimum=0),
+        phase,
+        _str(obj, "collective", "unknown", 40) or "unknown",
+        _str(obj, "pg", "", 64),
+        pg_ranks_text,
+        _int(obj, "seq", minimum=0),
+        start_ns + offset,
+        end_ns + offset,
+        offset,
+        bytes_sent,
+        bytes_recv,
+        peers,
+        source,
+        time_kind,
+        _str(obj, "host"),
     )
 
 
 ROW_FIELDS = (
-    "event_id", "rank", "step", "layer", "phase", "collective", "pg", "pg_ranks", "seq", "start_ns",
-    "end_ns", "clock_offset_ns", "bytes_sent", "bytes_recv", "peer_bytes", "source", "time_kind", "host",
+    "event_id",
+    "rank",
+    "step",
+    "layer",
+    "phase",
+    "collective",
+    "pg",
+    "pg_ranks",
+    "seq",
+    "start_ns",
+    "end_ns",
+    "clock_offset_ns",
+    "bytes_sent",
+    "bytes_recv",
+    "peer_bytes",
+    "source",
+    "time_kind",
+    "host",
 )
 
 
@@ -185,7 +224,7 @@ def parse_ndjson(body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000
             continue
         try:
             row = validate_event(obj, clock_offset_ns)
-        except _Bad as bad:
+        except _FieldError as bad:
             errors.append(LineError(n, bad.field, bad.reason))
             continue
         rows.append(row)
@@ -201,7 +240,7 @@ def validate_dicts(events: list[dict[str, Any]], clock_offset_ns: int = 0) -> Pa
     for n, obj in enumerate(events, start=1):
         try:
             rows.append(validate_event(obj, clock_offset_ns))
-        except _Bad as bad:
+        except _FieldError as bad:
             errors.append(LineError(n, bad.field, bad.reason))
             continue
         peers.append((obj.get("send_bytes_per_peer"), obj.get("recv_bytes_per_peer")))

@@ -38,16 +38,23 @@ def _tags(text: str) -> list[str]:
 def run_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
-            run = services.create_run(request.user, request.POST.get("name", ""), _tags(request.POST.get("tags", "")),
-                                      request.POST.get("fabric", ""))
+            run = services.create_run(
+                request.user,
+                request.POST.get("name", ""),
+                _tags(request.POST.get("tags", "")),
+                request.POST.get("fabric", ""),
+            )
         except services.InputError as exc:
             messages.error(request, str(exc))
             return redirect("jobs:runs")
         return redirect("jobs:run", run_id=run.pk)
     runs = Run.objects.filter(owner=request.user).order_by("-started_at")[:200]
     tokens = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).order_by("-created_at")
-    return render(request, "jobs/runs.html", {"runs": runs, "tokens": tokens,
-                                              "new_token": request.session.pop("jobs_new_token", None)})
+    return render(
+        request,
+        "jobs/runs.html",
+        {"runs": runs, "tokens": tokens, "new_token": request.session.pop("jobs_new_token", None)},
+    )
 
 
 @login_required
@@ -76,13 +83,23 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         except services.InputError as exc:
             messages.error(request, str(exc))
         return redirect("jobs:run", run_id=run.pk)
-    keys = (TrafficMatrix.objects.filter(run=run).values_list("source", "layer", "phase").distinct()
-            .order_by("source", "layer", "phase"))
-    return render(request, "jobs/run.html", {
-        "run": run, "ranks": run.ranks.all()[:1024], "uploads": run.uploads.order_by("-created_at")[:20],
-        "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
-        "event_count": PhaseEvent.objects.filter(run=run).count(),
-    })
+    keys = (
+        TrafficMatrix.objects.filter(run=run)
+        .values_list("source", "layer", "phase")
+        .distinct()
+        .order_by("source", "layer", "phase")
+    )
+    return render(
+        request,
+        "jobs/run.html",
+        {
+            "run": run,
+            "ranks": run.ranks.all()[:1024],
+            "uploads": run.uploads.order_by("-created_at")[:20],
+            "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
+            "event_count": PhaseEvent.objects.filter(run=run).count(),
+        },
+    )
 
 
 @login_required
@@ -103,12 +120,14 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
             if not isinstance(entries, list):
                 raise services.InputError("file", "rank map must be a JSON list of entries")
             stored, errors = services.store_rank_map(run, entries)
-            return JsonResponse({"stored": stored, "rejected": [e.as_dict() for e in errors]},
-                                status=422 if errors else 200)
+            return JsonResponse(
+                {"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=422 if errors else 200
+            )
         rank_raw = request.POST.get("rank", "")
         rank = int(rank_raw) if rank_raw.isdigit() else None
-        _, result = services.import_trace(run, kind, upload, filename=upload.name or "", rank=rank,
-                                          size_bytes=upload.size or 0)
+        _, result = services.import_trace(
+            run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=upload.size or 0
+        )
     except services.InputError as exc:
         return JsonResponse({"error": exc.reason, "field": exc.field}, status=400)
     return JsonResponse(result.as_dict(max_errors=50), status=422 if result.rejected else 200)
@@ -122,21 +141,29 @@ def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     qs = PhaseEvent.objects.filter(run=run)
     if request.GET.get("source"):
         qs = qs.filter(source=request.GET["source"])
-    rows = list(qs.order_by("start_ns").values_list("rank", "step", "layer", "phase", "start_ns", "end_ns",
-                                                    "bytes_sent", "source")[:TIMELINE_LIMIT])
-    cols: dict[str, list[Any]] = {k: [] for k in ("rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source")}
+    rows = list(
+        qs.order_by("start_ns").values_list(
+            "rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source"
+        )[:TIMELINE_LIMIT]
+    )
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source")
+    }
     for row in rows:
         for key, value in zip(cols, row, strict=True):
             cols[key].append(value)
-    return HttpResponse(orjson.dumps({"truncated": len(rows) == TIMELINE_LIMIT, **cols}), content_type="application/json")
+    return HttpResponse(
+        orjson.dumps({"truncated": len(rows) == TIMELINE_LIMIT, **cols}), content_type="application/json"
+    )
 
 
 @login_required
 @require_GET
 def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)
-    qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"),
-                                      phase=request.GET.get("phase", "dispatch"))
+    qs = TrafficMatrix.objects.filter(
+        run=run, source=request.GET.get("source", "probe"), phase=request.GET.get("phase", "dispatch")
+    )
     layer = request.GET.get("layer", "")
     if layer.lstrip("-").isdigit():
         qs = qs.filter(layer=int(layer))

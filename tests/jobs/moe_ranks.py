@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from collectors.probe import A2AProbe, EventPoster, IngestClient  # noqa: E402
+from collectors.probe import A2AProbe, EventPoster, IngestClient
 
 HIDDEN = 4
 
@@ -61,10 +61,18 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
     truth: list[dict] = []
 
     def a2a_truth(step: int, layer: int, phase: str, in_splits: list[int], out_splits: list[int]) -> None:
-        truth.append({"step": step, "layer": layer, "phase": phase, "in_splits": in_splits,
-                      "out_splits": out_splits, "row_bytes": HIDDEN * 4})
+        truth.append(
+            {
+                "step": step,
+                "layer": layer,
+                "phase": phase,
+                "in_splits": in_splits,
+                "out_splits": out_splits,
+                "row_bytes": HIDDEN * 4,
+            }
+        )
 
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for step in range(args.steps):
@@ -74,7 +82,9 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
             for layer in range(args.layers):
                 # uneven, step- and layer-dependent routing: tokens to each peer
                 rows = h.shape[0]
-                weights = torch.tensor([(rank + layer + step + d) % world + 1 for d in range(world)], dtype=torch.float)
+                weights = torch.tensor(
+                    [(rank + layer + step + d) % world + 1 for d in range(world)], dtype=torch.float
+                )
                 in_splits = [int(rows * w / weights.sum()) for w in weights]
                 in_splits[-1] = rows - sum(in_splits[:-1])
                 counts = torch.tensor(in_splits)
@@ -92,7 +102,11 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
             loss.backward()
             # backward runs the a2as in reverse: combine_bwd then dispatch_bwd, last layer first
             for layer in reversed(range(args.layers)):
-                fwd = {t["phase"]: t for t in truth if t["step"] == step and t["layer"] == layer and not t["phase"].endswith("_bwd")}
+                fwd = {
+                    t["phase"]: t
+                    for t in truth
+                    if t["step"] == step and t["layer"] == layer and not t["phase"].endswith("_bwd")
+                }
                 for phase in ("combine", "dispatch"):
                     f = fwd[phase]
                     a2a_truth(step, layer, phase + "_bwd", f["out_splits"], f["in_splits"])
@@ -103,8 +117,11 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
     (out / f"fr_rank{rank}.pkl").write_bytes(c10d._dump_fr_trace(True, True, False))
     stats = poster.close()
     (out / f"truth_rank{rank}.json").write_text(json.dumps(truth))
-    (out / f"poster_rank{rank}.json").write_text(json.dumps({**stats.__dict__, "clock_offset_ns": poster.clock_offset_ns,
-                                                             "probe_errors": probe.errors}))
+    (out / f"poster_rank{rank}.json").write_text(
+        json.dumps(
+            {**stats.__dict__, "clock_offset_ns": poster.clock_offset_ns, "probe_errors": probe.errors}
+        )
+    )
     dist.destroy_process_group()
 
 

@@ -22,9 +22,19 @@ T0 = 1_795_987_668_367_402_543
 
 
 def _event(i: int, **over) -> dict:
-    e = {"id": f"e{i}", "rank": i % 4, "step": 0, "layer": 1, "phase": "dispatch", "collective": "all_to_all_single",
-         "start_ns": T0 + i, "end_ns": T0 + i + 1000, "source": "probe",
-         "send_bytes_per_peer": {"0": 10, "1": 20, "2": 30, "3": 40}, "recv_bytes_per_peer": {"0": 5, "1": 5, "2": 5, "3": 5}}
+    e = {
+        "id": f"e{i}",
+        "rank": i % 4,
+        "step": 0,
+        "layer": 1,
+        "phase": "dispatch",
+        "collective": "all_to_all_single",
+        "start_ns": T0 + i,
+        "end_ns": T0 + i + 1000,
+        "source": "probe",
+        "send_bytes_per_peer": {"0": 10, "1": 20, "2": 30, "3": 40},
+        "recv_bytes_per_peer": {"0": 5, "1": 5, "2": 5, "3": 5},
+    }
     e.update(over)
     return e
 
@@ -47,8 +57,15 @@ def api(db):
         headers = {"HTTP_AUTHORIZATION": f"Bearer {tok}"} if tok else {}
         return client.post(path, body, content_type=ctype, **headers)
 
-    return {"post": post, "run": run, "bob_run": bob_run, "token": token, "bob_row": bob_row,
-            "bob_token": bob_token, "client": client}
+    return {
+        "post": post,
+        "run": run,
+        "bob_run": bob_run,
+        "token": token,
+        "bob_row": bob_row,
+        "bob_token": bob_token,
+        "client": client,
+    }
 
 
 def test_a_batch_with_bad_lines_keeps_the_valid_ones_and_names_each_bad_line(api) -> None:
@@ -107,17 +124,36 @@ def test_missing_revoked_and_foreign_tokens_are_refused(api) -> None:
 
 def test_runs_tags_end_and_rank_map(api) -> None:
     post = api["post"]
-    resp = post("/jobs/api/runs", json.dumps({"name": "mixtral", "tags": ["ep=8", "exp=a"]}).encode(), ctype="application/json")
+    resp = post(
+        "/jobs/api/runs",
+        json.dumps({"name": "mixtral", "tags": ["ep=8", "exp=a"]}).encode(),
+        ctype="application/json",
+    )
     assert resp.status_code == 201
     run_id = resp.json()["id"]
     assert post("/jobs/api/runs", b'{"tags": []}', ctype="application/json").json()["field"] == "name"
     resp = post(f"/jobs/api/runs/{run_id}/tags", b'{"tags": ["b", "a", "a"]}', ctype="application/json")
     assert resp.json()["tags"] == ["a", "b"]
-    assert post(f"/jobs/api/runs/{run_id}/tags", b'{"tags": [1]}', ctype="application/json").status_code == 400
-    ranks = [{"rank": 0, "host": "h0", "local_rank": 0, "nic": "mlx5_0", "switch": "leaf1", "switch_port": "Ethernet1"},
-             {"rank": 1, "host": ""}]
+    assert (
+        post(f"/jobs/api/runs/{run_id}/tags", b'{"tags": [1]}', ctype="application/json").status_code == 400
+    )
+    ranks = [
+        {
+            "rank": 0,
+            "host": "h0",
+            "local_rank": 0,
+            "nic": "mlx5_0",
+            "switch": "leaf1",
+            "switch_port": "Ethernet1",
+        },
+        {"rank": 1, "host": ""},
+    ]
     resp = post(f"/jobs/api/runs/{run_id}/ranks", json.dumps(ranks).encode(), ctype="application/json")
-    assert resp.status_code == 422 and resp.json()["stored"] == 1 and resp.json()["rejected"][0]["field"] == "host"
+    assert (
+        resp.status_code == 422
+        and resp.json()["stored"] == 1
+        and resp.json()["rejected"][0]["field"] == "host"
+    )
     assert post(f"/jobs/api/runs/{run_id}/end", b"").json()["state"] == "finished"
 
 
@@ -138,8 +174,12 @@ def test_uploads_report_format_errors(api) -> None:
     assert resp.status_code == 400 and resp.json()["field"] == "file"
     evil = io.BytesIO(pickle.dumps(_Evil()))
     evil.name = "fr_rank0"
-    resp = client.post(f"/jobs/api/runs/{run.pk}/uploads", {"kind": "fr_pickle", "rank": "0", "file": evil}, **auth)
-    assert resp.status_code == 400 and "posix.system" in resp.json()["error"] or "os.system" in resp.json()["error"]
+    resp = client.post(
+        f"/jobs/api/runs/{run.pk}/uploads", {"kind": "fr_pickle", "rank": "0", "file": evil}, **auth
+    )
+    assert (resp.status_code == 400 and "posix.system" in resp.json()["error"]) or "os.system" in resp.json()[
+        "error"
+    ]
     assert not os.path.exists("/tmp/fabricmon-pwned")
 
 
@@ -158,29 +198,86 @@ def test_restricted_unpickler_loads_plain_data_only() -> None:
 
 
 def test_kineto_reader_handles_gzip_and_old_absolute_times() -> None:
-    trace = {"distributedInfo": {"rank": 2, "world_size": 2, "pg_config": []}, "traceEvents": [
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": 7, "ts": 1683564901554112.5, "dur": 10.0,
-         "args": {"Collective name": "all_to_allv", "In msg nelems": 24, "Out msg nelems": 16, "Group size": 2,
-                  "dtype": "BFloat16", "In split size": "[1, 2]", "Out split size": "[1, 1]",
-                  "Process Group Name": "1", "Process Group Ranks": "[4, 6]", "Seq": 7}},
-        {"ph": "X", "cat": "gpu_user_annotation", "name": "moe/layer3/combine", "pid": 0, "tid": 7,
-         "ts": 1683564901554100.0, "dur": 50.0}]}
+    trace = {
+        "distributedInfo": {"rank": 2, "world_size": 2, "pg_config": []},
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "ncclDevKernel_SendRecv",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1683564901554112.5,
+                "dur": 10.0,
+                "args": {
+                    "Collective name": "all_to_allv",
+                    "In msg nelems": 24,
+                    "Out msg nelems": 16,
+                    "Group size": 2,
+                    "dtype": "BFloat16",
+                    "In split size": "[1, 2]",
+                    "Out split size": "[1, 1]",
+                    "Process Group Name": "1",
+                    "Process Group Ranks": "[4, 6]",
+                    "Seq": 7,
+                },
+            },
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "moe/layer3/combine",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1683564901554100.0,
+                "dur": 50.0,
+            },
+        ],
+    }
     (event,) = read_events("kineto", io.BytesIO(gzip.compress(json.dumps(trace).encode())))
     assert event["start_ns"] == 1683564901554112500 and event["end_ns"] == 1683564901554122500
-    assert (event["layer"], event["phase"], event["seq"], event["time_kind"]) == (3, "combine", 7, "gpu_kernel")
-    assert event["send_bytes_per_peer"] == {"4": 16, "6": 32} and event["recv_bytes_per_peer"] == {"4": 16, "6": 16}
+    assert (event["layer"], event["phase"], event["seq"], event["time_kind"]) == (
+        3,
+        "combine",
+        7,
+        "gpu_kernel",
+    )
+    assert event["send_bytes_per_peer"] == {"4": 16, "6": 32} and event["recv_bytes_per_peer"] == {
+        "4": 16,
+        "6": 16,
+    }
     with pytest.raises(TraceFormatError):
         list(read_events("kineto", io.BytesIO(b'{"traceEvents": [')))
 
 
 def test_inspector_lines() -> None:
     lines = [
-        {"header": {"id": "0x7f", "rank": 2, "n_ranks": 8}, "metadata": {"dump_timestamp_us": 1748030377748202, "hostname": "h"},
-         "coll_perf": {"coll": "AllReduce", "coll_sn": 1407, "coll_msg_size_bytes": 1024, "coll_exec_time_us": 61,
-                       "coll_timing_source": "kernel_gpu"}},
-        {"header": {"id": "0x7f", "rank": 2}, "metadata": {"dump_timestamp_us": 1748030377748202},
-         "p2p_perf": {"p2p": "Send", "p2p_sn": 12, "p2p_peer": 5, "p2p_msg_size_bytes": 2048, "p2p_exec_time_us": 210}},
+        {
+            "header": {"id": "0x7f", "rank": 2, "n_ranks": 8},
+            "metadata": {"dump_timestamp_us": 1748030377748202, "hostname": "h"},
+            "coll_perf": {
+                "coll": "AllReduce",
+                "coll_sn": 1407,
+                "coll_msg_size_bytes": 1024,
+                "coll_exec_time_us": 61,
+                "coll_timing_source": "kernel_gpu",
+            },
+        },
+        {
+            "header": {"id": "0x7f", "rank": 2},
+            "metadata": {"dump_timestamp_us": 1748030377748202},
+            "p2p_perf": {
+                "p2p": "Send",
+                "p2p_sn": 12,
+                "p2p_peer": 5,
+                "p2p_msg_size_bytes": 2048,
+                "p2p_exec_time_us": 210,
+            },
+        },
     ]
     coll, p2p = read_events("inspector", io.BytesIO(b"\n".join(json.dumps(x).encode() for x in lines)))
-    assert coll["phase"] == "allreduce" and coll["end_ns"] - coll["start_ns"] == 61_000 and coll["bytes_sent"] == 1024
+    assert (
+        coll["phase"] == "allreduce"
+        and coll["end_ns"] - coll["start_ns"] == 61_000
+        and coll["bytes_sent"] == 1024
+    )
     assert p2p["phase"] == "send" and p2p["send_bytes_per_peer"] == {"5": 2048}

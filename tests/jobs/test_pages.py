@@ -25,9 +25,22 @@ def test_owner_pages(db) -> None:
     resp = client.post("/jobs/", {"name": "mixtral-8x7b", "tags": "ep=8, model=mixtral"})
     run = Run.objects.get(name="mixtral-8x7b")
     assert resp.status_code == 302 and run.tags == ["ep=8", "model=mixtral"]
-    lines = [json.dumps({"id": f"e{r}", "rank": r, "step": 0, "layer": 2, "phase": "combine", "start_ns": T0 + r,
-                         "end_ns": T0 + r + 5, "source": "probe",
-                         "send_bytes_per_peer": {str(d): 10 * r + d for d in range(2)}}).encode() for r in range(2)]
+    lines = [
+        json.dumps(
+            {
+                "id": f"e{r}",
+                "rank": r,
+                "step": 0,
+                "layer": 2,
+                "phase": "combine",
+                "start_ns": T0 + r,
+                "end_ns": T0 + r + 5,
+                "source": "probe",
+                "send_bytes_per_peer": {str(d): 10 * r + d for d in range(2)},
+            }
+        ).encode()
+        for r in range(2)
+    ]
     services.ingest_ndjson(run, b"\n".join(lines))
     page = client.get(f"/jobs/runs/{run.pk}/")
     assert page.status_code == 200 and b"probe|2|combine" in page.content
@@ -35,7 +48,9 @@ def test_owner_pages(db) -> None:
     assert timeline["rank"] == [0, 1] and timeline["phase"] == ["combine", "combine"]
     matrix = client.get(f"/jobs/runs/{run.pk}/matrix.json?source=probe&layer=2&phase=combine").json()
     assert matrix["sent"] == [[0, 1], [10, 11]]
-    rank_map = io.BytesIO(json.dumps([{"rank": 0, "host": "node0", "nic": "mlx5_0", "switch_port": "leaf0:Ethernet1"}]).encode())
+    rank_map = io.BytesIO(
+        json.dumps([{"rank": 0, "host": "node0", "nic": "mlx5_0", "switch_port": "leaf0:Ethernet1"}]).encode()
+    )
     rank_map.name = "ranks.json"
     resp = client.post(f"/jobs/runs/{run.pk}/upload", {"kind": "rankmap", "file": rank_map})
     assert resp.status_code == 200 and resp.json()["stored"] == 1

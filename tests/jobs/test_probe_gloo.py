@@ -36,17 +36,32 @@ def _free_port() -> int:
 def fabricmon_server(tmp_path_factory: pytest.TempPathFactory):
     """A real Daphne serving fabricmon on a free loopback port, with a migrated SQLite file."""
     tmp = tmp_path_factory.mktemp("live")
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "FABRICMON_VAR_DIR": str(tmp),
-           "DJANGO_SETTINGS_MODULE": "fabricmon.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "FABRICMON_VAR_DIR": str(tmp),
+        "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
+    }
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
     tokens = [
-        subprocess.run([PY, "manage.py", "create_api_token", user, "--create-user"], cwd=ROOT, env=env,
-                       check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(
+            [PY, "manage.py", "create_api_token", user, "--create-user"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         for user in ("alice", "mallory")
     ]
     port = _free_port()
-    proc = subprocess.Popen([PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fabricmon.asgi:application"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fabricmon.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -64,7 +79,7 @@ def fabricmon_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _events(client: IngestClient, run_id: int, source: str) -> list[dict]:
-    import urllib.request
+    import urllib.request  # noqa: PLC0415
 
     req = urllib.request.Request(f"{client.base_url}/jobs/api/runs/{run_id}/events?source={source}")
     req.add_header("Authorization", f"Bearer {client.token}")
@@ -72,29 +87,59 @@ def _events(client: IngestClient, run_id: int, source: str) -> list[dict]:
         return [json.loads(line) for line in resp.read().splitlines() if line.strip()]
 
 
-def _upload(client: IngestClient, run_id: int, kind: str, path: Path, rank: int | None = None) -> tuple[int, dict]:
+def _upload(
+    client: IngestClient, run_id: int, kind: str, path: Path, rank: int | None = None
+) -> tuple[int, dict]:
     boundary = "fabricmonboundary"
     parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="kind"\r\n\r\n{kind}\r\n'.encode()]
     if rank is not None:
-        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="rank"\r\n\r\n{rank}\r\n'.encode())
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
-                 "Content-Type: application/octet-stream\r\n\r\n".encode() + path.read_bytes() + b"\r\n")
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="rank"\r\n\r\n{rank}\r\n'.encode()
+        )
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n".encode()
+        + path.read_bytes()
+        + b"\r\n"
+    )
     parts.append(f"--{boundary}--\r\n".encode())
-    return client.request("POST", f"/jobs/api/runs/{run_id}/uploads", b"".join(parts),
-                          f"multipart/form-data; boundary={boundary}")
+    return client.request(
+        "POST",
+        f"/jobs/api/runs/{run_id}/uploads",
+        b"".join(parts),
+        f"multipart/form-data; boundary={boundary}",
+    )
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(fabricmon_server, tmp_path: Path) -> None:
+def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(
+    fabricmon_server, tmp_path: Path
+) -> None:
     base, token, other_token = fabricmon_server
     client = IngestClient(base, token)
     run_id = client.create_run("moe-gloo-4", ["model=toy-moe", "ep=4"], world_size=4)
     world, layers, steps = 4, 2, 2
     proc = subprocess.run(
-        [PY, str(ROOT / "tests/jobs/moe_ranks.py"), str(tmp_path), base, token, str(run_id),
-         "--world", str(world), "--layers", str(layers), "--steps", str(steps)],
-        cwd=ROOT, capture_output=True, text=True, timeout=480,
+        [
+            PY,
+            str(ROOT / "tests/jobs/moe_ranks.py"),
+            str(tmp_path),
+            base,
+            token,
+            str(run_id),
+            "--world",
+            str(world),
+            "--layers",
+            str(layers),
+            "--steps",
+            str(steps),
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=480,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -110,8 +155,12 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(fabricmon
     for r, calls in truth.items():
         for t in calls:
             e = by_key[(r, t["step"], t["layer"], t["phase"])]
-            assert e["send_bytes_per_peer"] == {str(d): n * t["row_bytes"] for d, n in enumerate(t["in_splits"])}
-            assert e["recv_bytes_per_peer"] == {str(s): n * t["row_bytes"] for s, n in enumerate(t["out_splits"])}
+            assert e["send_bytes_per_peer"] == {
+                str(d): n * t["row_bytes"] for d, n in enumerate(t["in_splits"])
+            }
+            assert e["recv_bytes_per_peer"] == {
+                str(s): n * t["row_bytes"] for s, n in enumerate(t["out_splits"])
+            }
     assert {e["phase"] for e in probe} == {"dispatch", "combine", "dispatch_bwd", "combine_bwd"}
     calls = defaultdict(dict)
     for e in probe:
@@ -120,7 +169,9 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(fabricmon
         assert set(per_rank) == set(range(world)), key
         for s in range(world):
             for d in range(world):
-                assert per_rank[s]["send_bytes_per_peer"][str(d)] == per_rank[d]["recv_bytes_per_peer"][str(s)], (key, s, d)
+                assert (
+                    per_rank[s]["send_bytes_per_peer"][str(d)] == per_rank[d]["recv_bytes_per_peer"][str(s)]
+                ), (key, s, d)
     # the stored matrices agree with the events and are self-consistent
     status, m = client.request("GET", f"/jobs/api/runs/{run_id}/matrix?step=1&layer=1&phase=combine_bwd")
     assert status == 200 and m["sent"] == m["received"]
@@ -142,7 +193,10 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(fabricmon
     for key, p in probe_by_seq.items():
         k = kineto[key]
         assert (k["layer"], k["phase"]) == (p["layer"], p["phase"]), key
-        assert k["send_bytes_per_peer"] == p["send_bytes_per_peer"] and k["recv_bytes_per_peer"] == p["recv_bytes_per_peer"]
+        assert (
+            k["send_bytes_per_peer"] == p["send_bytes_per_peer"]
+            and k["recv_bytes_per_peer"] == p["recv_bytes_per_peer"]
+        )
     fr = {(e["rank"], e["seq"]): e for e in _events(client, fr_run, "fr") if e["collective"] == "all_to_all"}
     assert set(fr) == set(probe_by_seq)
     for key, p in probe_by_seq.items():
@@ -150,5 +204,7 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(fabricmon
 
     # -- another user's token cannot read or write this run ----------------------------------------
     mallory = IngestClient(base, other_token)
-    status, body = mallory.post_events(run_id, b'{"rank": 0, "start_ns": 1795989557414430475, "end_ns": 1795989557414430476}')
+    status, body = mallory.post_events(
+        run_id, b'{"rank": 0, "start_ns": 1795989557414430475, "end_ns": 1795989557414430476}'
+    )
     assert status == 403 and body["field"] == "run"

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,113 +14,195 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(default='', max_length=100)),
-                ('prefix', models.CharField(db_index=True, max_length=16)),
-                ('digest', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(default="", max_length=100)),
+                ("prefix", models.CharField(db_index=True, max_length=16)),
+                ("digest", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('state', models.CharField(choices=[('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='running', max_length=16)),
-                ('fabric', models.CharField(blank=True, default='', max_length=100)),
-                ('world_size', models.PositiveIntegerField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("finished", "Finished"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("fabric", models.CharField(blank=True, default="", max_length=100)),
+                ("world_size", models.PositiveIntegerField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="runs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-started_at',),
+                "ordering": ("-started_at",),
             },
         ),
         migrations.CreateModel(
-            name='TraceUpload',
+            name="TraceUpload",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=16)),
-                ('filename', models.CharField(default='', max_length=255)),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('events_stored', models.PositiveIntegerField(default=0)),
-                ('events_rejected', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='uploads', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("kind", models.CharField(max_length=16)),
+                ("filename", models.CharField(default="", max_length=255)),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("events_stored", models.PositiveIntegerField(default=0)),
+                ("events_rejected", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="uploads", to="jobs.run"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RankMapEntry',
+            name="RankMapEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('rank', models.PositiveIntegerField()),
-                ('host', models.CharField(max_length=200)),
-                ('local_rank', models.PositiveIntegerField(blank=True, null=True)),
-                ('gpu', models.CharField(blank=True, default='', max_length=64)),
-                ('nic', models.CharField(blank=True, default='', max_length=64)),
-                ('switch', models.CharField(blank=True, default='', max_length=100)),
-                ('switch_port', models.CharField(blank=True, default='', max_length=100)),
-                ('source', models.CharField(default='upload', max_length=16)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='ranks', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("rank", models.PositiveIntegerField()),
+                ("host", models.CharField(max_length=200)),
+                ("local_rank", models.PositiveIntegerField(blank=True, null=True)),
+                ("gpu", models.CharField(blank=True, default="", max_length=64)),
+                ("nic", models.CharField(blank=True, default="", max_length=64)),
+                ("switch", models.CharField(blank=True, default="", max_length=100)),
+                ("switch_port", models.CharField(blank=True, default="", max_length=100)),
+                ("source", models.CharField(default="upload", max_length=16)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="ranks", to="jobs.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ('run', 'rank'),
-                'constraints': [models.UniqueConstraint(fields=('run', 'rank'), name='jobs_rank_unique')],
+                "ordering": ("run", "rank"),
+                "constraints": [models.UniqueConstraint(fields=("run", "rank"), name="jobs_rank_unique")],
             },
         ),
         migrations.CreateModel(
-            name='PhaseEvent',
+            name="PhaseEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_id', models.CharField(max_length=80)),
-                ('rank', models.PositiveIntegerField()),
-                ('step', models.BigIntegerField(null=True)),
-                ('layer', models.IntegerField(null=True)),
-                ('phase', models.CharField(max_length=16)),
-                ('collective', models.CharField(max_length=40)),
-                ('pg', models.CharField(default='', max_length=64)),
-                ('pg_ranks', models.TextField(default='')),
-                ('seq', models.BigIntegerField(null=True)),
-                ('start_ns', models.BigIntegerField()),
-                ('end_ns', models.BigIntegerField()),
-                ('clock_offset_ns', models.BigIntegerField(default=0)),
-                ('bytes_sent', models.BigIntegerField(null=True)),
-                ('bytes_recv', models.BigIntegerField(null=True)),
-                ('peer_bytes', models.TextField(default='')),
-                ('source', models.CharField(max_length=16)),
-                ('time_kind', models.CharField(max_length=16)),
-                ('host', models.CharField(default='', max_length=200)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_id", models.CharField(max_length=80)),
+                ("rank", models.PositiveIntegerField()),
+                ("step", models.BigIntegerField(null=True)),
+                ("layer", models.IntegerField(null=True)),
+                ("phase", models.CharField(max_length=16)),
+                ("collective", models.CharField(max_length=40)),
+                ("pg", models.CharField(default="", max_length=64)),
+                ("pg_ranks", models.TextField(default="")),
+                ("seq", models.BigIntegerField(null=True)),
+                ("start_ns", models.BigIntegerField()),
+                ("end_ns", models.BigIntegerField()),
+                ("clock_offset_ns", models.BigIntegerField(default=0)),
+                ("bytes_sent", models.BigIntegerField(null=True)),
+                ("bytes_recv", models.BigIntegerField(null=True)),
+                ("peer_bytes", models.TextField(default="")),
+                ("source", models.CharField(max_length=16)),
+                ("time_kind", models.CharField(max_length=16)),
+                ("host", models.CharField(default="", max_length=200)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="jobs.run"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['run', 'start_ns'], name='jobs_phasee_run_id_2cb186_idx')],
-                'constraints': [models.UniqueConstraint(fields=('run', 'event_id'), name='jobs_event_id_unique')],
+                "indexes": [models.Index(fields=["run", "start_ns"], name="jobs_phasee_run_id_2cb186_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "event_id"), name="jobs_event_id_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='TrafficMatrix',
+            name="TrafficMatrix",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(max_length=16)),
-                ('step', models.BigIntegerField()),
-                ('layer', models.IntegerField()),
-                ('phase', models.CharField(max_length=16)),
-                ('n_ranks', models.PositiveIntegerField()),
-                ('sent', models.BinaryField()),
-                ('received', models.BinaryField()),
-                ('calls', models.PositiveIntegerField(default=0)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='matrices', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(max_length=16)),
+                ("step", models.BigIntegerField()),
+                ("layer", models.IntegerField()),
+                ("phase", models.CharField(max_length=16)),
+                ("n_ranks", models.PositiveIntegerField()),
+                ("sent", models.BinaryField()),
+                ("received", models.BinaryField()),
+                ("calls", models.PositiveIntegerField(default=0)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="matrices", to="jobs.run"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('run', 'source', 'step', 'layer', 'phase'), name='jobs_matrix_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("run", "source", "step", "layer", "phase"), name="jobs_matrix_unique"
+                    )
+                ],
             },
         ),
     ]

@@ -24,11 +24,18 @@ class Command(BaseCommand):
         path: Path = opts["file"]
         with path.open("rb") as stream:
             try:
-                upload, result = services.import_trace(
-                    run, opts["kind"], stream, filename=path.name, rank=opts["rank"], size_bytes=path.stat().st_size
+                _upload, result = services.import_trace(
+                    run,
+                    opts["kind"],
+                    stream,
+                    filename=path.name,
+                    rank=opts["rank"],
+                    size_bytes=path.stat().st_size,
                 )
             except services.InputError as exc:
                 raise CommandError(str(exc)) from exc
-        self.stdout.write(f"stored {result.stored}, duplicates {result.duplicates}, rejected {len(result.rejected)}")
+        self.stdout.write(
+            f"stored {result.stored}, duplicates {result.duplicates}, rejected {len(result.rejected)}"
+        )
         for err in result.rejected[:20]:
             self.stdout.write(f"  event {err.line}: {err.field}: {err.reason}")
