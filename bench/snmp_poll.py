@@ -9,19 +9,23 @@ Run (from the repository root, < 2 min on 2 cores):
 (a) Agents: one net-snmp ``snmpd`` per switch, its IF-MIB served by
     ``collectors/snmp/pass_persist_iftable.py`` (the agent costs are the same for every client).
     Every client reads the poller's 10 columns (ifXTable 6/7/10/11/15/19, ifTable 8/13/14/19):
-    - ours: ``SnmpPoller.poll_many`` (one multi-column GETBULK walk per switch, all switches
-      concurrently). CPU = ``time.thread_time()`` of the polling thread (agents run elsewhere).
+    - ours-fast: ``SnmpPoller(engine="fast").poll_many`` — our own v2c client and BER decoder
+      (``collectors/snmp/fastv2c.py``, ``ber.py``), one multi-column GETBULK walk per switch,
+      all switches concurrently through one UDP socket.
+    - ours-pysnmp: the same poller with ``engine="pysnmp"`` (pysnmp 7 + pyasn1 decoding).
+      CPU for both = ``time.thread_time()`` of the polling thread (agents run elsewhere).
     - ``snmpbulkwalk -Cr25``: one walk per column, the switches in parallel. CPU =
       ``getrusage(RUSAGE_CHILDREN)`` of the walk processes.
     - ``prometheus-snmp-exporter`` (Go): one module walking the same columns (max_repetitions
       25), scraped for all switches concurrently; its own ``snmp_scrape_walk_duration_seconds``
       and CPU (from /proc) are printed too.
     Varbinds = useful cells (ports x columns), the same count for every tool.
-(b) The fabric twin's agents (``twin.Twin``), if importable: ours and snmpbulkwalk. The twin runs
+(b) The fabric twin's agents (``twin.Twin``), if importable: both engines and snmpbulkwalk. The twin runs
     in this process (its agents share the GIL with our poller), so (b) understates our speed.
 
-The last line is machine-readable: ``BENCH snmp_poll key=value …``; ratios are ours/theirs in
-varbinds per second (> 1 = we are faster).
+The last line is machine-readable: ``BENCH snmp_poll key=value …`` (unprefixed figures are
+ours-fast); ratios are ours-fast/theirs in varbinds per second (> 1 = we are faster). The box is
+shared: run it 2-3 times and read the range.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from collectors.snmp import IfSnapshot, SnmpPoller, SnmpTarget, close_loop_context
 from collectors.snmp.netsnmp import Snmpd, start_snmpd
 from collectors.snmp.oids import COLUMNS, dotted
+from collectors.snmp.poller import Engine
 from fabricmon.core.topology import SnmpSettings
 
 COLUMN_OIDS = [dotted(c.oid) for c in COLUMNS]
@@ -75,9 +80,11 @@ class Result:
 # --- ours ----------------------------------------------------------------------------------------
 
 
-def bench_ours(endpoints: Sequence[tuple[str, int]], rounds: int, max_repetitions: int) -> Result:
+def bench_ours(
+    endpoints: Sequence[tuple[str, int]], rounds: int, max_repetitions: int, engine: Engine
+) -> Result:
     targets = [SnmpTarget(name, "127.0.0.1", port, SETTINGS) for name, port in endpoints]
-    poller = SnmpPoller(max_repetitions=max_repetitions)
+    poller = SnmpPoller(max_repetitions=max_repetitions, engine=engine)
 
     async def main() -> Result:
         try:
@@ -208,12 +215,14 @@ def bench_twin(rounds: int, max_repetitions: int, workdir: Path) -> None:
         return
     with Twin(TwinConfig()) as tw:
         endpoints = [(sw.name, sw.snmp.port) for sw in tw.fabric.switches]
-        ours = bench_ours(endpoints, rounds, max_repetitions)
+        fast = bench_ours(endpoints, rounds, max_repetitions, "fast")
+        slow = bench_ours(endpoints, rounds, max_repetitions, "pysnmp")
         walk = bench_snmpbulkwalk(endpoints, rounds, workdir)
-    print(f"(b) twin: {len(endpoints)} switches, {ours.varbinds // rounds} varbinds/round")
-    report("ours", ours)
+    print(f"(b) twin: {len(endpoints)} switches, {fast.varbinds // rounds} varbinds/round")
+    report("ours-fast", fast)
+    report("ours-pysnmp", slow)
     report("snmpbulkwalk", walk)
-    print(f"    ratio ours/snmpbulkwalk (varbinds/s): {ours.per_s / walk.per_s:.2f}")
+    print(f"    ratio ours-fast/snmpbulkwalk (varbinds/s): {fast.per_s / walk.per_s:.2f}")
 
 
 def report(name: str, r: Result) -> None:
@@ -237,15 +246,21 @@ def main() -> None:
         endpoints = [(f"sw{k}", a.port) for k, a in enumerate(agents)]
         shape = f"{args.switches} switches x {args.ports} ports x {len(COLUMNS)} columns"
         print(f"(a) snmpd + pass_persist: {shape}, {args.rounds} round(s), max_rep {args.max_repetitions}")
-        ours = bench_ours(endpoints, args.rounds, args.max_repetitions)
-        report("ours (pysnmp)", ours)
+        ours = bench_ours(endpoints, args.rounds, args.max_repetitions, "fast")
+        report("ours-fast", ours)
+        slow = bench_ours(endpoints, args.rounds, args.max_repetitions, "pysnmp")
+        report("ours-pysnmp", slow)
         walk = bench_snmpbulkwalk(endpoints, args.rounds, workdir)
         report("snmpbulkwalk -Cr25", walk)
         exporter, walk_s = bench_exporter(endpoints, args.rounds, workdir)
         report("prometheus-snmp-exporter", exporter)
         print(f"    exporter's own snmp_scrape_walk_duration_seconds (sum): {walk_s:.2f} s")
-        print(f"    ratios ours/theirs (varbinds/s): snmpbulkwalk {ours.per_s / walk.per_s:.2f}, "
-              f"exporter {ours.per_s / exporter.per_s:.2f}")  # fmt: skip
+        print(
+            f"    ratios ours-fast/theirs (varbinds/s): snmpbulkwalk {ours.per_s / walk.per_s:.2f}, "
+            f"exporter {ours.per_s / exporter.per_s:.2f}, ours-pysnmp {ours.per_s / slow.per_s:.2f}"
+        )
+        print(f"    CPU per varbind, ours-fast/snmpbulkwalk: "
+              f"{ours.cpu_us_per_varbind / walk.cpu_us_per_varbind:.2f}")  # type: ignore[operator]  # fmt: skip
     finally:
         for a in agents:
             a.stop()
@@ -255,6 +270,7 @@ def main() -> None:
     print(f"total bench wall time {time.perf_counter() - t_start:.1f} s")
     print(
         f"BENCH snmp_poll varbinds_per_s={ours.per_s:.0f} cpu_us_per_varbind={ours.cpu_us_per_varbind:.1f} "
+        f"pysnmp_varbinds_per_s={slow.per_s:.0f} pysnmp_cpu_us_per_varbind={slow.cpu_us_per_varbind:.1f} "
         f"snmpbulkwalk_varbinds_per_s={walk.per_s:.0f} "
         f"snmpbulkwalk_cpu_us_per_varbind={walk.cpu_us_per_varbind:.1f} "
         f"exporter_varbinds_per_s={exporter.per_s:.0f} "
