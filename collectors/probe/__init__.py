@@ -2,6 +2,14 @@
 lazily, HTTP via the stdlib. See ``probe.A2AProbe`` and ``client.EventPoster``."""
 
 from collectors.probe.client import EventPoster, IngestClient, PosterStats, measure_clock_offset
+from collectors.probe.matrix import events_from_matrix
 from collectors.probe.probe import A2AProbe
 
-__all__ = ["A2AProbe", "EventPoster", "IngestClient", "PosterStats", "measure_clock_offset"]
+__all__ = [
+    "A2AProbe",
+    "EventPoster",
+    "IngestClient",
+    "PosterStats",
+    "events_from_matrix",
+    "measure_clock_offset",
+]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from collectors.probe import events_from_matrix
 from fabricmon.jobs import services
 from fabricmon.jobs.models import Run
 
@@ -65,3 +67,17 @@ def test_owner_pages(db) -> None:
     page = client.get("/jobs/").content.decode()
     assert "fmj_" in page and "shown once" in page
     assert "shown once" not in client.get("/jobs/").content.decode()
+
+
+def test_a_matrix_reported_as_events_is_stored_exactly(db) -> None:
+    """The twin's path: a whole N x N phase matrix → per-rank events → the same stored matrix."""
+    run = Run.objects.create(owner=get_user_model().objects.create_user("twin"), name="twin-moe")
+    m = np.arange(16, dtype=float).reshape(4, 4) * 1024.5
+    events = list(
+        events_from_matrix(m, step=5, layer=3, phase="dispatch", start_ns=T0, end_ns=T0 + 10, id_prefix="tw")
+    )
+    result = services.ingest_events(run, events)
+    assert (result.stored, result.rejected) == (4, [])
+    stored = run.matrices.get(step=5, layer=3, phase="dispatch", source="twin")
+    expected = np.round(m).astype(np.int64)
+    assert (stored.sent_array() == expected).all() and (stored.received_array() == expected).all()
