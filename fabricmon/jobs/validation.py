@@ -109,8 +109,96 @@ def event_id_for(obj: dict[str, Any]) -> str:
     return "h" + hashlib.blake2b(key, digest_size=16).hexdigest()
 
 
+def _nonneg_int_or_none(v: Any) -> bool:
+    return v is None or (type(v) is int and v >= 0)
+
+
+def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
+    """The common, fully valid line in one pass of cheap checks; None sends the line to the
+    careful path below, which names the problem (both give the same row for a valid line)."""
+    if type(obj) is not dict:
+        return None
+    g = obj.get
+    event_id, rank, start_ns, end_ns = g("id"), g("rank"), g("start_ns"), g("end_ns")
+    phase, source, time_kind = g("phase", "other"), g("source", "api"), g("time_kind", "host_call")
+    send, recv, pg_ranks = g("send_bytes_per_peer"), g("recv_bytes_per_peer"), g("pg_ranks")
+    step, layer, seq, offset = g("step"), g("layer"), g("seq"), g("clock_offset_ns")
+    collective, pg, host = g("collective", "unknown"), g("pg", ""), g("host", "")
+    if not (
+        type(event_id) is str
+        and 0 < len(event_id) <= MAX_ID_LEN
+        and type(rank) is int
+        and rank >= 0
+        and type(start_ns) is int
+        and type(end_ns) is int
+        and _MIN_NS <= start_ns <= end_ns < _MAX_NS
+        and phase in _PHASES
+        and source in _SOURCES
+        and time_kind in _TIME_KINDS
+        and _nonneg_int_or_none(step)
+        and _nonneg_int_or_none(layer)
+        and _nonneg_int_or_none(seq)
+        and (offset is None or type(offset) is int)
+        and type(collective) is str
+        and 0 < len(collective) <= 40
+        and type(pg) is str
+        and len(pg) <= 64
+        and type(host) is str
+        and len(host) <= 200
+        and "bytes_sent" not in obj
+        and "bytes_recv" not in obj
+        and type(send) is dict
+        and type(recv) is dict
+        and (
+            pg_ranks is None or (type(pg_ranks) is list and all(type(r) is int and r >= 0 for r in pg_ranks))
+        )
+    ):
+        return None
+    sv, rv = send.values(), recv.values()
+    if not (
+        send
+        and recv
+        and all(map(str.isdigit, send))
+        and all(map(str.isdigit, recv))
+        and all(type(v) is int for v in sv)
+        and all(type(v) is int for v in rv)
+        and min(sv) >= 0
+        and min(rv) >= 0
+    ):
+        return None
+    if offset is None:
+        offset = clock_offset_ns
+    return (
+        event_id,
+        rank,
+        step,
+        layer,
+        phase,
+        collective,
+        pg,
+        "" if pg_ranks is None else ",".join(map(str, pg_ranks)),
+        seq,
+        start_ns + offset,
+        end_ns + offset,
+        offset,
+        sum(sv),
+        sum(rv),
+        orjson.dumps({"send": send, "recv": recv}).decode(),
+        source,
+        time_kind,
+        host,
+    )
+
+
 def validate_event(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
     """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_FieldError``)."""
+    row = _fast_row(obj, clock_offset_ns)
+    if row is not None:
+        return row
+    return _careful_row(obj, clock_offset_ns)
+
+
+def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
     if not isinstance(obj, dict):
         raise _FieldError("", f"line must be a JSON object, got {type(obj).__name__}")
     event_id = obj.get("id")

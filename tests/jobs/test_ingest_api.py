@@ -281,3 +281,24 @@ def test_inspector_lines() -> None:
         and coll["bytes_sent"] == 1024
     )
     assert p2p["phase"] == "send" and p2p["send_bytes_per_peer"] == {"5": 2048}
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"step": None, "layer": None},
+        {"pg_ranks": [0, 1, 2, 3], "seq": 9, "host": "h"},
+        {"clock_offset_ns": -5},
+        {"bytes_sent": 100},
+        {"recv_bytes_per_peer": {}},
+        {"collective": ""},
+    ],
+)
+def test_fast_and_careful_validation_agree(over) -> None:
+    from fabricmon.jobs.validation import _careful_row, _fast_row  # noqa: PLC0415
+
+    obj = {**_event(3), **over}
+    fast = _fast_row(obj, 7)
+    assert fast is None or fast == _careful_row(obj, 7)
+    assert _fast_row(_event(3), 7) == _careful_row(_event(3), 7)
