@@ -317,17 +317,21 @@ class ColumnDecoder:
             if oe < q or not data.startswith(prefixes[i], os_, q):
                 done.add(i)  # the walk left this column (agent moved on to the next one)
                 continue
-            tail: int | tuple[int, ...] = data[q] if q + 1 == oe else _tail(data, q, oe)
-            prev = last[i]
-            if isinstance(tail, int) and isinstance(prev, int):
-                behind = tail <= prev
+            # ifIndex < 128 is one byte, < 16384 two (the first with bit 7 set, never 0x80).
+            tail: int | tuple[int, ...]
+            if q + 1 == oe:
+                tail = data[q]
+            elif q + 2 == oe and data[q] > 0x80:
+                tail = ((data[q] & 0x7F) << 7) | data[q + 1]
             else:
-                behind = _not_after(tail, prev)
+                tail = _tail(data, q, oe)
+            prev = last[i]
+            behind = tail <= prev if type(tail) is int and type(prev) is int else _not_after(tail, prev)
             if behind:
                 raise malformed(f"OID not increasing in {_dotted(prefixes[i])}: {_dotted(data[os_:oe])}", os_)
             last[i] = tail
             at[i] = (os_, oe)
-            if tag != tags[i] or type(tail) is not int:
+            if tag != tags[i] or type(tail) is not int:  # (a tuple: an index of several parts)
                 self.bad_cells += 1
                 if tag in _UNSIGNED_MAX or tag == INTEGER:
                     read_value(data, tag, vs, ve, oe)  # still malformed if badly encoded
