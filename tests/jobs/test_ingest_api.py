@@ -302,3 +302,12 @@ def test_fast_and_careful_validation_agree(over) -> None:
     fast = _fast_row(obj, 7)
     assert fast is None or fast == _careful_row(obj, 7)
     assert _fast_row(_event(3), 7) == _careful_row(_event(3), 7)
+
+
+def test_oversized_batch_is_refused_with_413(api, monkeypatch) -> None:
+    from fabricmon.jobs import api as api_module  # noqa: PLC0415
+
+    monkeypatch.setattr(api_module, "MAX_BATCH_BYTES", 100)
+    resp = api["post"](f"/jobs/api/runs/{api['run'].pk}/events", _ndjson([_event(i) for i in range(5)]))
+    assert resp.status_code == 413 and resp.json()["field"] == "body"
+    assert PhaseEvent.objects.count() == 0
