@@ -33,16 +33,17 @@ from pygnmi.spec.v080 import gnmi_pb2_grpc as pbg
 from collectors.gnmi.paths import LEAVES, PORT, Leaf, leaf_path
 
 Snapshot = tuple[int, Mapping[str, npt.NDArray[Any]]]
-Mangle = Callable[[pb.SubscribeResponse], pb.SubscribeResponse | None]
+Mangle = Callable[[pb.SubscribeResponse], Sequence[pb.SubscribeResponse]]
 ON_CHANGE_CHECK_S = 0.1
 
 
 class CounterSource(Protocol):
-    """One switch's counters. ``read()`` may clear read-and-clear leaves (the queue watermark)."""
+    """One switch's counters. ``read()`` clears read-and-clear leaves (the queue watermark) unless
+    ``clear=False`` (used for ON_CHANGE diffing, which must not eat a sample's peak)."""
 
     port_names: tuple[str, ...]
 
-    def read(self) -> Snapshot: ...
+    def read(self, *, clear: bool = True) -> Snapshot: ...
 
 
 # ---- path matching ------------------------------------------------------------------------
@@ -161,10 +162,12 @@ class SwitchServicer(pbg.gNMIServicer):
     def _selection(self, paths: Sequence[pb.Path], prefix: pb.Path) -> _Selection:
         return _Selection.build(paths, prefix, self.source.port_names)
 
-    def _out(self, resp: pb.SubscribeResponse) -> pb.SubscribeResponse | None:
-        return self.mangle(resp) if self.mangle is not None else resp
+    def _out(self, resp: pb.SubscribeResponse) -> Sequence[pb.SubscribeResponse]:
+        return self.mangle(resp) if self.mangle is not None else (resp,)
 
-    async def Capabilities(  # noqa: N802 - gRPC method nameself, request: pb.CapabilityRequest, context: Any) -> pb.CapabilityResponse:
+    async def Capabilities(  # noqa: N802 - gRPC method names are fixed by gnmi.proto
+        self, request: pb.CapabilityRequest, context: Any
+    ) -> pb.CapabilityResponse:
         models = [
             pb.ModelData(
                 name="openconfig-interfaces", organization="OpenConfig working group", version="3.8.1"
@@ -179,14 +182,14 @@ class SwitchServicer(pbg.gNMIServicer):
             supported_models=models, supported_encodings=[pb.JSON, pb.PROTO], gNMI_version="0.8.0"
         )
 
-    async def Get(  # noqa: N802self, request: pb.GetRequest, context: Any) -> pb.GetResponse:
+    async def Get(self, request: pb.GetRequest, context: Any) -> pb.GetResponse:  # noqa: N802
         sel = self._selection(request.path, request.prefix)
         if not sel.parts:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no leaf under the requested paths")
         resp = sel.render(self.source.read())
         return pb.GetResponse(notification=[resp.update])
 
-    async def Set(  # noqa: N802self, request: pb.SetRequest, context: Any) -> pb.SetResponse:
+    async def Set(self, request: pb.SetRequest, context: Any) -> pb.SetResponse:  # noqa: N802
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "read-only target")
         raise AssertionError  # unreachable: abort raises
 
@@ -203,8 +206,7 @@ class SwitchServicer(pbg.gNMIServicer):
                     grpc.StatusCode.INVALID_ARGUMENT, "first SubscribeRequest must carry a SubscriptionList"
                 )
             async for resp in self._serve(first.subscribe, request_iterator, context):
-                out = self._out(resp)
-                if out is not None:
+                for out in self._out(resp):
                     yield out
         finally:
             self.active_streams -= 1
@@ -249,14 +251,14 @@ class SwitchServicer(pbg.gNMIServicer):
                 sampled.setdefault(s.sample_interval or 1_000_000_000, []).append(s.path)
         groups = [(ns / 1e9, self._selection(paths, sl.prefix)) for ns, paths in sorted(sampled.items())]
         watch = self._selection(on_change, sl.prefix) if on_change else None
-        snap = self.source.read()
+        snap = self.source.read(clear=False)
         last_state = {
             li: np.asarray(snap[1][LEAVES[li].key]).copy()
             for li, _ in (watch.parts if watch else [])
             if LEAVES[li].key in snap[1]
         }
         if not sl.updates_only:
-            yield every.render(snap)
+            yield every.render(self.source.read())
         yield pb.SubscribeResponse(sync_response=True)
         now = time.monotonic()
         due = [now + iv for iv, _ in groups]
@@ -273,7 +275,7 @@ class SwitchServicer(pbg.gNMIServicer):
                     yield sel.render(self.source.read())
             if watch and now >= next_check:
                 next_check = now + ON_CHANGE_CHECK_S
-                snap = self.source.read()
+                snap = self.source.read(clear=False)
                 changed = {}
                 for li, prev in last_state.items():
                     cur = np.asarray(snap[1][LEAVES[li].key])

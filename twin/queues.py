@@ -52,7 +52,8 @@ class QueueCounterSource:
         self.t0_ns = time.time_ns() if t0_ns is None else t0_ns
         self.base = base  # counter offset: a restarted device with "changed data" uses another
         self.oper_up = np.ones(len(self.port_names), dtype=bool)
-        self.history: deque[tuple[int, dict[str, npt.NDArray[Any]]]] = deque(maxlen=history)
+        # (ts_ns, leaves, cleared): every read served, for ground truth
+        self.history: deque[tuple[int, dict[str, npt.NDArray[Any]], bool]] = deque(maxlen=history)
         self._now_ns = self.t0_ns
         self._lock = threading.Lock()
 
@@ -63,15 +64,15 @@ class QueueCounterSource:
             self.bank.step(self.arrival_fn(int(k)), (end - self._now_ns) / NS)
             self._now_ns = end
 
-    def read(self, t_ns: int | None = None) -> tuple[int, dict[str, npt.NDArray[Any]]]:
+    def read(self, t_ns: int | None = None, *, clear: bool = True) -> tuple[int, dict[str, npt.NDArray[Any]]]:
         with self._lock:
             t = time.time_ns() if t_ns is None else max(t_ns, self._now_ns)
             self._advance_to(t)
-            snap = self._leaves(t)
-            self.history.append((t, snap))
+            snap = self._leaves(clear)
+            self.history.append((t, snap, clear))
             return t, snap
 
-    def _leaves(self, t: int) -> dict[str, npt.NDArray[Any]]:
+    def _leaves(self, clear: bool) -> dict[str, npt.NDArray[Any]]:
         b, base = self.bank, np.uint64(self.base)
         pkts = b.packets
 
@@ -94,7 +95,7 @@ class QueueCounterSource:
             "q_tx_pkts": pkts(b.tx_bytes).astype(np.uint64) + base,
             "q_dropped_pkts": dropped,
             "q_ecn_marked_pkts": pkts(b.ecn_marked_bytes).astype(np.uint64) + base,
-            "q_max_len": np.floor(b.read_watermark()).astype(np.uint64),
+            "q_max_len": np.floor(b.read_watermark() if clear else b.watermark_bytes).astype(np.uint64),
             "pfc_rx_frames": zero,
             "pfc_tx_frames": pause_frames,
             "pfc_rx_duration_us": zero,
@@ -106,7 +107,13 @@ class QueueCounterSource:
     def at(self, ts_ns: int) -> dict[str, npt.NDArray[Any]]:
         """The snapshot served at device time ``ts_ns`` (KeyError if it was never served)."""
         with self._lock:
-            for t, snap in reversed(self.history):
+            for t, snap, _ in reversed(self.history):
                 if t == ts_ns:
                     return snap
         raise KeyError(ts_ns)
+
+    def peak_between(self, t0_ns: int, t1_ns: int) -> npt.NDArray[np.uint64]:
+        """Max watermark over the clearing reads served in (t0, t1]: what a collector must show."""
+        with self._lock:
+            rows = [s["q_max_len"] for t, s, cleared in self.history if cleared and t0_ns < t <= t1_ns]
+        return np.max(rows, axis=0) if rows else np.zeros(len(self.port_names), dtype=np.uint64)
