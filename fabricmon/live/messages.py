@@ -7,6 +7,11 @@ costs about one byte per port. Binary layout (little-endian)::
     WINDOW  u8 kind=2 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | u32 n_cols | 2 × u32 pad
             | n_cols × f64 ts_ms | n_cols × n_ports × u8 (column after column, oldest first)
 
+``reserved`` carries flags: ``FLAG_LAST`` marks the last WINDOW message of a window. A window is
+sent as several WINDOW messages of at most ``WINDOW_CHUNK_BYTES`` (Daphne refuses WebSocket
+messages over 1 MiB; 600 columns × 16,384 ports is 9.8 MB), oldest columns first; the browser
+draws it when the last one arrives.
+
 A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`` means *no data*
 (failed poll, stale switch) and is drawn as such, never as zero. ``frontend/static/live/protocol.js``
 mirrors these constants; tests/live/test_protocol.py keeps the two in step.
@@ -22,6 +27,8 @@ CODE_MAX = 254  # highest code that carries a value
 
 KIND_COLUMN = 1
 KIND_WINDOW = 2
+FLAG_LAST = 1
+WINDOW_CHUNK_BYTES = 512 * 1024
 COLUMN_HEADER_BYTES = 20
 WINDOW_HEADER_BYTES = 24
 

@@ -141,10 +141,12 @@ class FabricStream:
             "max_in_flight": MAX_IN_FLIGHT,
         }
         self.pending = None
-        self.seq += 1
-        self.acked = self.seq - 1  # the window needs its own ack before columns flow
+        chunks = wire.encode_window(window, metric, self.seq + 1, self.n_ports)
+        self.seq += len(chunks)
+        self.acked = self.seq - 1  # the window's last message needs its ack before columns flow
         await self.send_text(dict(hello))
-        await self.send_bytes(wire.encode_window(window, metric, self.seq, self.n_ports))
+        for chunk in chunks:
+            await self.send_bytes(chunk)
 
     async def follow(self, block_ms: int = 2000) -> None:
         """Forever: wait for frames, keep the newest, send it when the client has room."""

@@ -20,6 +20,8 @@ from fabricmon.core.frames import METRICS, Frame
 from fabricmon.live.messages import (
     CODE_MAX,
     COLUMN_HEADER_BYTES,
+    FLAG_LAST,
+    WINDOW_CHUNK_BYTES,
     WINDOW_HEADER_BYTES,
     KIND_COLUMN,
     KIND_WINDOW,
@@ -99,14 +101,28 @@ def encode_column(frame: Frame, metric: str, seq: int, n_ports: int) -> bytes:
     return head + frame_column(frame, metric, n_ports).tobytes()
 
 
-def encode_window(frames: Sequence[Frame], metric: str, seq: int, n_ports: int) -> bytes:
-    """The whole window in one message: timestamps then the u8 matrix, column after column."""
-    ts_ms = np.array([f.ts_ns / 1e6 for f in frames], dtype="<f8")
-    body = np.empty((len(frames), n_ports), dtype=np.uint8)
-    for i, f in enumerate(frames):  # one vectorised pass per column (≤ window length), not per port
-        body[i] = frame_column(f, metric, n_ports)
-    head = _WINDOW.pack(KIND_WINDOW, METRIC_IDS[metric], 0, seq, n_ports, len(frames), 0, 0)
-    return head + ts_ms.tobytes() + body.tobytes()
+def encode_window(frames: Sequence[Frame], metric: str, first_seq: int, n_ports: int,
+                  chunk_bytes: int = WINDOW_CHUNK_BYTES) -> list[bytes]:
+    """The whole window as WINDOW messages of ≤ ``chunk_bytes`` (at least one column, and at
+    least one message even for an empty window), oldest first; the last carries ``FLAG_LAST``.
+    Message i has sequence number ``first_seq + i``."""
+    per_msg = max(1, chunk_bytes // max(1, n_ports + 8))
+    starts = list(range(0, len(frames), per_msg)) or [0]
+    out = []
+    for i, a in enumerate(starts):
+        part = frames[a : a + per_msg]
+        ts_ms = np.array([f.ts_ns / 1e6 for f in part], dtype="<f8")
+        body = np.empty((len(part), n_ports), dtype=np.uint8)
+        for j, f in enumerate(part):  # one vectorised pass per column (≤ window length), not per port
+            body[j] = frame_column(f, metric, n_ports)
+        flags = FLAG_LAST if i == len(starts) - 1 else 0
+        head = _WINDOW.pack(KIND_WINDOW, METRIC_IDS[metric], flags, first_seq + i, n_ports, len(part), 0, 0)
+        out.append(head + ts_ms.tobytes() + body.tobytes())
+    return out
+
+
+def message_flags(blob: bytes) -> int:
+    return int.from_bytes(blob[2:4], "little")
 
 
 def decode_message(blob: bytes) -> tuple[int, int, int, npt.NDArray[np.float64], U8Array]:

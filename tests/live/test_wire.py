@@ -63,12 +63,29 @@ def test_missing_metric_or_wrong_port_count_draws_no_data() -> None:
 
 def test_window_message_layout() -> None:
     frames = [make_frame({"util": [i / 10, np.nan, 1.0]}, ts_ns=(1 + i) * 10**9) for i in range(4)]
-    blob = wire.encode_window(frames, "util", seq=1, n_ports=3)
+    [blob] = wire.encode_window(frames, "util", first_seq=1, n_ports=3)
+    assert wire.message_flags(blob) == messages.FLAG_LAST
     kind, _, seq, ts_ms, codes = wire.decode_message(blob)
     assert kind == messages.KIND_WINDOW and seq == 1
     assert ts_ms.tolist() == [1000.0, 2000.0, 3000.0, 4000.0]
     assert codes[:, 1].tolist() == [255] * 4 and codes[:, 2].tolist() == [254] * 4
     assert codes[:, 0].tolist() == [0, 25, 51, 76]
+
+
+def test_big_windows_are_chunked_under_daphnes_message_limit() -> None:
+    n = 16_384
+    frames = [make_frame({"util": np.full(n, i / 600)}, ts_ns=(1 + i) * 10**9) for i in range(600)]
+    blobs = wire.encode_window(frames, "util", first_seq=5, n_ports=n)
+    assert all(len(b) <= messages.WINDOW_CHUNK_BYTES + messages.WINDOW_HEADER_BYTES for b in blobs)
+    assert [wire.message_flags(b) for b in blobs] == [0] * (len(blobs) - 1) + [messages.FLAG_LAST]
+    decoded = [wire.decode_message(b) for b in blobs]
+    assert [d[2] for d in decoded] == list(range(5, 5 + len(blobs)))
+    ts = np.concatenate([d[3] for d in decoded])
+    assert ts.tolist() == [(1 + i) * 1000.0 for i in range(600)]
+    codes = np.concatenate([d[4] for d in decoded])
+    assert codes.shape == (600, n) and codes[599, 0] == round(599 / 600 * 254)
+    [empty] = wire.encode_window([], "util", first_seq=1, n_ports=n)
+    assert wire.decode_message(empty)[4].shape == (0, n)
 
 
 def test_unknown_metric_is_named() -> None:
@@ -80,7 +97,7 @@ def test_protocol_js_mirrors_python_constants() -> None:
     js = (Path(__file__).parents[2] / "frontend/static/live/protocol.js").read_text()
     consts = dict(re.findall(r"export const (\w+) = (\d+);", js))
     for name in ("NO_DATA", "CODE_MAX", "KIND_COLUMN", "KIND_WINDOW", "COLUMN_HEADER_BYTES",
-                 "WINDOW_HEADER_BYTES", "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW"):
+                 "WINDOW_HEADER_BYTES", "FLAG_LAST", "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW"):
         assert int(consts[name]) == getattr(messages, name), name
 
 

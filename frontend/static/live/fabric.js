@@ -4,7 +4,7 @@
 
 import { CanvasHeatmap, LUT_CSS } from "./heatmap.js";
 import {
-  CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, KIND_WINDOW, decodeBinary, dequantise, formatValue,
+  CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, FLAG_LAST, KIND_WINDOW, decodeBinary, dequantise, formatValue,
 } from "./protocol.js";
 
 const root = document.getElementById("fabric-view");
@@ -164,15 +164,20 @@ function connect() {
   };
 }
 
-let queue = Promise.resolve(); // keep message order across the async layout fetch
-function onText(msg) { queue = queue.then(() => handleText(msg)); }
-function onBinary(buf) { queue = queue.then(() => handleBinary(buf)); }
+// Keep message order across the async layout fetch; one failing message must not stall the rest.
+let queue = Promise.resolve();
+function enqueue(fn) {
+  queue = queue.then(fn).catch((err) => { console.error(err); setStatus(`error: ${err.message}`, "bad"); });
+}
+function onText(msg) { enqueue(() => handleText(msg)); }
+function onBinary(buf) { enqueue(() => handleBinary(buf)); }
 
 async function handleText(msg) {
   if (msg.type === "error") { setStatus(msg.message, "bad"); return; }
   if (msg.type !== "hello") return;
   state.retries = 0;
   state.hello = msg;
+  windowParts = [];
   if (!state.layout || state.layout.topology_version !== msg.topology_version) await loadLayout();
   fillMetricSelect(msg);
   const sameShape = heatmap.nPorts === msg.n_ports;
@@ -186,11 +191,23 @@ async function handleText(msg) {
 
 function expectedRows() { return state.collapsed.size ? -1 : heatmap.nPorts; }
 
+let windowParts = [];
+function concat(arrays, Type) {
+  const out = new Type(arrays.reduce((n, a) => n + a.length, 0));
+  let at = 0;
+  for (const a of arrays) { out.set(a, at); at += a.length; }
+  return out;
+}
+
 function handleBinary(buf) {
   const m = decodeBinary(buf);
   state.bytes += buf.byteLength;
   if (m.kind === KIND_WINDOW) {
-    heatmap.loadWindow(m.ts, m.codes);
+    windowParts.push(m);
+    if (m.flags & FLAG_LAST) {
+      heatmap.loadWindow(concat(windowParts.map((p) => p.ts), Float64Array), concat(windowParts.map((p) => p.codes), Uint8Array));
+      windowParts = [];
+    }
   } else {
     heatmap.appendColumn(m.ts[0], m.codes);
     state.columns++;

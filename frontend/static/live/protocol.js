@@ -5,6 +5,7 @@ export const NO_DATA = 255;
 export const CODE_MAX = 254;
 export const KIND_COLUMN = 1;
 export const KIND_WINDOW = 2;
+export const FLAG_LAST = 1; // the last WINDOW message of a window (windows come in ≤ 512 KiB parts)
 export const COLUMN_HEADER_BYTES = 20;
 export const WINDOW_HEADER_BYTES = 24;
 export const CLOSE_UNAUTHENTICATED = 4401;
@@ -16,17 +17,18 @@ export function decodeBinary(buf) {
   const dv = new DataView(buf);
   const kind = dv.getUint8(0);
   const metricId = dv.getUint8(1);
+  const flags = dv.getUint16(2, true);
   const seq = dv.getUint32(4, true);
   const nPorts = dv.getUint32(8, true);
   if (kind === KIND_COLUMN) {
     const ts = new Float64Array([dv.getFloat64(12, true)]);
-    return { kind, metricId, seq, nPorts, ts, codes: new Uint8Array(buf, COLUMN_HEADER_BYTES, nPorts) };
+    return { kind, metricId, flags, seq, nPorts, ts, codes: new Uint8Array(buf, COLUMN_HEADER_BYTES, nPorts) };
   }
   if (kind === KIND_WINDOW) {
     const nCols = dv.getUint32(12, true);
     const ts = new Float64Array(buf.slice(WINDOW_HEADER_BYTES, WINDOW_HEADER_BYTES + 8 * nCols));
     const codes = new Uint8Array(buf, WINDOW_HEADER_BYTES + 8 * nCols, nCols * nPorts);
-    return { kind, metricId, seq, nPorts, ts, codes, nCols };
+    return { kind, metricId, flags, seq, nPorts, ts, codes, nCols };
   }
   throw new Error(`unknown live message kind ${kind}`);
 }
