@@ -181,6 +181,7 @@ class ShardCollector:
         spec_speed = self.framer.index.speed_bps[sl]
         interval_ns = self.framer.interval_ns[sw.name]
         keep_read_ms = max(60_000, 10 * interval_ns // 1_000_000)
+        max_baseline_ns = MAX_BASELINE_INTERVALS * interval_ns
         prev = self._load_read(sw.name)
         while True:
             scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
@@ -188,17 +189,18 @@ class ShardCollector:
             started = time.time_ns()
             cur, kind, message = await self._poll_once(sw, ifindex)
             finished = time.time_ns()
-            if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > MAX_BASELINE_INTERVALS * interval_ns:
+            if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > max_baseline_ns:
                 prev = None
             part = compute_slice(sw.name, prev, cur, spec_speed, started)
             tick = self.framer.frame_tick(scheduled)
             self._deliver(sw.name, tick, part)
-            self._record_health(sw.name, (finished - started) / 1e6, started, cur, f"{kind}: {message}", part)
+            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part)
             if cur is not None:
                 prev = cur
                 self.r.set(read_key(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
             if self.observer is not None:
-                self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part, kind))
+                self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
+                                         kind))
 
     async def _poll_once(self, sw: SwitchSpec, ifindex: Any) -> tuple[SwitchRead | None, str | None, str]:
         """One poll → (aligned read, None, "") or (None, error kind, message). Never raises."""
@@ -222,12 +224,12 @@ class ShardCollector:
         if frame is not None:
             self._after_frame(frame)
 
-    def _record_health(self, switch: str, poll_ms: float, started: int, cur: SwitchRead | None,
+    def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,  # noqa: PLR0917
                        error: str, part: SwitchSlice) -> None:
         h = self.health[switch]
         h.polls += 1
         h.last_poll_ns = started
-        h.poll_ms = round(poll_ms, 3)
+        h.poll_ms = round((finished - started) / 1e6, 3)
         self.report.polls += 1
         if cur is None:
             h.up = False

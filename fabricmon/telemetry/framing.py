@@ -74,7 +74,7 @@ class FabricFramer:
         self.interval_ns = {sw.name: round(sw.snmp.interval_s * 1e9) for sw in self.spec.switches}
         self.frame_ns = min(self.interval_ns.values())
         self.slices = {name: self.index.slice_of(name) for name in self.index.switch_names}
-        # A due switch's poll starts at the tick and ends within timeout × attempts (< interval).
+        # A due switch's poll starts at the tick and ends within timeout x attempts (< interval).
         budget = max(sw.snmp.timeout_s * (sw.snmp.retries + 1) for sw in self.spec.switches)
         self.deadline_s = min(budget, self.frame_ns / 1e9) + DEADLINE_GRACE_S
 
@@ -114,8 +114,7 @@ class FabricFramer:
             return None
         if not r.set(framed_key(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
             return None
-        frame = self.assemble(tick_ns, {k.decode(): v for k, v in reported.items()},
-                              {k.decode(): v for k, v in r.hgetall(latest_key(self.fabric)).items()})
+        frame = self.assemble(tick_ns, _str_keys(reported), _str_keys(r.hgetall(latest_key(self.fabric))))
         live_window.append(r, frame, max_frames=self.max_frames)
         return frame
 
@@ -143,3 +142,7 @@ class FabricFramer:
                 if m in part.metrics:
                     metrics[m][sl] = part.metrics[m]
         return Frame(self.fabric, self.index.version, tick_ns, self.frame_ns / 1e9, metrics)
+
+
+def _str_keys(h: dict[bytes, bytes]) -> dict[str, bytes]:
+    return {k.decode(): v for k, v in h.items()}

@@ -35,7 +35,7 @@ class HistoryFrame(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.fabric_id} @ {self.ts:%Y-%m-%d %H:%M:%S} ({self.step_s:g} s × {self.n_samples})"
+        return f"{self.fabric_id} @ {self.ts:%Y-%m-%d %H:%M:%S} ({self.step_s:g} s x {self.n_samples})"
 
     def frame(self) -> Frame:
         return Frame.decode(bytes(self.blob))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from collectors.snmp.engine import close_loop_context
+
 _local = threading.local()
 
 
@@ -30,8 +32,7 @@ def event_loop() -> asyncio.AbstractEventLoop:
 
 def reset_after_fork() -> None:
     """Forget any loop inherited through fork (its selector and sockets belong to the parent)."""
-    global _local
-    _local = threading.local()
+    _local.__dict__.clear()
 
 
 def close_event_loop() -> None:
@@ -39,8 +40,6 @@ def close_event_loop() -> None:
     loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
     if loop is None or loop.is_closed():
         return
-    from collectors.snmp.engine import close_loop_context
-
     async def _close() -> None:
         close_loop_context()
 

@@ -18,7 +18,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections
 
-from collectors.snmp.poller import SnmpPoller, SnmpPollError, SnmpTarget
+from collectors.snmp import SnmpPoller, SnmpPollError, SnmpTarget
 from fabricmon.core.frames import Frame, FrameFormatError
 from fabricmon.core.topology import FabricSpec, SwitchSpec
 from fabricmon.telemetry import live_window, runtime
@@ -175,7 +175,7 @@ def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 
 def prune_history(retention_s: float) -> int:
     cutoff = datetime.now(tz=UTC) - timedelta(seconds=retention_s)
     deleted, _ = HistoryFrame.objects.filter(ts__lt=cutoff).delete()
-    return deleted
+    return int(deleted)
 
 
 def recent_frames(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
@@ -183,8 +183,8 @@ def recent_frames(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
     out = []
     for _eid, fields in reversed(r.xrevrange(live_window.frames_key(fabric), count=count)):
         try:
-            out.append(Frame.decode(fields[live_window.FIELD]))
-        except (FrameFormatError, KeyError):
+            out.append(Frame.decode(bytes(fields[live_window.FIELD])))
+        except (FrameFormatError, KeyError, TypeError):
             continue
     return out
 

@@ -37,7 +37,7 @@ F32Array = npt.NDArray[np.float32]
 
 # The frame metrics a switch slice fills, in the order of fabricmon.core.frames.METRICS.
 SLICE_METRICS = ("in_bps", "out_bps", "util", "in_discards_ps", "out_discards_ps", "in_errors_ps")
-# Snapshot counter → (width, unit, metric, scale). Octets are bytes: ×8 for bit/s.
+# Snapshot counter → (width, unit, metric, scale). Octets are bytes: x8 for bit/s.
 _COUNTERS: tuple[tuple[str, int, str, str, float], ...] = (
     ("in_octets", 64, "octets", "in_bps", 8.0),
     ("out_octets", 64, "octets", "out_bps", 8.0),
@@ -89,8 +89,8 @@ def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchR
         if name in snapshot.counters:  # a column the agent does not serve stays absent (→ NaN)
             raw = np.asarray(snapshot.counters[name], dtype=np.uint64)
             counters[name] = align_ports(src, raw, ifindex)[0].astype(np.uint64)
-    speed_mbps, _ = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)
-    speed = np.where(speed_mbps > 0, speed_mbps * 1e6, np.nan)
+    speed_mbps = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)[0]
+    speed = np.where(speed_mbps > 0, speed_mbps.astype(np.float64) * 1e6, np.nan)
     disc = getattr(snapshot, "discontinuity_ticks", None)
     disc_aligned = None
     if disc is not None and len(np.asarray(disc)) == len(src):

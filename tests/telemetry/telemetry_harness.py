@@ -2,7 +2,7 @@
 
 Each collector thread runs ``services.run_shard`` exactly as a Celery worker would, with its own
 long-lived event loop and pysnmp engine (thread-local), against the twin's real UDP agents and the
-real Redis. Small fabrics (4 servers × 4 GPUs, 2 spines = 6 switches) and 0.5 s intervals keep each
+real Redis. Small fabrics (4 servers x 4 GPUs, 2 spines = 6 switches) and 0.5 s intervals keep each
 test to seconds.
 """
 
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def collector_spec(spec: FabricSpec, interval_s: float = INTERVAL_S, timeout_s: float = 0.12,
                    retries: int = 1) -> FabricSpec:
-    """The twin's fabric with collector timing fit for short tests (timeout × attempts < interval)."""
+    """The twin's fabric with collector timing fit for short tests (timeout x attempts < interval)."""
     return replace(spec, switches=tuple(
         replace(sw, snmp=replace(sw.snmp, interval_s=interval_s, timeout_s=timeout_s, retries=retries))
         for sw in spec.switches

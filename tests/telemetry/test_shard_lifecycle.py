@@ -15,14 +15,15 @@ from io import StringIO
 import numpy as np
 import pytest
 from django.core.management import call_command
+from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
+from fabricmon.core.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.services import fabric_status, run_shard
 from fabricmon.topology.services import import_fabric
-from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
 pytestmark = pytest.mark.integration
 
@@ -175,8 +176,6 @@ def test_frames_once_per_tick_nan_for_a_dead_shard_and_history_rows(twin_process
 
 @pytest.mark.django_db
 def test_status_says_when_there_are_no_frames(fabric_name, redis_client) -> None:
-    from fabricmon.core.railgen import rail_optimized
-
     import_fabric(rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=1))
     out = StringIO()
     call_command("fabric_status", fabric_name, "--once", stdout=out)

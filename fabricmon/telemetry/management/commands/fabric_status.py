@@ -38,7 +38,7 @@ class Command(BaseCommand):
         names = list(Fabric.objects.values_list("name", flat=True))
         if len(names) != 1:
             raise CommandError(f"name a fabric; known: {', '.join(names) or '(none — run load_topology)'}")
-        return names[0]
+        return str(names[0])
 
 
 def render(status: services.FabricStatus) -> str:
@@ -52,8 +52,13 @@ def render(status: services.FabricStatus) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in sorted(h.get("error_counts", {}).items()))
         err = f"{counts}  last: {h['last_error']}" if counts and not h.get("up") else counts
         poll_ms = h.get("poll_ms")
+        # Health is written by whoever polls the switch; if nobody has for a while (every worker
+        # holding its shard died), the last word is stale rather than "up".
+        last_poll = h.get("last_poll_ns") or 0
+        stale = now_ns - last_poll > 3 * float(h.get("interval_s", 1.0)) * 1e9 + 2e9
+        state = "STALE" if stale else ("up" if h.get("up") else "DOWN")
         lines.append(
-            f"{name:<16} {'up' if h.get('up') else 'DOWN':<5} {age:>8} "
+            f"{name:<16} {state:<5} {age:>8} "
             f"{(f'{poll_ms:.1f}' if poll_ms is not None else '-'):>8} "
             f"{h.get('consecutive_failures', 0):>5}  {err}"
         )
@@ -63,8 +68,7 @@ def render(status: services.FabricStatus) -> str:
     if status.frame_ts_ns is None or not status.hot:
         lines.append(status.note or "latest frame has no utilisation data yet")
     else:
-        age = (now_ns - status.frame_ts_ns) / 1e9
-        lines.append(f"hottest ports (frame {age:.1f}s ago)")
+        lines.append(f"hottest ports (frame {(now_ns - status.frame_ts_ns) / 1e9:.1f}s ago)")
         lines.append(f"{'switch':<16} {'port':<14} {'peer':<28} {'util':>7} {'in Gb/s':>9} {'out Gb/s':>9}")
         for p in status.hot:
             lines.append(
