@@ -1,0 +1,247 @@
+"""Validation gates: every derived view declares its assumptions and checks them on live data.
+
+A gate is one assumption with the measured value, the bounds and the verdict::
+
+    Gate("clock_alignment", "event clocks agree with the switches' to within a quarter phase",
+         value=0.5 s, flag_above=…, withhold_above=…)  →  verdict "withhold", reason "… 0.5 s > …"
+
+A view takes the worst verdict of its gates: ``show`` when all pass, ``flag`` (drawn, with a
+warning) or ``withhold`` (not drawn at all — the page and API say which gate failed and by how
+much). A failing gate revokes the view; nothing is ever drawn as if it were true.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Verdict = Literal["pass", "flag", "withhold"]
+ViewVerdict = Literal["show", "flag", "withhold"]
+_ORDER = {"pass": 0, "flag": 1, "withhold": 2}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One checked assumption of a view."""
+
+    name: str
+    assumption: str
+    value: float
+    unit: str
+    flag_bound: float
+    withhold_bound: float
+    higher_is_better: bool
+    verdict: Verdict
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("value", "flag_bound", "withhold_bound"):
+            v = d[k]
+            d[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        return d
+
+
+def _fmt(x: float, unit: str) -> str:
+    if not math.isfinite(x):
+        return "unknown"
+    if unit == "s":
+        return f"{x * 1e3:.3g} ms" if abs(x) < 1 else f"{x:.3g} s"
+    if unit == "ratio":
+        return f"{x * 100:.3g} %"
+    return f"{x:.3g}{(' ' + unit) if unit else ''}"
+
+
+def check(
+    name: str,
+    assumption: str,
+    value: float,
+    *,
+    flag_bound: float,
+    withhold_bound: float,
+    unit: str = "",
+    higher_is_better: bool = False,
+) -> Gate:
+    """Compare ``value`` with its bounds. An unknown value (NaN) withholds: not known ≠ fine."""
+    if not math.isfinite(value):
+        verdict: Verdict = "withhold"
+        reason = f"{name}: value unknown — {assumption}"
+    else:
+        worse = (lambda v, b: v < b) if higher_is_better else (lambda v, b: v > b)
+        sign = "<" if higher_is_better else ">"
+        if worse(value, withhold_bound):
+            verdict, bound = "withhold", withhold_bound
+        elif worse(value, flag_bound):
+            verdict, bound = "flag", flag_bound
+        else:
+            verdict, bound = "pass", flag_bound
+        if verdict == "pass":
+            ok = "≥" if higher_is_better else "≤"
+            reason = f"{name}: {_fmt(value, unit)} {ok} {_fmt(bound, unit)}"
+        else:
+            reason = f"{name}: {_fmt(value, unit)} {sign} {_fmt(bound, unit)} — {assumption}"
+    return Gate(name, assumption, float(value), unit, float(flag_bound), float(withhold_bound),
+                higher_is_better, verdict, reason)
+
+
+def view_verdict(gates: Iterable[Gate]) -> ViewVerdict:
+    worst = max((_ORDER[g.verdict] for g in gates), default=0)
+    return ("show", "flag", "withhold")[worst]  # type: ignore[return-value]
+
+
+def failing(gates: Iterable[Gate]) -> list[Gate]:
+    return [g for g in gates if g.verdict != "pass"]
+
+
+# -- the product's gates (bounds in one place) --------------------------------------------------
+
+
+def clock_gate(error_bound_s: float, offset_known: bool, phase_s: float) -> Gate:
+    """Event clocks must agree with the switches' to within a quarter of a phase."""
+    value = error_bound_s if offset_known else math.inf
+    g = check(
+        "clock_alignment",
+        "phase events and counters share a clock (offset exchanged, residual skew under a quarter phase)",
+        value, flag_bound=0.1 * phase_s, withhold_bound=0.25 * phase_s, unit="s",
+    )
+    if not offset_known:
+        return Gate(g.name, g.assumption, math.inf, "s", g.flag_bound, g.withhold_bound, False, "withhold",
+                    "clock_alignment: no clock offset was exchanged for some ranks — " + g.assumption)
+    return g
+
+
+def coverage_gate(coverage: float) -> Gate:
+    return check(
+        "rank_map_coverage", "the rank map places every rank of the job on a NIC of the fabric",
+        coverage, flag_bound=0.99, withhold_bound=0.9, unit="ratio", higher_is_better=True,
+    )
+
+
+def projection_gate(rel_error: float) -> Gate:
+    return check(
+        "projected_vs_measured",
+        "projected bytes per poll interval match measured counters (same routing, same clocks)",
+        rel_error, flag_bound=0.1, withhold_bound=0.25, unit="ratio",
+    )
+
+
+def poll_gate(poll_s: float, phase_s: float, intervals: int, keys: int) -> Gate:
+    """Attribution needs polls that cut steps at many places: ≥ 2 intervals per (layer, phase)."""
+    ratio = intervals / max(keys, 1)
+    return check(
+        "poll_vs_phase",
+        f"enough poll intervals ({_fmt(poll_s, 's')} polls, {_fmt(phase_s, 's')} phases) to separate "
+        "the phases: at least 2 per (layer, phase)",
+        ratio, flag_bound=2.0, withhold_bound=1.0, unit="intervals/phase", higher_is_better=True,
+    )
+
+
+def residual_gate(residual_rel: float) -> Gate:
+    return check(
+        "attribution_residual",
+        "measured counters are explained by the phases (NNLS residual small)",
+        residual_rel, flag_bound=0.3, withhold_bound=0.5, unit="ratio",
+    )
+
+
+# -- one run's phase-aligned views, with their gates ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """One source of the phase-aligned heatmap (measured | projected | attributed) and its gates."""
+
+    source: str
+    verdict: ViewVerdict
+    gates: tuple[Gate, ...]
+    columns: tuple[tuple[int, int, str], ...]  # (step, layer, phase); step −1 = folded over steps
+    load_bytes: Any  # (columns, ports) ndarray, or None when withheld
+
+    def as_dict(self, with_values: bool = True) -> dict[str, Any]:
+        shown = self.verdict != "withhold" and self.load_bytes is not None
+        return {
+            "source": self.source,
+            "verdict": self.verdict,
+            "gates": [g.as_dict() for g in self.gates],
+            "failed": [g.reason for g in failing(self.gates)],
+            "columns": [list(c) for c in self.columns],
+            "values": self.load_bytes.tolist() if (shown and with_values) else None,
+            "hot_port": self.load_bytes.argmax(axis=1).tolist() if shown and self.load_bytes.size else None,
+        }
+
+
+def assess(
+    *,
+    phase_keys: list[tuple[int, int, str]],
+    start_ns: Any,
+    end_ns: Any,
+    projected_in: Any,
+    projected_out: Any,
+    coverage: float,
+    clock_error_s: float,
+    offset_known: bool,
+    edges_ns: Any | None,
+    measured_in: Any | None,
+    measured_out: Any | None,
+) -> dict[str, SourceView]:
+    """Gate and build the three views of a run's phases.
+
+    ``projected_*`` are (phases, ports) bytes from the projection; ``measured_*`` (intervals,
+    ports) bytes between poll ``edges_ns`` (None: no counters for the run's time).
+    """
+    import numpy as np  # noqa: PLC0415  (keeps the gate vocabulary above import-light)
+
+    from fabricmon.core.attribution import PhaseTimeline, attribute  # noqa: PLC0415
+    from fabricmon.core.projection import interval_bytes  # noqa: PLC0415
+
+    start = np.asarray(start_ns, dtype=np.int64)
+    end = np.asarray(end_ns, dtype=np.int64)
+    phase_s = float(np.median(end - start)) / 1e9 if len(start) else math.nan
+    cols = tuple(phase_keys)
+    clock = clock_gate(clock_error_s, offset_known, phase_s)
+    cover = coverage_gate(coverage)
+    proj_load = np.maximum(projected_in, projected_out)
+    views: dict[str, SourceView] = {}
+    have_measured = edges_ns is not None and measured_in is not None and measured_out is not None
+    proj_gates = [cover, clock]
+    if have_measured:
+        edges = np.asarray(edges_ns, dtype=np.int64)
+        meas = np.hstack([measured_in, measured_out])
+        pred = interval_bytes(start, end, np.hstack([projected_in, projected_out]), edges)
+        ok = np.isfinite(meas).all(axis=1)
+        # only intervals fully inside the recorded phases: the edges of the run would count as error
+        inside = (edges[:-1] >= start.min()) & (edges[1:] <= end.max()) & ok
+        denom = float(np.abs(meas[inside]).sum())
+        rel = float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
+        proj_gates.append(projection_gate(rel))
+    else:
+        proj_gates.append(Gate("projected_vs_measured", "projected bytes per poll interval match measured counters",
+                               math.nan, "ratio", 0.1, 0.25, False, "flag",
+                               "projected_vs_measured: no counters for the run's time — projection unverified"))
+    v = view_verdict(proj_gates)
+    views["projected"] = SourceView("projected", v, tuple(proj_gates), cols, proj_load if v != "withhold" else None)
+
+    if have_measured:
+        tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in zip(cols, start, end, strict=True)])
+        att = attribute(tl, edges, meas)
+        p = proj_load.shape[1]
+        att_load = np.maximum(att.bytes_per_phase[:, :p], att.bytes_per_phase[:, p:])
+        poll_s = float(np.median(np.diff(edges))) / 1e9
+        att_gates = (clock, poll_gate(poll_s, phase_s, att.intervals, len(tl.keys)), residual_gate(att.residual_rel))
+        av = view_verdict(att_gates)
+        views["attributed"] = SourceView("attributed", av, att_gates, tuple((-1, k[0], k[1]) for k in tl.keys),
+                                         att_load if av != "withhold" else None)
+        # measured: each phase column gets its poll interval's mean rate over the phase's window
+        mid = (start + end) // 2
+        i = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, len(edges) - 2)
+        dt = np.diff(edges).astype(np.float64)
+        dur = (end - start).astype(np.float64)
+        m_load = np.maximum(measured_in[i], measured_out[i]) * (dur / dt[i])[:, None]
+        m_gates = (clock, check("poll_resolution", "each poll interval holds at most one phase, so a column is that phase",
+                                poll_s / phase_s if phase_s > 0 else math.nan, flag_bound=1.0, withhold_bound=math.inf,
+                                unit="phases/poll"))
+        mv = view_verdict(m_gates)
+        views["measured"] = SourceView("measured", mv, m_gates, cols, m_load if mv != "withhold" else None)
+    return views

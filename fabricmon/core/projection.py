@@ -1,0 +1,440 @@
+"""Projection: a run's per-phase traffic matrices routed over the topology onto switch ports.
+
+"Topology and collective trace on the same table": for a run with a rank map, every
+(step, layer, phase) rank×rank byte matrix M becomes bytes in/out of every port::
+
+    rank s ─▶ GPU ─▶ NIC ─▶ [leaf port in] leaf ─┬─▶ [leaf port out] ─▶ NIC of rank d     (same leaf)
+                                                 └─▶ [uplink] spine [downlink] ─▶ leaf ─▶ NIC of d
+
+Routing models (``Routing.mode``):
+
+* ``pxn``  NCCL PXN: a server's senders are folded onto the local GPU whose NIC sits on the
+           destination's leaf (else its rail, else same local index), so traffic stays on-rail;
+* ``ecmp`` every NIC pair is one flow hashed onto one uplink and one spine downlink;
+* ``spray`` packet spraying: a cross-leaf flow's bytes split evenly over every usable uplink, and at
+           each spine evenly over its downlinks to the destination leaf.
+
+The ECMP hash model is splitmix64 of ``(src_gpu << 32 | dst_gpu) ^ seed`` (then splitmix64 again
+for the spine downlink), choosing among the candidate cables in cabling order — the twin's model,
+so "the same routing" is checkable (tests/core/test_projection.py compares with twin/routing.py).
+
+Routing is precomputed once per (fabric layout, rank map, routing) into a sparse incidence matrix
+``A`` of shape (2·ports, flows): projected bytes = ``A @ flow_bytes``. For PXN the flows are
+(source server, destination rank) — the matrix is folded over each server's senders first, one
+pass over M — so the 4,096-GPU case is 2 M columns, not 16 M.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from fabricmon.core.topology import FabricSpec, PortIndex
+
+RoutingMode = Literal["pxn", "ecmp", "spray"]
+ROUTING_MODES: tuple[str, ...] = ("pxn", "ecmp", "spray")
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def splitmix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The ECMP hash model: splitmix64 finaliser, vectorized (uint64 arithmetic wraps on purpose)."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (z ^ (z >> np.uint64(31))) & _MASK64
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How traffic is assumed to cross the fabric: the mode and, for ECMP, the hash seed."""
+
+    mode: RoutingMode = "pxn"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ROUTING_MODES:
+            raise ValueError(f"routing mode must be one of {', '.join(ROUTING_MODES)}, got {self.mode!r}")
+
+    def label(self) -> str:
+        return f"{self.mode}(seed={self.seed})" if self.mode == "ecmp" else self.mode
+
+
+@dataclass(frozen=True, eq=False)
+class FabricLayout:
+    """Per-GPU and per-cable arrays of a fabric, positions in the PortIndex (built once per fabric).
+
+    GPUs are numbered host by host (fabric order), by local index inside a host.
+    """
+
+    index: PortIndex
+    gpu_host: IntArray  # (G,) host number
+    gpu_local: IntArray  # (G,) GPU index inside its host
+    gpu_rail: IntArray
+    nic_pos: IntArray  # (G,) port position of the leaf port facing the GPU's NIC
+    nic_leaf: IntArray  # (G,) leaf number (leaf_names order)
+    link: IntArray  # (L, 4): leaf number, leaf port position, spine number, spine port position
+    host_names: tuple[str, ...]
+    leaf_names: tuple[str, ...]
+    spine_names: tuple[str, ...]
+    gpu_by_port: dict[tuple[str, str], int] = field(repr=False)  # (switch, port name) → GPU
+    gpu_by_host_local: dict[tuple[str, int], int] = field(repr=False)
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_host)
+
+    @classmethod
+    def from_spec(cls, fabric: FabricSpec, index: PortIndex) -> FabricLayout:
+        ifindex_of = {(sw.name, p.name): p.ifindex for sw in fabric.switches for p in sw.ports}
+        role = {sw.name: sw.role for sw in fabric.switches}
+
+        def pos(switch: str, port: str) -> int:
+            if (switch, port) not in ifindex_of:
+                raise ValueError(f"cabling names unknown port {switch}:{port}")
+            return index.position(switch, ifindex_of[(switch, port)])
+
+        host, local, rail, nic, nic_switch = [], [], [], [], []
+        by_port: dict[tuple[str, str], int] = {}
+        by_host_local: dict[tuple[str, int], int] = {}
+        for h, hs in enumerate(fabric.hosts):
+            for g in sorted(hs.gpus, key=lambda g: g.index):
+                by_port[(g.switch, g.port)] = len(host)
+                by_host_local[(hs.name, g.index)] = len(host)
+                host.append(h)
+                local.append(g.index)
+                rail.append(g.rail)
+                nic.append(pos(g.switch, g.port))
+                nic_switch.append(g.switch)
+        leaves = sorted(set(nic_switch) | {sw.name for sw in fabric.switches if sw.role == "leaf"})
+        spines = sorted(sw.name for sw in fabric.switches if sw.role == "spine")
+        leaf_id = {n: i for i, n in enumerate(leaves)}
+        spine_id = {n: i for i, n in enumerate(spines)}
+        links: list[tuple[int, int, int, int]] = []
+        for ln in fabric.links:
+            a, b = pos(ln.a_switch, ln.a_port), pos(ln.b_switch, ln.b_port)
+            if role[ln.a_switch] == "leaf" and role[ln.b_switch] == "spine":
+                links.append((leaf_id[ln.a_switch], a, spine_id[ln.b_switch], b))
+            elif role[ln.b_switch] == "leaf" and role[ln.a_switch] == "spine":
+                links.append((leaf_id[ln.b_switch], b, spine_id[ln.a_switch], a))
+        i64 = np.int64
+        return cls(
+            index=index,
+            gpu_host=np.asarray(host, dtype=i64),
+            gpu_local=np.asarray(local, dtype=i64),
+            gpu_rail=np.asarray(rail, dtype=i64),
+            nic_pos=np.asarray(nic, dtype=i64),
+            nic_leaf=np.asarray([leaf_id[s] for s in nic_switch], dtype=i64),
+            link=np.asarray(links, dtype=i64).reshape(-1, 4),
+            host_names=tuple(h.name for h in fabric.hosts),
+            leaf_names=tuple(leaves),
+            spine_names=tuple(spines),
+            gpu_by_port=by_port,
+            gpu_by_host_local=by_host_local,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlacement:
+    """Rank → GPU of the layout (-1: the rank map does not place it), for a world of ``world_size``."""
+
+    gpu_of_rank: IntArray
+    problems: tuple[str, ...] = ()  # rank-map entries that could not be placed, and why
+
+    @property
+    def world_size(self) -> int:
+        return len(self.gpu_of_rank)
+
+    @property
+    def coverage(self) -> float:
+        """Fraction of the world's ranks the map places on a GPU of the fabric."""
+        return float(np.mean(self.gpu_of_rank >= 0)) if self.world_size else 0.0
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha1(self.gpu_of_rank.astype("<i8").tobytes()).hexdigest()[:16]
+
+
+def place_ranks(layout: FabricLayout, entries: list[dict[str, object]], world_size: int) -> RankPlacement:
+    """Match rank-map entries (rank, host, local_rank, switch, switch_port) to the layout's GPUs.
+
+    The NIC's switch port wins when given (it is what the cabling says); else (host, local_rank).
+    Entries that match nothing are reported in ``problems`` and leave their rank unplaced.
+    """
+    gpu = np.full(world_size, -1, dtype=np.int64)
+    problems: list[str] = []
+    for e in entries:
+        rank = e.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            problems.append(f"rank {rank!r} outside the world of {world_size}")
+            continue
+        g = layout.gpu_by_port.get((str(e.get("switch") or ""), str(e.get("switch_port") or "")))
+        if g is None and isinstance(e.get("local_rank"), int):
+            g = layout.gpu_by_host_local.get((str(e.get("host") or ""), int(e["local_rank"])))  # type: ignore[call-overload]
+        if g is None:
+            problems.append(f"rank {rank}: no GPU of the fabric at {e.get('switch')}:{e.get('switch_port')} "
+                            f"or {e.get('host')}/{e.get('local_rank')}")
+            continue
+        gpu[rank] = g
+    return RankPlacement(gpu, tuple(problems))
+
+
+@dataclass(frozen=True)
+class PortBytes:
+    """Projected bytes per port (PortIndex order): entering the switch and leaving it."""
+
+    in_bytes: FloatArray  # (P,) or (K, P) for K phases
+    out_bytes: FloatArray
+
+    @property
+    def load_bytes(self) -> FloatArray:
+        """The busier direction of each port (what the heatmap colours)."""
+        return np.maximum(self.in_bytes, self.out_bytes)
+
+
+class Projector:
+    """Sparse routing incidence for one (layout, placement, routing); ``project`` is one matvec."""
+
+    def __init__(self, layout: FabricLayout, placement: RankPlacement, routing: Routing) -> None:
+        self.layout, self.placement, self.routing = layout, placement, routing
+        self.n_ports = n_ports = len(layout.index)
+        r = placement.world_size
+        g_of = placement.gpu_of_rank
+        placed = g_of >= 0
+        host_of_rank = np.where(placed, layout.gpu_host[np.maximum(g_of, 0)], -1)
+        if routing.mode == "pxn":
+            # Flows are (source host, destination rank): fold the matrix over each host's senders.
+            hosts = np.unique(host_of_rank[placed])
+            self._fold_hosts = hosts
+            self._fold_rows = [np.flatnonzero(host_of_rank == h) for h in hosts]
+            self._fold_order = np.concatenate(self._fold_rows) if len(hosts) else np.zeros(0, np.int64)
+            self._fold_starts = np.cumsum([0] + [len(x) for x in self._fold_rows[:-1]]).astype(np.int64)
+            self._fold_contiguous = bool(np.array_equal(self._fold_order, np.arange(len(self._fold_order))))
+            a = np.repeat(np.arange(len(hosts)), r)  # row of the folded matrix
+            d = np.tile(np.arange(r), len(hosts))
+            keep = placed[d] & (hosts[a] != host_of_rank[d])
+            a, d = a[keep], d[keep]
+            dst_gpu = g_of[d]
+            src_gpu = self._proxy(hosts[a], dst_gpu)
+            columns = a * r + d
+            self.n_flows = len(hosts) * r
+        else:
+            s = np.repeat(np.arange(r), r)
+            d = np.tile(np.arange(r), r)
+            keep = placed[s] & placed[d] & (host_of_rank[s] != host_of_rank[d])
+            s, d = s[keep], d[keep]
+            src_gpu, dst_gpu = g_of[s], g_of[d]
+            columns = s * r + d
+            self.n_flows = r * r
+        self.matrix = self._incidence(columns, src_gpu, dst_gpu)
+
+    # -- building -----------------------------------------------------------------------------------
+    def _proxy(self, src_host: IntArray, dst_gpu: IntArray) -> IntArray:
+        """PXN proxy GPU on ``src_host`` for ``dst_gpu``: same leaf, else same rail, else same local
+        index, else the host's first GPU (the first match in local order wins)."""
+        lay = self.layout
+        n_h = int(lay.gpu_host.max()) + 1 if lay.n_gpus else 0
+
+        def first_table(key: IntArray) -> IntArray:
+            table = np.full((n_h, int(key.max()) + 2), -1, dtype=np.int64)
+            # reversed assignment: for duplicate (host, key) the lowest GPU number is written last
+            gpus = np.arange(lay.n_gpus)[::-1]
+            table[lay.gpu_host[gpus], key[gpus]] = gpus
+            return table
+
+        by_leaf, by_rail, by_local = first_table(lay.nic_leaf), first_table(lay.gpu_rail), first_table(lay.gpu_local)
+        first = np.full(n_h, -1, dtype=np.int64)
+        first[lay.gpu_host[::-1]] = np.arange(lay.n_gpus)[::-1]
+        out = by_leaf[src_host, lay.nic_leaf[dst_gpu]]
+        for table, key in ((by_rail, lay.gpu_rail), (by_local, lay.gpu_local)):
+            miss = out < 0
+            out[miss] = table[src_host[miss], key[dst_gpu[miss]]]
+        miss = out < 0
+        out[miss] = first[src_host[miss]]
+        return out
+
+    def _candidates(self, via_spine: bool) -> tuple[IntArray, IntArray]:
+        """Dense (owner, destination leaf, k) table of candidate cables, padded with -1, and counts.
+
+        Uplinks: cables of leaf ``owner`` whose spine also has a cable to the destination leaf.
+        Downlinks: cables of spine ``owner`` that land on the destination leaf.
+        """
+        link = self.layout.link
+        n_leaf = len(self.layout.leaf_names)
+        owner_col = 2 if via_spine else 0
+        n_owner = int(link[:, owner_col].max()) + 1
+        spine_reaches = np.zeros((int(link[:, 2].max()) + 1, n_leaf), dtype=bool)
+        spine_reaches[link[:, 2], link[:, 0]] = True
+        if via_spine:
+            ok = np.zeros((len(link), n_leaf), dtype=bool)
+            ok[np.arange(len(link)), link[:, 0]] = True
+        else:
+            ok = spine_reaches[link[:, 2]]  # (cable, target leaf)
+        owner = link[:, owner_col]
+        count = np.zeros((n_owner, n_leaf), dtype=np.int64)
+        np.add.at(count, (np.repeat(owner, n_leaf)[ok.ravel()], np.tile(np.arange(n_leaf), len(link))[ok.ravel()]), 1)
+        width = max(1, int(count.max()))
+        dense = np.full((n_owner, n_leaf, width), -1, dtype=np.int64)
+        # cables in cabling order fill each (owner, target) cell left to right
+        c_idx, t_idx = np.nonzero(ok)
+        o_idx = owner[c_idx]
+        order = np.lexsort((c_idx, t_idx, o_idx))
+        c_idx, t_idx, o_idx = c_idx[order], t_idx[order], o_idx[order]
+        cell = o_idx * n_leaf + t_idx
+        starts = np.searchsorted(cell, cell, side="left")
+        dense[o_idx, t_idx, np.arange(len(cell)) - starts] = c_idx
+        return dense, count
+
+    def _incidence(self, columns: IntArray, src_gpu: IntArray, dst_gpu: IntArray) -> sp.csc_matrix:
+        """(2·P + 2·cables, flows) incidence, column-major: a matvec then reads the flow bytes
+        once, in order, and scatters into a port vector that stays in cache."""
+        lay, p = self.layout, self.n_ports
+        rows = [lay.nic_pos[src_gpu], p + lay.nic_pos[dst_gpu]]  # first hop in, last hop out
+        cols = [columns, columns]
+        vals = [np.ones(len(columns)), np.ones(len(columns))]
+        l1, l2 = lay.nic_leaf[src_gpu], lay.nic_leaf[dst_gpu]
+        cross = np.flatnonzero(l1 != l2)
+        if len(cross):
+            if not len(lay.link):
+                raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
+            up_tab, up_cnt = self._candidates(via_spine=False)
+            dn_tab, dn_cnt = self._candidates(via_spine=True)
+            a, b = l1[cross], l2[cross]
+            if (up_cnt[a, b] == 0).any():
+                raise ValueError("some leaf pair has no path through a common spine")
+            if self.routing.mode == "spray":
+                (up_flow, ups, up_frac), (dn_flow, dns, dn_frac) = self._spray(a, b, up_tab, up_cnt, dn_tab, dn_cnt)
+            else:
+                key = (src_gpu[cross].astype(np.uint64) << np.uint64(32)) | dst_gpu[cross].astype(np.uint64)
+                h1 = splitmix64(key ^ np.uint64(self.routing.seed))
+                h2 = splitmix64(h1)
+                ups = up_tab[a, b, (h1 % up_cnt[a, b].astype(np.uint64)).astype(np.int64)]
+                sp_of = lay.link[ups, 2]
+                dns = dn_tab[sp_of, b, (h2 % dn_cnt[sp_of, b].astype(np.uint64)).astype(np.int64)]
+                up_flow = dn_flow = np.arange(len(cross))
+                up_frac = dn_frac = np.ones(len(cross))
+            # Rows per cable (its bytes serve both its ends): fewer non-zeros in the big matrix;
+            # ``cable_ends`` spreads the per-cable sums onto ports afterwards.
+            c_up, c_dn = columns[cross[up_flow]], columns[cross[dn_flow]]
+            n_links = len(lay.link)
+            rows += [2 * p + ups, 2 * p + n_links + dns]
+            cols += [c_up, c_dn]
+            vals += [up_frac, dn_frac]
+        n_links = len(lay.link)
+        link = lay.link.reshape(-1, 4)
+        cables = np.arange(n_links)
+        # uplink = leaf port out, spine port in; downlink = spine port out, leaf port in
+        self.cable_ends = sp.csr_matrix(
+            (
+                np.ones(4 * n_links),
+                (
+                    np.concatenate([p + link[:, 1], link[:, 3], p + link[:, 3], link[:, 1]]),
+                    np.concatenate([cables, cables, n_links + cables, n_links + cables]),
+                ),
+            ),
+            shape=(2 * p, 2 * n_links),
+        )
+        m = sp.csc_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(2 * p + 2 * n_links, self.n_flows),
+        )
+        m.sum_duplicates()
+        return m
+
+    def _spray(
+        self, a: IntArray, b: IntArray, up_tab: IntArray, up_cnt: IntArray, dn_tab: IntArray, dn_cnt: IntArray
+    ) -> tuple[tuple[IntArray, IntArray, FloatArray], tuple[IntArray, IntArray, FloatArray]]:
+        """Even split: a flow's bytes over every usable uplink (1/n each), then at that spine over
+        every downlink to the destination leaf. Returns (flow, cable, fraction) for both tiers."""
+
+        def expand(tab: IntArray, own: IntArray, dst: IntArray) -> tuple[IntArray, IntArray]:
+            width = tab.shape[2]
+            f = np.repeat(np.arange(len(own)), width)
+            cab = tab[own[f], dst[f], np.tile(np.arange(width), len(own))]
+            return f[cab >= 0], cab[cab >= 0]
+
+        f_up, ups = expand(up_tab, a, b)
+        up_frac = 1.0 / up_cnt[a[f_up], b[f_up]]
+        spine = self.layout.link[ups, 2]
+        j, dns = expand(dn_tab, spine, b[f_up])  # j indexes the (flow, uplink) pairs
+        dn_frac = up_frac[j] / dn_cnt[spine[j], b[f_up][j]]
+        return (f_up, ups, up_frac), (f_up[j], dns, dn_frac)
+
+    # -- using --------------------------------------------------------------------------------------
+    def flows(self, traffic: FloatArray) -> FloatArray:
+        """Rank×rank bytes (R, R) or a stack (K, R, R) → flow bytes (n_flows,) or (n_flows, K)."""
+        r = self.placement.world_size
+        t = np.asarray(traffic)
+        if t.shape[-2:] != (r, r):
+            raise ValueError(f"traffic matrix shape {t.shape} does not match the rank map's world of {r}")
+        stack = t.reshape(-1, r, r)
+        if self.routing.mode == "pxn":
+            if self._fold_contiguous and len(set(map(len, self._fold_rows))) == 1 and len(self._fold_rows):
+                folded = stack[:, : len(self._fold_order)].reshape(len(stack), len(self._fold_rows), -1, r).sum(axis=2)
+            elif len(self._fold_rows):
+                folded = np.add.reduceat(stack[:, self._fold_order], self._fold_starts, axis=1)
+            else:
+                folded = np.zeros((len(stack), 0, r))
+            flat = folded.reshape(len(stack), -1)
+        else:
+            flat = stack.reshape(len(stack), -1)
+        return flat[0].astype(np.float64, copy=False) if t.ndim == 2 else np.ascontiguousarray(flat.T, dtype=np.float64)
+
+    def project(self, traffic: FloatArray) -> PortBytes:
+        """Projected bytes in/out of every port for one phase (R, R) or K phases (K, R, R)."""
+        z = self.matrix @ self.flows(traffic)
+        p = self.n_ports
+        y = z[: 2 * p] + self.cable_ends @ z[2 * p :]
+        if y.ndim == 1:
+            return PortBytes(in_bytes=y[:p], out_bytes=y[p:])
+        return PortBytes(in_bytes=y[:p].T.copy(), out_bytes=y[p:].T.copy())
+
+
+class ProjectorCache:
+    """Projectors keyed by (port-index version, rank-map hash, routing): routing is built once."""
+
+    def __init__(self, max_entries: int = 8) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[tuple[str, str, Routing], Projector] = OrderedDict()
+
+    def get(self, layout: FabricLayout, placement: RankPlacement, routing: Routing) -> Projector:
+        key = (layout.index.version, placement.key, routing)
+        hit = self._items.get(key)
+        if hit is not None and hit.layout is layout:
+            self._items.move_to_end(key)
+            return hit
+        proj = Projector(layout, placement, routing)
+        self._items[key] = proj
+        while len(self._items) > self.max_entries:
+            self._items.popitem(last=False)
+        return proj
+
+
+def interval_bytes(
+    phase_start_ns: IntArray, phase_end_ns: IntArray, phase_bytes: FloatArray, edges_ns: IntArray
+) -> FloatArray:
+    """Bytes per port per interval [edges[i], edges[i+1]), each phase spread evenly over its window.
+
+    ``phase_bytes`` is (K, P); the answer is (len(edges) − 1, P). This is what a counter polled at
+    ``edges`` should read if the projection (and the clocks) are right.
+    """
+    occ = phase_occupancy(phase_start_ns, phase_end_ns, edges_ns)  # (I, K)
+    return occ @ phase_bytes
+
+
+def phase_occupancy(start_ns: IntArray, end_ns: IntArray, edges_ns: IntArray) -> FloatArray:
+    """(intervals, phases): fraction of each phase's window inside each interval (vectorized)."""
+    s = np.asarray(start_ns, dtype=np.float64)[None, :]
+    e = np.asarray(end_ns, dtype=np.float64)[None, :]
+    a = np.asarray(edges_ns[:-1], dtype=np.float64)[:, None]
+    b = np.asarray(edges_ns[1:], dtype=np.float64)[:, None]
+    overlap = np.clip(np.minimum(b, e) - np.maximum(a, s), 0.0, None)
+    return overlap / np.maximum(e - s, 1.0)

@@ -1,0 +1,80 @@
+"""Validation gates on the twin's job: each injected fault fails its own gate and withholds the
+view with the reason; without faults every gate of the derived views passes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fabricmon.core.clocks import estimate_skew
+from fabricmon.core.gates import check, clock_gate, view_verdict
+from fabricmon.core.projection import Routing
+from projection_twin_runs import gate_summary, recording, scenario
+
+
+def _gate(views, source, name):  # type: ignore[no-untyped-def]
+    return next(g for g in views[source].gates if g.name == name)
+
+
+def test_without_faults_every_gate_of_the_derived_views_passes() -> None:
+    views = scenario(recording())
+    for source in ("projected", "attributed"):
+        assert views[source].verdict == "show", gate_summary(views)
+        assert all(g.verdict == "pass" for g in views[source].gates), gate_summary(views)
+        assert views[source].load_bytes is not None
+    assert _gate(views, "projected", "projected_vs_measured").value < 0.02
+    # measured per phase at 1 s polls is true but coarse: drawn, flagged with the reason
+    assert views["measured"].verdict == "flag"
+    assert "poll_resolution" in views["measured"].as_dict()["failed"][0]
+
+
+def test_500ms_clock_skew_fails_the_clock_gate_and_withholds() -> None:
+    views = scenario(recording(), skew_ns_by_host={3: 500_000_000})
+    g = _gate(views, "projected", "clock_alignment")
+    assert g.verdict == "withhold" and abs(g.value - 0.5) < 0.01
+    assert "clock_alignment: 500 ms >" in g.reason
+    for source in ("projected", "attributed"):
+        assert views[source].verdict == "withhold" and views[source].load_bytes is None
+        assert views[source].as_dict()["values"] is None
+    assert _gate(views, "projected", "rank_map_coverage").verdict == "pass"
+
+
+def test_half_rank_map_fails_coverage_and_withholds_projection() -> None:
+    views = scenario(recording(), coverage=0.5)
+    g = _gate(views, "projected", "rank_map_coverage")
+    assert g.verdict == "withhold" and g.value == 0.5
+    assert "50 % < 90 %" in g.reason
+    assert views["projected"].verdict == "withhold"
+    assert _gate(views, "projected", "clock_alignment").verdict == "pass"
+
+
+def test_routing_mismatch_fails_projected_vs_measured_and_withholds() -> None:
+    views = scenario(recording("ecmp"), routing=Routing("pxn"))  # the fabric ran ECMP, we assume PXN
+    g = _gate(views, "projected", "projected_vs_measured")
+    assert g.verdict == "withhold" and g.value > 0.25
+    assert views["projected"].verdict == "withhold"
+    assert [x.name for x in views["projected"].gates if x.verdict != "pass"] == ["projected_vs_measured"]
+    right = scenario(recording("ecmp"), routing=Routing("ecmp"))
+    assert right["projected"].verdict == "show"
+
+
+def test_skew_estimate_finds_the_skewed_ranks() -> None:
+    rng = np.random.default_rng(0)
+    inst = np.repeat(np.arange(200), 8)
+    rank = np.tile(np.arange(8), 200)
+    end = 10**18 + inst * 10**7 + rng.integers(0, 2000, len(inst))  # µs-level jitter
+    end[rank == 5] += 500_000_000
+    clock = estimate_skew(inst, rank, end, world_size=9)
+    assert clock.worst_rank() == 5
+    assert abs(clock.error_bound_ns - 5e8) < 5e3
+    assert math.isnan(clock.rank_skew_ns[8])  # never seen: unknown, not zero
+
+
+def test_unknown_values_withhold_and_verdicts_combine() -> None:
+    g = check("x", "must be known", math.nan, flag_bound=1, withhold_bound=2)
+    assert g.verdict == "withhold" and "unknown" in g.reason and g.as_dict()["value"] is None
+    assert clock_gate(0.0, False, 0.01).verdict == "withhold"
+    ok = check("y", "small", 0.5, flag_bound=1, withhold_bound=2)
+    warn = check("z", "small", 1.5, flag_bound=1, withhold_bound=2)
+    assert (view_verdict([ok]), view_verdict([ok, warn]), view_verdict([ok, warn, g])) == ("show", "flag", "withhold")
