@@ -22,7 +22,7 @@ from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
-from fabricmon.telemetry.services import fabric_status, run_shard
+from fabricmon.telemetry.services import ensure_collectors, fabric_status, run_shard, shard_started
 from fabricmon.topology.services import import_fabric
 
 pytestmark = pytest.mark.integration
@@ -180,3 +180,45 @@ def test_status_says_when_there_are_no_frames(fabric_name, redis_client) -> None
     out = StringIO()
     call_command("fabric_status", fabric_name, "--once", stdout=out)
     assert "no frames yet — is the collector running?" in out.getvalue()
+
+
+def test_next_lease_holder_continues_from_the_last_read(twin_process, redis_url, settings) -> None:
+    """Handover loses no sample: the new holder differences against the read the old one stored."""
+    settings.FABRICMON_SHARD_SIZE = 6
+    spec = collector_spec(twin_process.fabric)
+    first, second = [], []
+    r1 = run_shard(f"{spec.name}:0", lease_s=5, run_s=1.6, fabrics=[spec], redis_url=redis_url,
+                   observer=first.append, history=False)
+    r2 = run_shard(f"{spec.name}:0", lease_s=5, run_s=1.6, fabrics=[spec], redis_url=redis_url,
+                   observer=second.append, history=False)
+    assert r1.acquired and r2.acquired and r1.ended == r2.ended == "lease_end"
+    assert first and second
+    first_of_second = {}
+    for rec in second:
+        first_of_second.setdefault(rec.switch, rec)
+    last_of_first = {rec.switch: rec for rec in first if rec.error_kind is None}
+    for switch, rec in first_of_second.items():
+        assert rec.slice.ok, f"{switch}: first poll of the new lease had no baseline"
+        assert rec.slice.t_prev_ns == last_of_first[switch].slice.t_cur_ns
+
+
+@pytest.mark.django_db
+def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, redis_url, settings) -> None:
+    settings.FABRICMON_SHARD_SIZE = 2
+    import_fabric(rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=2))  # 4 switches
+    ours = {f"{fabric_name}:0", f"{fabric_name}:1"}
+    held = Lease.acquire(redis_client, f"{fabric_name}:1", 5)
+    assert held is not None
+    queued: list[str] = []
+    try:
+        ensure_collectors(queued.append, redis_url=redis_url)
+        assert [s for s in queued if s in ours] == [f"{fabric_name}:0"]  # the held shard is left alone
+        ensure_collectors(queued.append, redis_url=redis_url)
+        assert [s for s in queued if s in ours] == [f"{fabric_name}:0"]  # queued, not yet started: once
+        shard_started(f"{fabric_name}:0", redis_url=redis_url)
+        held.release()  # its holder handed it back (or died and the key expired)
+        ensure_collectors(queued.append, redis_url=redis_url)
+        assert sorted(s for s in queued if s in ours) == [f"{fabric_name}:0", f"{fabric_name}:0", f"{fabric_name}:1"]
+    finally:
+        held.release()
+        redis_client.delete(*(f"fm:enqueued:{s}" for s in ours))

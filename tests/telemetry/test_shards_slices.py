@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fabricmon.core.frames import Frame
 from fabricmon.core.railgen import rail_optimized
+from fabricmon.telemetry.history import downsample
 from fabricmon.telemetry.shards import UnknownShardError, find_shard, plan_shards
 from fabricmon.telemetry.slices import (
     COUNTER_NAMES,
@@ -82,3 +84,18 @@ def test_persisted_read_round_trips_exactly() -> None:
     assert back.ts_ns == read.ts_ns and back.sys_uptime_ticks == 1000
     assert back.counters["in_octets"].tolist() == [big, 7]
     assert decode_read(b"garbage") is None
+
+
+def test_downsample_means_ignore_nan_and_keep_util_max() -> None:
+    def frame(ts: int, util: list[float]) -> Frame:
+        u = np.asarray(util, dtype=np.float32)
+        return Frame("f", "v1", ts, 1.0, {"util": u, "in_bps": u * 100})
+
+    out = downsample([frame(1, [0.2, np.nan, np.nan]), frame(2, [0.4, 0.5, np.nan])], end_ns=2, step_s=2.0)
+    np.testing.assert_allclose(out.metrics["util"][:2], [0.3, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(out.metrics["util_max"][:2], [0.4, 0.5], rtol=1e-6)
+    assert np.isnan(out.metrics["util"][2]) and np.isnan(out.metrics["util_max"][2])
+    assert out.interval_s == 2.0 and out.topology_version == "v1"
+    assert Frame.decode(out.encode()).metrics.keys() == out.metrics.keys()
+    with pytest.raises(ValueError, match="at least one frame"):
+        downsample([], end_ns=0, step_s=1.0)
