@@ -27,7 +27,7 @@ from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.history import downsample
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
-from fabricmon.telemetry.shards import Shard, find_shard, plan_shards
+from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
 from fabricmon.topology.models import Fabric
 from fabricmon.topology.services import fabric_spec, port_index, port_peers
 
@@ -53,14 +53,19 @@ def run_shard(
 ) -> ShardReport:
     """Hold shard ``shard_id`` for one lease (``run_s``, default ``lease_s``) and collect it.
 
-    Returns at once with ``acquired=False`` if another collector holds the shard. Otherwise polls
+    Returns at once with ``acquired=False`` if another collector holds the shard (``ended`` says
+    ``not_acquired``) or the topology no longer has it (``unknown_shard``). Otherwise polls
     the shard's switches on this thread's long-lived event loop (one pysnmp engine per loop),
     reports slices and builds frames, renews the lease every ``lease_s / 3`` and hands the shard
     back at the end — or earlier on ``stop_event`` or a lost lease. ``fabrics`` defaults to the
     database topology; ``observer`` sees every poll (diagnostics, tests).
     """
     specs = load_fabrics() if fabrics is None else list(fabrics)
-    shard = find_shard(specs, settings.FABRICMON_SHARD_SIZE, shard_id)
+    try:
+        shard = find_shard(specs, settings.FABRICMON_SHARD_SIZE, shard_id)
+    except UnknownShardError as exc:  # queued before the fabric was deleted or shrunk: nothing to do
+        log.warning("%s", exc)
+        return ShardReport(shard_id, acquired=False, ended="unknown_shard")
     spec = next(f for f in specs if f.name == shard.fabric)
     r = live_window.connect(redis_url)
     lease = Lease.acquire(r, shard_id, lease_s)

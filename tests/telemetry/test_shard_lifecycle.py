@@ -14,7 +14,7 @@ from io import StringIO
 
 import numpy as np
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
 from fabricmon.core.railgen import rail_optimized
@@ -222,3 +222,10 @@ def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, 
     finally:
         held.release()
         redis_client.delete(*(f"fm:enqueued:{s}" for s in ours))
+
+
+@pytest.mark.django_db
+def test_status_names_an_unknown_fabric(fabric_name) -> None:
+    with pytest.raises(CommandError, match=f"no fabric named '{fabric_name}'"):
+        call_command("fabric_status", fabric_name, "--once", stdout=StringIO())
+    assert run_shard(f"{fabric_name}:0", lease_s=1, fabrics=[], history=False).ended == "unknown_shard"

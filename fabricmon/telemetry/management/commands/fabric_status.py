@@ -22,6 +22,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         fabric = opts["fabric"] or self._only_fabric()
+        if not Fabric.objects.filter(name=fabric).exists():
+            known = ", ".join(Fabric.objects.values_list("name", flat=True)) or "(none — run load_topology)"
+            raise CommandError(f"no fabric named {fabric!r}; known: {known}")
         try:
             while True:
                 text = render(services.fabric_status(fabric, top=opts["top"]))
