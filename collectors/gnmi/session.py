@@ -143,8 +143,9 @@ class GnmiSession:
                 self._on_response(resp)
         finally:
             self.active -= 1
-            with contextlib.suppress(Exception):
-                await channel.close(grace=None)
+            # bounded: a close racing a cancel must never wedge the loop (seen under load)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(channel.close(grace=None)), 2.0)
 
     def _on_response(self, resp: pb.SubscribeResponse) -> None:
         t0 = time.perf_counter()
@@ -213,9 +214,10 @@ class GnmiCollector:
     async def stop(self) -> None:
         for t in self._tasks.values():
             t.cancel()
-        for t in self._tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        if self._tasks:
+            _, stuck = await asyncio.wait(self._tasks.values(), timeout=5.0)
+            for t in stuck:
+                log.warning("gNMI session %s did not stop within 5 s", t.get_name())
         self._tasks.clear()
 
     def health(self) -> dict[str, dict[str, Any]]:
