@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "fabricmon.live",
     "fabricmon.jobs",
     "fabricmon.alerts",
+    "fabricmon.phases",
 ]
 
 MIDDLEWARE = [

@@ -9,5 +9,6 @@ urlpatterns = [
     path("topology/", include("fabricmon.topology.urls")),
     path("jobs/", include("fabricmon.jobs.urls")),
     path("alerts/", include("fabricmon.alerts.urls")),
+    path("phases/", include("fabricmon.phases.urls")),
     path("", include("fabricmon.live.urls")),
 ]
