@@ -19,8 +19,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from fabricmon.jobs import services
-from fabricmon.jobs.models import PhaseEvent, Run, TrafficMatrix
+from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
+from fabricmon.jobs.validation import MAX_OFFSET_NS
 
 MAX_BATCH_BYTES = getattr(settings, "FABRICMON_INGEST_MAX_BYTES", 32 * 1024 * 1024)
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
@@ -182,6 +183,8 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
         offset = int(request.headers.get("X-Clock-Offset-Ns", "0") or 0)
     except ValueError:
         return _error(400, "X-Clock-Offset-Ns must be an integer (ns)", "X-Clock-Offset-Ns")
+    if abs(offset) > MAX_OFFSET_NS:
+        return _error(400, f"X-Clock-Offset-Ns must be within ±{MAX_OFFSET_NS} ns", "X-Clock-Offset-Ns")
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
@@ -192,41 +195,11 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
     return JsonResponse(result.as_dict(), status=status)
 
 
-_EXPORT_FIELDS = (
-    "event_id",
-    "rank",
-    "host",
-    "step",
-    "layer",
-    "phase",
-    "collective",
-    "pg",
-    "pg_ranks",
-    "seq",
-    "start_ns",
-    "end_ns",
-    "clock_offset_ns",
-    "bytes_sent",
-    "bytes_recv",
-    "peer_bytes",
-    "source",
-    "time_kind",
-)
-
-
 def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
-    qs = PhaseEvent.objects.filter(run=run)
-    for key in ("source", "phase"):
-        if request.GET.get(key):
-            qs = qs.filter(**{key: request.GET[key]})
+    source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
 
     def lines() -> Any:
-        for values in qs.order_by("start_ns", "id").values_list(*_EXPORT_FIELDS).iterator(chunk_size=5_000):
-            event = dict(zip(_EXPORT_FIELDS, values, strict=True))
-            peers = orjson.loads(event.pop("peer_bytes")) if event["peer_bytes"] else {}
-            event["send_bytes_per_peer"] = peers.get("send")
-            event["recv_bytes_per_peer"] = peers.get("recv")
-            event["pg_ranks"] = [int(r) for r in event["pg_ranks"].split(",")] if event["pg_ranks"] else None
+        for event in services.iter_events(run, source=source, phase=phase):
             yield orjson.dumps(event) + b"\n"
 
     return StreamingHttpResponse(lines(), content_type="application/x-ndjson")

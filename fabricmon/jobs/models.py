@@ -4,12 +4,16 @@
 
     Run ──< RankMapEntry      rank → host, local GPU, NIC → switch port
      │
-     ├──< PhaseEvent          one collective call seen by one rank (probe, Kineto, FR, Inspector)
+     ├──< EventBlock          one ingested batch of phase events as compact numpy columns
+     │     └──< EventBlockKey (source, step, layer, phase) held by the block: the lookup index
+     ├──< EventKey            64-bit hash of each stored event id: the idempotency key
      └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
 
-Events are many (millions per run) and arrive in batches of ~1,000, so they are inserted with
-one ``executemany`` per batch (see ``services.ingest``), and the matrices are updated from the
-batch's aggregate rather than recomputed from events.
+Events are many (millions per run) and arrive in batches of ~1,000, so a batch is stored as one
+``EventBlock`` row (``jobs.columns`` format) plus one narrow ``EventKey`` row per event, and the
+matrices are updated from the batch's aggregate rather than recomputed from events. Read events
+with ``services.iter_events`` / ``services.event_columns``. ``PhaseEvent`` (one row per event) is
+the earlier layout, kept so old data and imports keep working; ingest no longer writes it.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ class RankMapEntry(models.Model):
 
 
 class PhaseEvent(models.Model):
-    """One collective call on one rank. Times are Unix-epoch ns on the *server's* clock: the
+    """(Earlier layout, no longer written: see ``EventBlock``.) One collective call on one rank. Times are Unix-epoch ns on the *server's* clock: the
     reported host time plus ``clock_offset_ns`` (what the probe measured; 0 when unknown)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
@@ -100,6 +104,56 @@ class PhaseEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_id} r{self.rank} {self.phase}"
+
+
+class EventBlock(models.Model):
+    """One ingested batch of a run's phase events as compact columns (``jobs.columns`` blob):
+    rank, step, layer, phase, start/end ns, bytes and flat per-peer arrays. Times are server-clock
+    ns (offset applied). ``start_ns_min``/``max`` let time-ordered reads skip and merge blocks."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="event_blocks")
+    n_events = models.PositiveIntegerField()
+    start_ns_min = models.BigIntegerField()
+    start_ns_max = models.BigIntegerField()
+    columns = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=("run", "start_ns_min"))]
+
+    def __str__(self) -> str:
+        return f"block {self.pk}: {self.n_events} events"
+
+
+class EventBlockKey(models.Model):
+    """How many events of one (source, step, layer, phase) a block holds: the index that finds
+    the blocks to read for a per-(step, layer, phase) question (step/layer -1 = none given)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="event_block_keys")
+    block = models.ForeignKey(EventBlock, on_delete=models.CASCADE, related_name="keys")
+    source = models.CharField(max_length=16)
+    step = models.BigIntegerField()
+    layer = models.IntegerField()
+    phase = models.CharField(max_length=16)
+    events = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=("run", "step", "layer", "phase"))]
+
+    def __str__(self) -> str:
+        return f"{self.source} step {self.step} layer {self.layer} {self.phase} in block {self.block_id}"
+
+
+class EventKey(models.Model):
+    """One stored event id of a run, as a 64-bit hash (``columns.id_hashes``): the unique key that
+    makes a re-posted batch store nothing new. One narrow row per event, no other index."""
+
+    pk = models.CompositePrimaryKey("run_id", "id_hash")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    id_hash = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.id_hash:x}"
 
 
 class TrafficMatrix(models.Model):

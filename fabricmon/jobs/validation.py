@@ -21,6 +21,8 @@ _TIME_KINDS = frozenset(TIME_KINDS)
 MAX_ID_LEN = 80
 # 2000-01-01 .. 2200-01-01 in ns: catches µs or s sent where ns are expected.
 _MIN_NS, _MAX_NS = 946_684_800 * 10**9, 7_258_118_400 * 10**9
+INT64_MAX = 2**63 - 1  # every stored integer is an int64 column
+MAX_OFFSET_NS = 10**18  # ±31 years: any real clock offset, and start/end + offset still fit int64
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ def _int(obj: dict[str, Any], key: str, *, required: bool = False, minimum: int 
         raise _FieldError(key, f"must be an integer, got {type(value).__name__}")
     if minimum is not None and value < minimum:
         raise _FieldError(key, f"must be >= {minimum}, got {value}")
+    if not -INT64_MAX <= value <= INT64_MAX:
+        raise _FieldError(key, f"{value} is out of the 64-bit integer range")
     return value
 
 
@@ -84,6 +88,8 @@ def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
             raise _FieldError(key, f"peer key {peer!r} is not a global rank")
         if type(nbytes) is not int or nbytes < 0:
             raise _FieldError(key, f"bytes for peer {peer} must be a non-negative integer, got {nbytes!r}")
+        if nbytes > INT64_MAX or int(peer) > INT64_MAX:
+            raise _FieldError(key, f"peer {peer}: out of the 64-bit integer range")
     return value
 
 
@@ -91,6 +97,8 @@ def _total(obj: dict[str, Any], key: str, peers: dict[str, int] | None, peers_ke
     total = _int(obj, key, minimum=0)
     if peers is not None:
         peer_sum = sum(peers.values())
+        if peer_sum > INT64_MAX:
+            raise _FieldError(peers_key, f"bytes sum to {peer_sum}, out of the 64-bit integer range")
         if total is None:
             return peer_sum
         if total != peer_sum:
@@ -110,7 +118,7 @@ def event_id_for(obj: dict[str, Any]) -> str:
 
 
 def _nonneg_int_or_none(v: Any) -> bool:
-    return v is None or (type(v) is int and v >= 0)
+    return v is None or (type(v) is int and 0 <= v <= INT64_MAX)
 
 
 def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
@@ -128,7 +136,7 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         type(event_id) is str
         and 0 < len(event_id) <= MAX_ID_LEN
         and type(rank) is int
-        and rank >= 0
+        and 0 <= rank <= INT64_MAX
         and type(start_ns) is int
         and type(end_ns) is int
         and _MIN_NS <= start_ns <= end_ns < _MAX_NS
@@ -138,7 +146,7 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         and _nonneg_int_or_none(step)
         and _nonneg_int_or_none(layer)
         and _nonneg_int_or_none(seq)
-        and (offset is None or type(offset) is int)
+        and (offset is None or (type(offset) is int and -MAX_OFFSET_NS <= offset <= MAX_OFFSET_NS))
         and type(collective) is str
         and 0 < len(collective) <= 40
         and type(pg) is str
@@ -164,6 +172,10 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         and all(type(v) is int for v in rv)
         and min(sv) >= 0
         and min(rv) >= 0
+        and sum(sv) <= INT64_MAX
+        and sum(rv) <= INT64_MAX
+        and max(map(int, send)) <= INT64_MAX
+        and max(map(int, recv)) <= INT64_MAX
     ):
         return None
     if offset is None:
@@ -225,6 +237,8 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
         raise _FieldError("start_ns", f"{start_ns} is not a Unix-epoch time in nanoseconds")
     if end_ns < start_ns:
         raise _FieldError("end_ns", f"ends before it starts ({end_ns} < {start_ns})")
+    if end_ns >= _MAX_NS:
+        raise _FieldError("end_ns", f"{end_ns} is not a Unix-epoch time in nanoseconds")
     send = _peer_map(obj, "send_bytes_per_peer")
     recv = _peer_map(obj, "recv_bytes_per_peer")
     bytes_sent = _total(obj, "bytes_sent", send, "send_bytes_per_peer")
@@ -237,6 +251,8 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
     else:
         raise _FieldError("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")
     offset = _int(obj, "clock_offset_ns")
+    if offset is not None and not -MAX_OFFSET_NS <= offset <= MAX_OFFSET_NS:
+        raise _FieldError("clock_offset_ns", f"{offset} is more than {MAX_OFFSET_NS} ns away from 0")
     offset = clock_offset_ns if offset is None else offset
     peers = orjson.dumps({"send": send, "recv": recv}).decode() if (send or recv) else ""
     return (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -16,8 +17,9 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.jobs import services
-from fabricmon.jobs.models import ApiToken, PhaseEvent, Run, TrafficMatrix
+from fabricmon.jobs.models import ApiToken, Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
 TIMELINE_LIMIT = 20_000
@@ -97,7 +99,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "ranks": run.ranks.all()[:1024],
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
-            "event_count": PhaseEvent.objects.filter(run=run).count(),
+            "event_count": services.event_count(run),
         },
     )
 
@@ -138,22 +140,23 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     """Events as columns for a plotly timeline (first TIMELINE_LIMIT by time)."""
     run = _own_run(request, run_id)
-    qs = PhaseEvent.objects.filter(run=run)
-    if request.GET.get("source"):
-        qs = qs.filter(source=request.GET["source"])
-    rows = list(
-        qs.order_by("start_ns").values_list(
-            "rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source"
-        )[:TIMELINE_LIMIT]
-    )
-    cols: dict[str, list[Any]] = {
-        k: [] for k in ("rank", "step", "layer", "phase", "start_ns", "end_ns", "bytes_sent", "source")
+    cols = services.event_columns(run, source=request.GET.get("source") or None)
+    truncated = len(cols) > TIMELINE_LIMIT
+    if truncated:
+        cols = cols.take(np.arange(TIMELINE_LIMIT))
+    opt = {k: [None if v < 0 else v for v in getattr(cols, k).tolist()] for k in ("step", "layer", "bytes_sent")}
+    cols_out: dict[str, Any] = {
+        "rank": cols.rank.tolist(),
+        "step": opt["step"],
+        "layer": opt["layer"],
+        "phase": [PHASES[c] for c in cols.phase.tolist()],
+        "start_ns": cols.start_ns.tolist(),
+        "end_ns": cols.end_ns.tolist(),
+        "bytes_sent": opt["bytes_sent"],
+        "source": [SOURCES[c] for c in cols.source.tolist()],
     }
-    for row in rows:
-        for key, value in zip(cols, row, strict=True):
-            cols[key].append(value)
     return HttpResponse(
-        orjson.dumps({"truncated": len(rows) == TIMELINE_LIMIT, **cols}), content_type="application/json"
+        orjson.dumps({"truncated": truncated, **cols_out}), content_type="application/json"
     )
 
 

@@ -1,0 +1,341 @@
+"""Phase events as columns: the in-memory form of one ingested batch and its compact stored block.
+
+Events are many (millions per run, batches of ~1,000), so they are neither validated nor stored
+one Python object at a time: a batch becomes numpy columns (rank, step, layer, phase, start/end
+ns, bytes, …) plus flat per-peer arrays, and is stored as *one* blob per batch (``EventBlock``)::
+
+    blob = u32 header length | orjson header {n, columns: [[name, dtype, nbytes], …],
+                                              ids: [...], strings: {collective: [...], …}}
+         | column bytes, each narrowed to the smallest int type that holds it
+
+Absent optional integers (step, layer, seq, byte totals) are stored as -1; absent per-peer maps
+as a count of -1 (``{}`` is a count of 0). No Django here: ``services`` does the writing.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import orjson
+
+from collectors.traces.schema import PHASES, SOURCES, TIME_KINDS
+
+NONE = -1  # an absent optional non-negative integer
+PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
+SOURCE_CODE = {s: i for i, s in enumerate(SOURCES)}
+TIME_KIND_CODE = {t: i for i, t in enumerate(TIME_KINDS)}
+_PHASES_A, _SOURCES_A, _TIME_KINDS_A = (np.array(v, dtype=object) for v in (PHASES, SOURCES, TIME_KINDS))
+
+INT_COLUMNS = (
+    "rank",
+    "step",
+    "layer",
+    "seq",
+    "phase",
+    "source",
+    "time_kind",
+    "start_ns",
+    "end_ns",
+    "clock_offset_ns",
+    "bytes_sent",
+    "bytes_recv",
+    "send_n",
+    "recv_n",
+)
+PEER_COLUMNS = ("send_peer", "send_bytes", "recv_peer", "recv_bytes")
+STR_COLUMNS = ("collective", "pg", "pg_ranks", "host")
+
+
+@dataclass
+class EventColumns:
+    """n events as parallel columns (int64 arrays; phase/source/time_kind as codes into the
+    schema tuples; strings as lists) and flat per-peer arrays in event order (``send_n[i]``
+    entries of ``send_peer``/``send_bytes`` belong to event i)."""
+
+    event_id: list[str]
+    rank: np.ndarray
+    step: np.ndarray
+    layer: np.ndarray
+    seq: np.ndarray
+    phase: np.ndarray
+    source: np.ndarray
+    time_kind: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    clock_offset_ns: np.ndarray
+    bytes_sent: np.ndarray
+    bytes_recv: np.ndarray
+    send_n: np.ndarray
+    recv_n: np.ndarray
+    send_peer: np.ndarray
+    send_bytes: np.ndarray
+    recv_peer: np.ndarray
+    recv_bytes: np.ndarray
+    collective: list[str]
+    pg: list[str]
+    pg_ranks: list[str]  # "0,1,2,3" (group rank i → global rank), "" when unknown
+    host: list[str]
+
+    def __len__(self) -> int:
+        return len(self.event_id)
+
+    def select(self, mask: np.ndarray) -> EventColumns:
+        """The events where ``mask`` is true (a boolean array of length n), peers included."""
+        return self.take(np.flatnonzero(mask))
+
+    def take(self, idx: np.ndarray) -> EventColumns:
+        """The events at ``idx`` in that order (a selection or a reordering), peers included."""
+        out: dict[str, Any] = {}
+        for name in INT_COLUMNS:
+            out[name] = getattr(self, name)[idx]
+        idx_list = idx.tolist()
+        for name in (*STR_COLUMNS, "event_id"):
+            values = getattr(self, name)
+            out[name] = [values[i] for i in idx_list]
+        for kind in ("send", "recv"):
+            counts = np.maximum(getattr(self, f"{kind}_n"), 0)
+            starts = np.cumsum(counts) - counts
+            c = counts[idx]
+            flat = np.repeat(starts[idx] - (np.cumsum(c) - c), c) + np.arange(int(c.sum()))
+            out[f"{kind}_peer"] = getattr(self, f"{kind}_peer")[flat]
+            out[f"{kind}_bytes"] = getattr(self, f"{kind}_bytes")[flat]
+        return EventColumns(**out)
+
+    def peer_event_index(self, kind: str) -> np.ndarray:
+        """For each flat ``{kind}_peer`` entry, the index of the event it belongs to."""
+        counts = np.maximum(getattr(self, f"{kind}_n"), 0)
+        return np.repeat(np.arange(len(self), dtype=np.int64), counts)
+
+
+def empty_columns() -> EventColumns:
+    z = np.zeros(0, dtype=np.int64)
+    return EventColumns(
+        **{f.name: ([] if f.name in (*STR_COLUMNS, "event_id") else z) for f in fields(EventColumns)}
+    )
+
+
+def concat(parts: Sequence[EventColumns]) -> EventColumns:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_columns()
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[str, Any] = {}
+    for f in fields(EventColumns):
+        values = [getattr(p, f.name) for p in parts]
+        out[f.name] = (
+            [v for vs in values for v in vs] if isinstance(values[0], list) else np.concatenate(values)
+        )
+    return EventColumns(**out)
+
+
+def _opt(v: int | None) -> int:
+    return NONE if v is None else v
+
+
+def columns_from_rows(rows: Sequence[tuple[Any, ...]], peers: Sequence[tuple[Any, Any]]) -> EventColumns:
+    """Validated row tuples (``validation.ROW_FIELDS`` order) and their per-peer maps → columns.
+    The slow path (importers, lines the fast parser sent to the careful validator)."""
+    if not rows:
+        return empty_columns()
+    cols = list(zip(*rows, strict=True))
+    (eid, rank, step, layer, phase, coll, pg, pg_ranks, seq, start, end, off, bsent, brecv) = cols[:14]
+    source, time_kind, host = cols[15], cols[16], cols[17]
+    flat: dict[str, list[int]] = {k: [] for k in ("send_n", "recv_n", *PEER_COLUMNS)}
+    for send, recv in peers:
+        for kind, peer_map in (("send", send), ("recv", recv)):
+            if peer_map is None:
+                flat[f"{kind}_n"].append(NONE)
+                continue
+            flat[f"{kind}_n"].append(len(peer_map))
+            flat[f"{kind}_peer"].extend(map(int, peer_map))
+            flat[f"{kind}_bytes"].extend(peer_map.values())
+
+    def a(values: Sequence[Any]) -> np.ndarray:
+        return np.array(values, dtype=np.int64)
+
+    return EventColumns(
+        event_id=list(eid),
+        rank=a(rank),
+        step=a([_opt(v) for v in step]),
+        layer=a([_opt(v) for v in layer]),
+        seq=a([_opt(v) for v in seq]),
+        phase=a([PHASE_CODE[p] for p in phase]),
+        source=a([SOURCE_CODE[s] for s in source]),
+        time_kind=a([TIME_KIND_CODE[t] for t in time_kind]),
+        start_ns=a(start),
+        end_ns=a(end),
+        clock_offset_ns=a(off),
+        bytes_sent=a([_opt(v) for v in bsent]),
+        bytes_recv=a([_opt(v) for v in brecv]),
+        **{k: a(v) for k, v in flat.items()},
+        collective=list(coll),
+        pg=list(pg),
+        pg_ranks=list(pg_ranks),
+        host=list(host),
+    )
+
+
+# --- idempotency keys ----------------------------------------------------------------------------
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def id_hashes(ids: Sequence[str]) -> np.ndarray:
+    """A stable 64-bit hash of each event id (int64), computed for the whole batch at once:
+    the ids' UTF-32 code units as uint64 words folded with a splitmix64-style mix. The run's
+    unique key is (run, hash): at 10 M events a run has ~3e-6 odds of one false duplicate."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    width = max(2, max(map(len, ids)))
+    width += width % 2  # two UTF-32 code units per uint64 word
+    words = np.array(ids, dtype=f"<U{width}").view("<u8").reshape(n, width // 2)
+    with np.errstate(over="ignore"):
+        h = np.fromiter(map(len, ids), dtype=np.uint64, count=n) * _GOLD
+        for j in range(width // 2):
+            h ^= words[:, j]
+            h *= _M1
+            h ^= h >> np.uint64(31)
+        h ^= h >> np.uint64(30)
+        h *= _M2
+        h ^= h >> np.uint64(27)
+    return h.view(np.int64)
+
+
+# --- stored blocks --------------------------------------------------------------------------------
+
+_INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    if a.size == 0:
+        return a.astype(np.int8)
+    lo, hi = int(a.min()), int(a.max())
+    for t in _INT_TYPES:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t, copy=False)
+    return a
+
+
+def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
+    table = list(dict.fromkeys(values))
+    if len(table) == 1:
+        return table, np.zeros(len(values), dtype=np.int64)
+    index = {v: i for i, v in enumerate(table)}
+    return table, np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def encode_block(cols: EventColumns) -> bytes:
+    """Columns → one compact blob (see the module docstring)."""
+    arrays: list[tuple[str, np.ndarray]] = [(name, getattr(cols, name)) for name in (*INT_COLUMNS, *PEER_COLUMNS)]
+    strings: dict[str, list[str]] = {}
+    for name in STR_COLUMNS:
+        table, codes = _string_table(getattr(cols, name))
+        strings[name] = table
+        arrays.append((name, codes))
+    spec, chunks = [], []
+    for name, a in arrays:
+        narrow = _narrow(a)
+        raw = narrow.astype(narrow.dtype.newbyteorder("<"), copy=False).tobytes()
+        spec.append([name, narrow.dtype.newbyteorder("<").str, len(raw)])
+        chunks.append(raw)
+    header = orjson.dumps({"n": len(cols), "columns": spec, "ids": cols.event_id, "strings": strings})
+    return b"".join([struct.pack("<I", len(header)), header, *chunks])
+
+
+def decode_block(blob: bytes | memoryview) -> EventColumns:
+    blob = bytes(blob)
+    (hlen,) = struct.unpack_from("<I", blob)
+    header = orjson.loads(blob[4 : 4 + hlen])
+    pos, out = 4 + hlen, {}
+    for name, dtype, nbytes in header["columns"]:
+        a = np.frombuffer(blob, dtype=dtype, count=nbytes // np.dtype(dtype).itemsize, offset=pos)
+        pos += nbytes
+        if name in STR_COLUMNS:
+            table = header["strings"][name]
+            out[name] = [table[i] for i in a.tolist()]
+        else:
+            out[name] = a.astype(np.int64)
+    return EventColumns(event_id=header["ids"], **out)
+
+
+# --- back to event dicts ---------------------------------------------------------------------------
+
+EXPORT_FIELDS = (
+    "event_id",
+    "rank",
+    "host",
+    "step",
+    "layer",
+    "phase",
+    "collective",
+    "pg",
+    "pg_ranks",
+    "seq",
+    "start_ns",
+    "end_ns",
+    "clock_offset_ns",
+    "bytes_sent",
+    "bytes_recv",
+    "source",
+    "time_kind",
+)
+
+
+def iter_dicts(cols: EventColumns, order: np.ndarray | None = None) -> Iterator[dict[str, Any]]:
+    """Each event as the dict the export always gave: ``EXPORT_FIELDS`` plus
+    ``send_bytes_per_peer``/``recv_bytes_per_peer`` ({"peer": bytes} or None)."""
+    n = len(cols)
+    idx = np.arange(n) if order is None else order
+    opt = {k: getattr(cols, k) for k in ("step", "layer", "seq", "bytes_sent", "bytes_recv")}
+    lists = {k: [None if v == NONE else v for v in a[idx].tolist()] for k, a in opt.items()}
+    plain = {k: getattr(cols, k)[idx].tolist() for k in ("rank", "start_ns", "end_ns", "clock_offset_ns")}
+    phase = _PHASES_A[cols.phase[idx]].tolist()
+    source = _SOURCES_A[cols.source[idx]].tolist()
+    time_kind = _TIME_KINDS_A[cols.time_kind[idx]].tolist()
+    peer_maps = {}
+    for kind in ("send", "recv"):
+        counts = getattr(cols, f"{kind}_n")
+        ends = np.cumsum(np.maximum(counts, 0))
+        peer_maps[kind] = (counts.tolist(), (ends - np.maximum(counts, 0)).tolist())
+    peers_l = {k: getattr(cols, k).tolist() for k in PEER_COLUMNS}
+    for j, i in enumerate(idx.tolist()):
+        maps: dict[str, dict[str, int] | None] = {}
+        for kind in ("send", "recv"):
+            count, start = peer_maps[kind][0][i], peer_maps[kind][1][i]
+            if count < 0:
+                maps[kind] = None
+            else:
+                p, b = peers_l[f"{kind}_peer"], peers_l[f"{kind}_bytes"]
+                maps[kind] = {str(p[k]): b[k] for k in range(start, start + count)}
+        if not maps["send"] and not maps["recv"]:
+            maps = {"send": None, "recv": None}  # as before: no per-peer data at all reads as None
+        pg_ranks = cols.pg_ranks[i]
+        yield {
+            "event_id": cols.event_id[i],
+            "rank": plain["rank"][j],
+            "host": cols.host[i],
+            "step": lists["step"][j],
+            "layer": lists["layer"][j],
+            "phase": phase[j],
+            "collective": cols.collective[i],
+            "pg": cols.pg[i],
+            "pg_ranks": [int(r) for r in pg_ranks.split(",")] if pg_ranks else None,
+            "seq": lists["seq"][j],
+            "start_ns": plain["start_ns"][j],
+            "end_ns": plain["end_ns"][j],
+            "clock_offset_ns": plain["clock_offset_ns"][j],
+            "bytes_sent": lists["bytes_sent"][j],
+            "bytes_recv": lists["bytes_recv"][j],
+            "source": source[j],
+            "time_kind": time_kind[j],
+            "send_bytes_per_peer": maps["send"],
+            "recv_bytes_per_peer": maps["recv"],
+        }

@@ -1,0 +1,299 @@
+"""NDJSON batch → ``EventColumns`` fast: msgspec decodes each line into a typed struct in C (types,
+ranges, vocabularies checked there), the per-peer maps stay raw JSON and are parsed for the whole
+batch at once with numpy, and the cross-field rules (end ≥ start, totals = sum of peers) are
+checked on columns.
+
+Any line this path does not accept goes to the careful validator (``validation``), which names
+the line, field and reason — or accepts it (e.g. unusual but valid formatting). So the fast path
+may only ever be *stricter* than the careful one; ``tests/jobs`` checks both give equal rows.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+import orjson
+
+from collectors.traces.schema import PHASES, SOURCES, TIME_KINDS
+from fabricmon.jobs.columns import (
+    NONE,
+    PHASE_CODE,
+    SOURCE_CODE,
+    TIME_KIND_CODE,
+    EventColumns,
+    columns_from_rows,
+    concat,
+)
+from fabricmon.jobs.validation import (
+    _MAX_NS,
+    _MIN_NS,
+    INT64_MAX,
+    MAX_ID_LEN,
+    MAX_OFFSET_NS,
+    LineError,
+    _FieldError,
+    validate_event,
+)
+
+_NonNeg = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+_Ns = Annotated[int, msgspec.Meta(ge=_MIN_NS, lt=_MAX_NS)]
+
+
+class _Line(msgspec.Struct, gc=False):
+    """One event line as the fast path accepts it (unknown keys are ignored, as before)."""
+
+    rank: _NonNeg
+    start_ns: _Ns
+    end_ns: _Ns
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN)] | None = None
+    step: _NonNeg | None = None
+    layer: _NonNeg | None = None
+    seq: _NonNeg | None = None
+    phase: Literal[PHASES] = "other"  # type: ignore[valid-type]
+    source: Literal[SOURCES] = "api"  # type: ignore[valid-type]
+    time_kind: Literal[TIME_KINDS] = "host_call"  # type: ignore[valid-type]
+    collective: Annotated[str, msgspec.Meta(max_length=40)] | None = None
+    pg: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    host: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    clock_offset_ns: Annotated[int, msgspec.Meta(ge=-MAX_OFFSET_NS, le=MAX_OFFSET_NS)] | None = None
+    bytes_sent: _NonNeg | None = None
+    bytes_recv: _NonNeg | None = None
+    # raw JSON text, parsed per batch below (msgspec would build a dict per map: the slow part)
+    pg_ranks: msgspec.Raw = None  # type: ignore[assignment]
+    send_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
+    recv_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
+
+
+_DECODER = msgspec.json.Decoder(_Line)
+_NULL = b"null"
+_DIGITS = b"0123456789"
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+_MAX_DIGITS = 18  # any 18-digit number fits int64
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError)
+
+
+def _skeleton(k: int, spaced: bool) -> bytes:
+    """A peer map of k entries with its digits removed: {"":,"":} (orjson) or {"": , "": } (json)."""
+    if k == 0:
+        return b"{}"
+    return b"{" + (b'"": , ' if spaced else b'"":,') * (k - 1) + (b'"": }' if spaced else b'"":}')
+
+
+_COMPACT = [_skeleton(k, False) for k in range(1025)]
+
+
+def _peer_columns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Raw JSON peer maps (``None`` = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
+    absent map; ok[i] false sends line i to the careful path (anything but plain
+    {"digits": digits} maps); peers/bytes are flat for the ok maps, in order. All maps of the
+    batch are scanned as one byte array: digit runs alternate key, value inside each map."""
+    n = len(raws)
+    texts = [_NULL if r is None else r for r in raws]
+    joined, bounds, a = _joined(texts)
+    first = a[bounds[:-1]]
+    not_object = (first != ord("{")) & (first != ord("n"))  # a list, number, string… (n: null)
+    if not_object.any():  # scanned as null, then rejected: digit runs must not cross maps
+        texts = [_NULL if bad else t for t, bad in zip(texts, not_object.tolist(), strict=True)]
+        joined, bounds, a = _joined(texts)
+    is_null = a[bounds[:-1]] == ord("n")
+    digit = ((a - 48) < 10).view(np.int8)  # no map starts or ends with a digit
+    step = digit[1:] - digit[:-1]
+    run_start, run_end = np.flatnonzero(step == 1) + 1, np.flatnonzero(step == -1) + 1
+    run_map = np.searchsorted(bounds, run_start, side="right") - 1
+    runs_per_map = np.bincount(run_map, minlength=n)
+    lens = run_end - run_start
+    k = runs_per_map // 2
+    map_ok = (runs_per_map % 2 == 0) & (np.bincount(run_map, weights=lens > _MAX_DIGITS, minlength=n) == 0)
+    skel = joined.translate(None, _DIGITS)
+    k_list = k.tolist()
+    null_list = is_null.tolist()
+    if not (map_ok.all() and max(k_list) < len(_COMPACT) and skel == b"".join(
+        [b"null" if null_list[j] else _COMPACT[kj] for j, kj in enumerate(k_list)]
+    )):
+        # not one compact batch: check map by map (json.dumps spacing is fine too)
+        for j, text in enumerate(texts):
+            s = bytes(text).translate(None, _DIGITS)
+            if not (null_list[j] or s in (_skeleton(k_list[j], False), _skeleton(k_list[j], True))):
+                map_ok[j] = False
+    # digits → values for every run (a run too long for int64 only ever belongs to a rejected map)
+    digit_pos = np.flatnonzero(digit)
+    place = np.minimum(np.repeat(run_end - 1, lens) - digit_pos, _MAX_DIGITS)
+    weighted = (a[digit_pos].astype(np.int64) - 48) * _POW10[place]
+    values = np.add.reduceat(weighted, np.cumsum(lens) - lens) if len(lens) else np.zeros(0, np.int64)
+    if not map_ok.all():
+        values = values[map_ok[run_map]]
+    counts = np.where(is_null, NONE, k)
+    counts[~map_ok] = NONE
+    map_ok &= ~not_object
+    return counts, map_ok, values[0::2], values[1::2]
+
+
+def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    joined = b"".join(texts)
+    bounds = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=bounds[1:])
+    return joined, bounds, np.frombuffer(joined, dtype=np.uint8)
+
+
+def _sums(counts: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-event sums of the flat bytes, and whether each sum surely fits int64."""
+    c = np.maximum(counts, 0)
+    owner = np.repeat(np.arange(len(c)), c)
+    approx = np.bincount(owner, weights=nbytes.astype(np.float64), minlength=len(c))
+    sums = np.zeros(len(c), dtype=np.int64)
+    nonempty = c > 0
+    if nonempty.any():
+        starts = (np.cumsum(c) - c)[nonempty]
+        fits = approx < 4e18
+        safe = np.where(fits[owner], nbytes, 0)  # a possibly overflowing sum is recomputed carefully
+        sums[nonempty] = np.add.reduceat(safe, starts)
+        return sums, fits
+    return sums, np.ones(len(c), dtype=bool)
+
+
+def _or(values: list[Any], default: str) -> list[str]:
+    """None and "" → default (as the careful path does), without a pass when none is falsy."""
+    return values if all(values) else [v or default for v in values]
+
+
+def _opt(values: list[Any]) -> np.ndarray:
+    if None not in values:
+        return np.array(values, dtype=np.int64)
+    return np.array([NONE if v is None else v for v in values], dtype=np.int64)
+
+
+def _fast_columns(
+    structs: list[_Line], clock_offset_ns: int
+) -> tuple[EventColumns, np.ndarray]:
+    """Columns for the decoded structs, and a mask of the ones that passed every rule."""
+    g = {name: list(map(attrgetter(name), structs)) for name in _Line.__struct_fields__}
+    n = len(structs)
+    send_n, send_ok, send_peer, send_bytes = _peer_columns(g["send_bytes_per_peer"])
+    recv_n, recv_ok, recv_peer, recv_bytes = _peer_columns(g["recv_bytes_per_peer"])
+    ok = send_ok & recv_ok
+    start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)
+    ok &= end >= start
+    off = np.array([clock_offset_ns if v is None else v for v in g["clock_offset_ns"]], dtype=np.int64)
+    totals = {}
+    for kind, counts, nbytes, key in (
+        ("send", send_n, send_bytes, "bytes_sent"),
+        ("recv", recv_n, recv_bytes, "bytes_recv"),
+    ):
+        # the flat arrays only hold ok maps: spread them over all events for the sums
+        sums, fits = _sums(np.where(counts >= 0, counts, NONE), nbytes)
+        given = _opt(g[key])
+        has_map = counts >= 0
+        ok &= fits & ~(has_map & (given != NONE) & (given != sums))
+        totals[key] = np.where(has_map, sums, given)
+    raw_pg = [_NULL if r is None else bytes(r) for r in g["pg_ranks"]]
+    pg_text = {raw: _pg_ranks_text(raw) for raw in set(raw_pg)}  # few distinct groups per batch
+    pg_ranks = list(map(pg_text.__getitem__, raw_pg))
+    if None in pg_text.values():
+        ok &= np.array([t is not None for t in pg_ranks], dtype=bool)
+    if None in g["id"]:  # no id: the careful path derives one from the content
+        ok &= np.array([i is not None for i in g["id"]], dtype=bool)
+    cols = EventColumns(
+        event_id=g["id"],
+        rank=np.array(g["rank"], dtype=np.int64),
+        step=_opt(g["step"]),
+        layer=_opt(g["layer"]),
+        seq=_opt(g["seq"]),
+        phase=np.fromiter(map(PHASE_CODE.__getitem__, g["phase"]), dtype=np.int64, count=n),
+        source=np.fromiter(map(SOURCE_CODE.__getitem__, g["source"]), dtype=np.int64, count=n),
+        time_kind=np.fromiter(map(TIME_KIND_CODE.__getitem__, g["time_kind"]), dtype=np.int64, count=n),
+        start_ns=start + off,
+        end_ns=end + off,
+        clock_offset_ns=off,
+        bytes_sent=totals["bytes_sent"],
+        bytes_recv=totals["bytes_recv"],
+        send_n=send_n,
+        recv_n=recv_n,
+        send_peer=send_peer,
+        send_bytes=send_bytes,
+        recv_peer=recv_peer,
+        recv_bytes=recv_bytes,
+        collective=_or(g["collective"], "unknown"),
+        pg=_or(g["pg"], ""),
+        pg_ranks=_or(pg_ranks, ""),
+        host=_or(g["host"], ""),
+    )
+    assert len(cols) == n
+    return cols, ok
+
+
+def _pg_ranks_text(raw: bytes) -> str | None:
+    """'0,1,2' for a JSON list of non-negative int64s, '' for null, None when invalid."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if value is None:
+        return ""
+    if isinstance(value, list) and all(type(r) is int and 0 <= r <= INT64_MAX for r in value):
+        return ",".join(map(str, value))
+    return None
+
+
+def parse_ndjson_columns(
+    body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000
+) -> tuple[EventColumns, list[LineError], int]:
+    """An NDJSON body → (columns of the valid lines, per-line errors, lines read)."""
+    decode = _DECODER.decode
+    structs: list[_Line] = []
+    struct_lines: list[int] = []
+    slow: list[tuple[int, bytes]] = []
+    errors: list[LineError] = []
+    lines_of = body.split(b"\n")
+    n = len(lines_of)
+    if lines_of and not lines_of[-1]:
+        lines_of.pop()  # a trailing newline ends the last line (still counted as before)
+    try:  # the common batch: every line decodes, none blank, not too many
+        if len(lines_of) > max_lines:
+            raise ValueError
+        structs = list(map(decode, lines_of))
+        struct_lines = list(range(1, len(structs) + 1))
+    except (*_DECODE_ERRORS, ValueError):
+        structs, n = [], 0
+        for n, raw in enumerate(lines_of, start=1):
+            if not raw or raw.isspace():
+                continue
+            if n > max_lines:
+                errors.append(LineError(n, "", f"batch longer than {max_lines} lines; the rest was not read"))
+                break
+            try:
+                structs.append(decode(raw))
+                struct_lines.append(n)
+            except _DECODE_ERRORS:
+                slow.append((n, raw))
+        else:
+            n = len(body.split(b"\n"))
+    parts = []
+    if structs:
+        fast, ok = _fast_columns(structs, clock_offset_ns)
+        if ok.all():
+            parts.append(fast)
+        else:
+            parts.append(fast.select(ok))
+            bad = np.flatnonzero(~ok).tolist()
+            raws = dict(slow)
+            slow = sorted([*raws.items(), *((struct_lines[i], lines_of[struct_lines[i] - 1]) for i in bad)])
+    if slow:
+        rows, peers = [], []
+        for line, raw in slow:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                errors.append(LineError(line, "", f"invalid JSON: {exc}"))
+                continue
+            try:
+                rows.append(validate_event(obj, clock_offset_ns))
+            except _FieldError as bad_field:
+                errors.append(LineError(line, bad_field.field, bad_field.reason))
+                continue
+            peers.append((obj.get("send_bytes_per_peer"), obj.get("recv_bytes_per_peer")))
+        parts.append(columns_from_rows(rows, peers))
+    errors.sort(key=attrgetter("line"))
+    return concat(parts), errors, n
