@@ -196,12 +196,14 @@ def id_hashes(ids: Sequence[str]) -> np.ndarray:
     width = max(2, max(map(len, ids)))
     width += width % 2  # two UTF-32 code units per uint64 word
     words = np.array(ids, dtype=f"<U{width}").view("<u8").reshape(n, width // 2)
+    lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    n_words = (lens + 1) // 2  # words past an id's end are padding: they must not change its hash
     with np.errstate(over="ignore"):
-        h = np.fromiter(map(len, ids), dtype=np.uint64, count=n) * _GOLD
+        h = lens.astype(np.uint64) * _GOLD
         for j in range(width // 2):
-            h ^= words[:, j]
-            h *= _M1
-            h ^= h >> np.uint64(31)
+            mixed = (h ^ words[:, j]) * _M1
+            mixed ^= mixed >> np.uint64(31)
+            h = np.where(n_words > j, mixed, h)
         h ^= h >> np.uint64(30)
         h *= _M2
         h ^= h >> np.uint64(27)
