@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 COUNTER_KEYS = tuple(leaf.key for leaf in LEAVES if leaf.kind != "state")
 STATE_KEYS = ("oper_status", "port_speed")
+FIRST_SYNC_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -136,18 +137,22 @@ class GnmiSession:
             call = stub.Subscribe()
             await call.write(subscribe_request(self.spec))
             stale = self._stale_s()
+            synced = False
             while True:
-                resp = await asyncio.wait_for(call.read(), timeout=stale)
+                # a big target may take seconds to build its first snapshot: staleness counts
+                # only once the stream has synced
+                limit = stale if synced else max(stale, FIRST_SYNC_TIMEOUT_S)
+                resp = await asyncio.wait_for(call.read(), timeout=limit)
                 if resp is grpc.aio.EOF:
                     return
-                self._on_response(resp)
+                synced = self._on_response(resp) or synced
         finally:
             self.active -= 1
             # bounded: a close racing a cancel must never wedge the loop (seen under load)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(channel.close(grace=None)), 2.0)
 
-    def _on_response(self, resp: pb.SubscribeResponse) -> None:
+    def _on_response(self, resp: pb.SubscribeResponse) -> bool:
         t0 = time.perf_counter()
         kind = self.arrays.apply(resp)
         self.decode_ms = (time.perf_counter() - t0) * 1e3
@@ -158,6 +163,7 @@ class GnmiSession:
         if kind in ("update", "sync"):
             self.up = True
             self.last_success_ns = time.time_ns()
+        return kind == "sync"
 
     def _fail(self, code: str, message: str) -> None:
         self.up = False
