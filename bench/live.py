@@ -2,10 +2,10 @@
 
 1. End-to-end latency, twin → browser: the twin's counters (own process, real UDP SNMP agents) are
    polled by a real Celery collector every second; a frame's timestamp is the instant its counter
-   values describe. Latency = the page drawing that column − that instant (same clock), p50/p95
+   values describe. Latency = the page drawing that column - that instant (same clock), p50/p95
    over ≥ 100 frames. Target: p95 ≤ poll interval + 250 ms.
 2. Bytes per WebSocket update per port (target ≤ 4).
-3. Browser cost per update for 4,096- and 16,384-port × 600-column heatmaps streaming at 1 Hz
+3. Browser cost per update for 4,096- and 16,384-port x 600-column heatmaps streaming at 1 Hz
    (frames appended to Redis; a full window preloaded): time per update measured in the page,
    main-thread busy time per update from CDP ``Performance.getMetrics`` (TaskDuration), and the
    longest main-thread task from ``PerformanceObserver('longtask')`` (it reports tasks > 50 ms).
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import redis
+from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout, no install needed
@@ -43,13 +44,15 @@ from fabricmon.core.frames import Frame  # noqa: E402
 from fabricmon.core.railgen import rail_optimized  # noqa: E402
 from fabricmon.core.topology import build_port_index  # noqa: E402
 from fabricmon.core.topology_yaml import dump_fabric, load_fabric  # noqa: E402
+from fabricmon.telemetry import live_window  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 USER, PASSWORD = "bench", "bench-password"
 LONGTASKS_JS = """
 window.__longtasks = [];
-new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })
-  .observe({ type: "longtask", buffered: true });
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) window.__longtasks.push([e.startTime, e.duration]);
+}).observe({ type: "longtask", buffered: true });
 """
 
 
@@ -142,36 +145,42 @@ def bench_twin(browser, stack: Stack, frames: int) -> dict[str, float]:
     if "control http" not in line:
         raise SystemExit(f"twin did not start: {line}")
     spec = load_fabric(topo.read_text())
-    spec = replace(spec, switches=tuple(replace(sw, snmp=replace(sw.snmp, interval_s=1.0, timeout_s=0.3, retries=1))
-                                        for sw in spec.switches))
+    timing = {"interval_s": 1.0, "timeout_s": 0.3, "retries": 1}
+    spec = replace(spec, switches=tuple(replace(sw, snmp=replace(sw.snmp, **timing)) for sw in spec.switches))
     stack.load(spec)
     queue = f"bench-{uuid.uuid4().hex[:6]}"
     env = {**stack.env, "FABRICMON_COLLECTOR_QUEUE": queue}
     log = stack.workdir / "worker.log"
     stack.procs.append(subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "fabricmon.celery", "worker", "-Q", queue, "--concurrency", "2",
-         "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", f"{queue}@%h"],
+        [sys.executable, "-m", "celery", "-A", "fabricmon.celery", "worker", "-Q", queue,
+         "--concurrency", "2", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+         "-n", f"{queue}@%h"],
         cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT))
     wait_until(lambda: "ready." in log.read_text(), 60, "celery worker")
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), "shell", "-c",
-                    "import fabricmon.celery; from fabricmon.telemetry.tasks import ensure_collectors; ensure_collectors()"],
+    # What beat does: hand every free shard to a collector (fabricmon.celery first, so the task is
+    # sent through our broker rather than Celery's default app).
+    enqueue = ("import fabricmon.celery; "
+               "from fabricmon.telemetry.tasks import ensure_collectors; ensure_collectors()")
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), "shell", "-c", enqueue],
                    env=env, cwd=ROOT, check=True, capture_output=True)
     page = open_page(browser, stack, f"/fabric/{name}/")
     page.wait_for_function("window.fabricmon && fabricmon.state.columns >= 1", timeout=90_000)
     start = page.evaluate("fabricmon.state.draws.length")
     print(f"twin: {len(build_port_index(spec))} ports, 1 s polls; collecting {frames} frames …", flush=True)
-    page.wait_for_function(f"fabricmon.state.draws.length >= {start + frames}", timeout=(frames * 3 + 60) * 1000)
+    page.wait_for_function(f"fabricmon.state.draws.length >= {start + frames}",
+                           timeout=(frames * 3 + 60) * 1000, polling=1000)
     draws = page.evaluate("fabricmon.state.draws")[start:]
     n_ports = page.evaluate("fabricmon.heatmap.nPorts")
     lat = [d["at"] - d["ts"] for d in draws]
     page.context.close()
-    return {"ports": n_ports, "frames": len(draws), "latency_p50_ms": pct(lat, 50), "latency_p95_ms": pct(lat, 95),
-            "latency_max_ms": max(lat), "bytes_per_port": float(np.mean([d["bytes"] for d in draws])) / n_ports}
+    return {"ports": n_ports, "frames": len(draws),
+            "latency_p50_ms": pct(lat, 50), "latency_p95_ms": pct(lat, 95), "latency_max_ms": max(lat),
+            "bytes_per_port": float(np.mean([d["bytes"] for d in draws])) / n_ports}
 
 
 # --- 3: browser cost at 4,096 and 16,384 ports ------------------------------------------------------
 def scale_spec(name: str, n_su: int):
-    # 32 servers per SU × 8 rails, 32 down + 16 up per leaf, 4 spines: 64 × 8 × n_su ports (4,096 at 8 SU).
+    # 32 servers per SU x 8 rails, 32 down + 16 up per leaf, 4 spines: 64 x 8 x n_su ports (4,096 at 8 SU).
     return rail_optimized(name, servers=32 * n_su, gpus_per_server=8, spines=4, uplinks_per_leaf=16)
 
 
@@ -191,15 +200,11 @@ class Streamer(threading.Thread):
         return Frame(self.spec.name, self.index.version, ts_ns, 1.0, {"util": util})
 
     def preload(self, cols: int) -> None:
-        from fabricmon.telemetry import live_window
-
         now = time.time_ns() // 10**9 * 10**9
         for i in range(cols):
             live_window.append(self.r, self.frame(now - (cols - i) * 10**9, i), max_frames=cols + 100)
 
     def run(self) -> None:
-        from fabricmon.telemetry import live_window
-
         k = 0
         next_t = time.time()
         while not self.stop.is_set():
@@ -262,7 +267,8 @@ def bench_plotly(browser, stack: Stack, ports: int, updates: int) -> dict[str, f
       return times;
     }""", [ports, updates])
     page.context.close()
-    return {"ports": ports, "cols": 600, "updates": updates, "update_ms_p50": pct(result, 50), "update_ms_max": max(result)}
+    return {"ports": ports, "cols": 600, "updates": updates,
+            "update_ms_p50": pct(result, 50), "update_ms_max": max(result)}
 
 
 def fmt(d: dict[str, float]) -> str:
@@ -271,14 +277,11 @@ def fmt(d: dict[str, float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=100, help="frames for the twin latency (≥ 100 for the report)")
+    ap.add_argument("--frames", type=int, default=100, help="frames for the twin latency (>= 100)")
     ap.add_argument("--updates", type=int, default=30, help="1 Hz updates per scale run")
     ap.add_argument("--skip-twin", action="store_true")
     ap.add_argument("--plotly-updates", type=int, default=5)
     args = ap.parse_args()
-    import redis
-    from playwright.sync_api import sync_playwright
-
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     r = redis.Redis.from_url(redis_url)
     r.ping()

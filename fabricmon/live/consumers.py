@@ -57,7 +57,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
         assert self.stream is not None
         try:
             await self.stream.follow()
-        except services.ClientStalled:
+        except services.ClientStalledError:
             await self.close(code=CLOSE_TOO_SLOW)
         except asyncio.CancelledError:
             raise

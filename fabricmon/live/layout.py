@@ -14,6 +14,7 @@ Built once per topology version (a cold path).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, TypedDict
 
 import numpy as np
@@ -34,7 +35,7 @@ def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
         return []
     cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(keys)]
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    return list(itertools.pairwise(bounds))
 
 
 def port_groups(spec: FabricSpec, index: PortIndex) -> list[Group]:
@@ -46,7 +47,8 @@ def port_groups(spec: FabricSpec, index: PortIndex) -> list[Group]:
         label = "spines" if top_key[a] == -2 else f"rail {int(index.rail[a])}"
         groups.append({"level": 0, "label": label, "start": a, "end": b})
     for a, b in _runs(index.switch_of):
-        groups.append({"level": 1, "label": index.switch_names[int(index.switch_of[a])], "start": a, "end": b})
+        name = index.switch_names[int(index.switch_of[a])]
+        groups.append({"level": 1, "label": name, "start": a, "end": b})
         if is_spine[a]:
             continue
         facing = index.host_facing[a:b].astype(np.int8)

@@ -3,13 +3,13 @@
 Text frames are JSON (``type`` names the message); data travels in binary frames so an update
 costs about one byte per port. Binary layout (little-endian)::
 
-    COLUMN  u8 kind=1 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | f64 ts_ms | n_ports × u8
-    WINDOW  u8 kind=2 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | u32 n_cols | 2 × u32 pad
-            | n_cols × f64 ts_ms | n_cols × n_ports × u8 (column after column, oldest first)
+    COLUMN  u8 kind=1 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | f64 ts_ms | n_ports x u8
+    WINDOW  u8 kind=2 | u8 metric_id | u16 reserved | u32 seq | u32 n_ports | u32 n_cols | 2 x u32 pad
+            | n_cols x f64 ts_ms | n_cols x n_ports x u8 (column after column, oldest first)
 
 ``reserved`` carries flags: ``FLAG_LAST`` marks the last WINDOW message of a window. A window is
 sent as several WINDOW messages of at most ``WINDOW_CHUNK_BYTES`` (Daphne refuses WebSocket
-messages over 1 MiB; 600 columns × 16,384 ports is 9.8 MB), oldest columns first; the browser
+messages over 1 MiB; 600 columns x 16,384 ports is 9.8 MB), oldest columns first; the browser
 draws it when the last one arrives.
 
 A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`` means *no data*
@@ -32,14 +32,14 @@ WINDOW_CHUNK_BYTES = 512 * 1024
 COLUMN_HEADER_BYTES = 20
 WINDOW_HEADER_BYTES = 24
 
-# Close codes the browser acts on (4000–4999 are the application's range).
+# Close codes the browser acts on (4000-4999 are the application's range).
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408  # the client stopped acknowledging; it reconnects and resynchronises
 
 
 class Scale(TypedDict):
-    """How a u8 code maps back to a value: linear ``lo + code/254·(hi−lo)`` or log10 between lo and hi
+    """How a u8 code maps back to a value: linear ``lo + code/254·(hi-lo)`` or log10 between lo and hi
     (code 0 = at or below ``lo``, including zero)."""
 
     kind: Literal["linear", "log"]

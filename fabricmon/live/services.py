@@ -11,6 +11,7 @@ browser costs the server one pending frame, not a growing buffer (daphne#170).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,11 +21,15 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ObjectDoesNotExist
 
 from fabricmon.core.frames import Frame
 from fabricmon.live import wire
+from fabricmon.live.layout import fabric_layout
 from fabricmon.live.messages import PROTOCOL_VERSION, Hello
 from fabricmon.telemetry import live_window
+from fabricmon.topology import services as topology_services
+from fabricmon.topology.models import Fabric
 
 ROLE_GROUPS = ("operators", "admins")
 MAX_IN_FLIGHT = 2
@@ -56,10 +61,6 @@ def live_fabrics(r: redis.Redis) -> list[str]:
 
 def fabric_spec(fabric: str) -> Any:
     """The fabric's topology from the topology app (``None`` when it is not imported)."""
-    from django.core.exceptions import ObjectDoesNotExist
-
-    from fabricmon.topology import services as topology_services
-
     try:
         return topology_services.fabric_spec(fabric)
     except (ObjectDoesNotExist, LookupError):
@@ -84,8 +85,9 @@ def port_series(r: redis.Redis, fabric: str, position: int, window_s: float) -> 
     out: dict[str, list[float | None]] = {}
     for name in names:
         values = [float(f.metrics[name][position]) if name in f.metrics else float("nan") for f in frames]
-        out[name] = [None if v != v else v for v in values]
-    return {"ts_ms": [f.ts_ns / 1e6 for f in frames], "metrics": out, "units": {m: wire.scale_of(m)["unit"] for m in names}}
+        out[name] = [None if math.isnan(v) else v for v in values]
+    units = {m: wire.scale_of(m)["unit"] for m in names}
+    return {"ts_ms": [f.ts_ns / 1e6 for f in frames], "metrics": out, "units": units}
 
 
 @dataclass
@@ -118,7 +120,8 @@ class FabricStream:
         raw = await self.r.xrange(self.key, min=f"{max(since_ms, 0)}-0")
         frames = [(eid, Frame.decode(fields[live_window.FIELD])) for eid, fields in raw]
         if not frames:  # nothing recent: still resume after the newest entry, however old
-            frames = [(eid, Frame.decode(f[live_window.FIELD])) for eid, f in await self.r.xrevrange(self.key, count=1)]
+            newest_entry = await self.r.xrevrange(self.key, count=1)
+            frames = [(eid, Frame.decode(f[live_window.FIELD])) for eid, f in newest_entry]
         window = window_frames(frames, self.window_s)
         newest = window[-1] if window else None
         self.last_id = frames[-1][0] if frames else b"0-0"
@@ -192,10 +195,10 @@ class FabricStream:
 
     async def _check_stalled(self) -> None:
         if self.seq > self.acked and time.monotonic() - self.last_ack_monotonic > STALL_CLOSE_S:
-            raise ClientStalled(f"no acknowledgement for {STALL_CLOSE_S:.0f} s")
+            raise ClientStalledError(f"no acknowledgement for {STALL_CLOSE_S:.0f} s")
 
 
-class ClientStalled(Exception):
+class ClientStalledError(Exception):
     """The browser stopped reading; closing lets it reconnect and resynchronise."""
 
 
@@ -207,8 +210,6 @@ def async_redis() -> aioredis.Redis:
 # --- pages ---------------------------------------------------------------------------------------
 def known_fabrics(r: redis.Redis) -> list[str]:
     """Fabrics in the topology database or with live frames (a fabric may be either first)."""
-    from fabricmon.topology.models import Fabric
-
     return sorted(set(Fabric.objects.values_list("name", flat=True)) | set(live_fabrics(r)))
 
 
@@ -217,10 +218,6 @@ _LAYOUT_CACHE: dict[tuple[str, str, str], dict[str, Any]] = {}
 
 def layout_for(fabric: str) -> dict[str, Any] | None:
     """The heatmap layout of a stored fabric (cached per topology version), ``None`` if unknown."""
-    from fabricmon.live.layout import fabric_layout
-    from fabricmon.topology import services as topology_services
-    from fabricmon.topology.models import Fabric
-
     row = Fabric.objects.filter(name=fabric).values_list("topology_version", "updated").first()
     if row is None:
         return None
@@ -247,6 +244,7 @@ def switch_health(r: redis.Redis, fabric: str, switches: list[str]) -> list[dict
         last_ns = h.get("last_success_ns") or 0
         interval_s = float(h.get("interval_s") or 1.0)
         age_s = (now_ns - last_ns) / 1e9 if last_ns else None
-        state = "down" if not h.get("up") else ("stale" if age_s is None or age_s > 3 * interval_s + 2 else "up")
+        stale = age_s is None or age_s > 3 * interval_s + 2
+        state = "down" if not h.get("up") else ("stale" if stale else "up")
         rows.append({"switch": name, "state": state, "age_s": age_s, **h})
     return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import plotly
 from django.contrib.staticfiles.finders import BaseFinder
 from django.core.files.storage import FileSystemStorage
 
@@ -18,8 +19,6 @@ FILES = ("plotly.min.js",)
 
 
 def _package_data() -> Path:
-    import plotly
-
     return Path(plotly.__file__).resolve().parent / "package_data"
 
 

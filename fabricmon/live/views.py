@@ -48,7 +48,8 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @operator_required
 def fabric(request: HttpRequest, fabric: str) -> HttpResponse:
-    return render(request, "live/fabric.html", {"fabric": fabric, "fabrics": services.known_fabrics(_redis())})
+    context = {"fabric": fabric, "fabrics": services.known_fabrics(_redis())}
+    return render(request, "live/fabric.html", context)
 
 
 def _layout_etag(request: HttpRequest, fabric: str) -> str | None:

@@ -21,11 +21,11 @@ from fabricmon.live.messages import (
     CODE_MAX,
     COLUMN_HEADER_BYTES,
     FLAG_LAST,
-    WINDOW_CHUNK_BYTES,
-    WINDOW_HEADER_BYTES,
     KIND_COLUMN,
     KIND_WINDOW,
     NO_DATA,
+    WINDOW_CHUNK_BYTES,
+    WINDOW_HEADER_BYTES,
     Scale,
 )
 

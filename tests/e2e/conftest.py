@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
@@ -30,6 +31,10 @@ class LiveServer:
     url: str
     env: dict[str, str]
     proc: subprocess.Popen[bytes]
+
+    def forget_fabric(self, name: str) -> None:
+        """Delete a test's fabric, so later tests' collectors do not spend leases polling it."""
+        self.manage("shell", "-c", f"from fabricmon.topology.models import Fabric; Fabric.objects.filter(name={name!r}).delete()")
 
     def manage(self, *args: str, stdin: bytes | None = None) -> str:
         done = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
@@ -98,8 +103,6 @@ def daphne_server(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         yield chromium

@@ -27,18 +27,22 @@ class Feeder(threading.Thread):
         self.stop = threading.Event()
         self.rng = np.random.default_rng(7)
 
-    def frame(self) -> Frame:
+    def frame(self, ts_ns: int) -> Frame:
         n = len(self.index)
         util = self.rng.uniform(0.05, 0.3, n).astype(np.float32)
         util[self.hot] = 0.93
         util[n - 1] = np.nan  # a stale switch port: must be drawn as no data
-        return Frame(self.fabric, self.index.version, time.time_ns(), self.interval_s,
+        return Frame(self.fabric, self.index.version, ts_ns, self.interval_s,
                      {"util": util, "out_bps": (util * self.index.speed_bps).astype(np.float32)})
 
     def run(self) -> None:
+        # Like the collectors: one frame per tick, stamped with the tick (a multiple of the interval).
+        step = int(self.interval_s * 1e9)
+        tick = time.time_ns() // step * step
         while not self.stop.is_set():
-            live_window.append(self.r, self.frame(), max_frames=600)
-            self.stop.wait(self.interval_s)
+            tick += step
+            self.stop.wait(max(0.0, (tick - time.time_ns()) / 1e9))
+            live_window.append(self.r, self.frame(tick), max_frames=600)
 
 
 @pytest.fixture
@@ -53,6 +57,8 @@ def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
     yield spec, index, hot
     feeder.stop.set()
     feeder.join()
+    daphne_server.forget_fabric(fabric_name)
+    redis_client.delete(live_window.frames_key(fabric_name))
 
 
 def wait_js(page, expr: str, timeout_s: float = 20.0):
@@ -61,7 +67,7 @@ def wait_js(page, expr: str, timeout_s: float = 20.0):
 
 
 def test_fabric_page_streams_one_row_per_port_and_names_the_peer(page, daphne_server, fed_fabric, fabric_name, log_in, screenshot):
-    spec, index, hot = fed_fabric
+    _, index, hot = fed_fabric
     log_in(f"/fabric/{fabric_name}/")
     page.wait_for_url(f"**/fabric/{fabric_name}/")
     wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
@@ -119,3 +125,29 @@ def test_pages_require_login_and_port_and_switch_pages_render(page, daphne_serve
     page.wait_for_selector("#health-rows tr")
     assert page.locator("#health-rows tr").count() == len(index.switch_names)
     screenshot("switches")
+
+
+def test_reconnects_and_resynchronises_and_pauses_when_hidden(page, daphne_server, fed_fabric, fabric_name, log_in):
+    _, index, hot = fed_fabric
+    log_in(f"/fabric/{fabric_name}/")
+    wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
+    # A dropped connection (any code but a refusal): reconnect with backoff, fresh hello + window.
+    page.evaluate("window.__firstHello = fabricmon.state.hello; fabricmon.state.ws.close(4000)")
+    wait_js(page, "fabricmon.state.hello !== window.__firstHello && fabricmon.state.ws && fabricmon.state.ws.readyState === 1")
+    cols = page.evaluate("fabricmon.state.columns")
+    wait_js(page, f"fabricmon.state.columns >= {cols + 2}")
+    assert page.evaluate("fabricmon.heatmap.rowCount()") == len(index)
+
+    # Hidden tab: the socket closes and nothing is drawn; visible again: resynchronised.
+    page.evaluate("""Object.defineProperty(document, "hidden", {value: true, configurable: true});
+                     document.dispatchEvent(new Event("visibilitychange"))""")
+    wait_js(page, "fabricmon.state.ws === null")
+    cols = page.evaluate("fabricmon.state.columns")
+    page.wait_for_timeout(1500)  # three frames are appended meanwhile
+    assert page.evaluate("fabricmon.state.columns") == cols
+    assert "paused" in page.locator("#status").inner_text()
+    page.evaluate("""Object.defineProperty(document, "hidden", {value: false, configurable: true});
+                     document.dispatchEvent(new Event("visibilitychange"))""")
+    wait_js(page, f"fabricmon.state.columns >= {cols + 1}")
+    # The resync brought back the frames appended while hidden (no gap in the drawn window).
+    assert page.evaluate(f"Math.max(...[1, 2, 3].map((age) => fabricmon.heatmap.column(age)[{hot}] % 255))") == round(0.93 * 254)

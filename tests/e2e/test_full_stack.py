@@ -97,6 +97,7 @@ def twin_and_collectors(daphne_server, fabric_name, tmp_path):
             except subprocess.TimeoutExpired:
                 worker.kill()
         twin.stop()
+        daphne_server.forget_fabric(fabric_name)
 
 
 def test_live_heatmap_of_the_twin(page, daphne_server, twin_and_collectors, fabric_name, log_in, screenshot):

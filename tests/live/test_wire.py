@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_layout_groups_cover_every_port_in_order() -> None:
     for level in (0, 1):
         spans = [(g["start"], g["end"]) for g in layout["groups"] if g["level"] == level]
         assert spans[0][0] == 0 and spans[-1][1] == n
-        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
     labels0 = [g["label"] for g in layout["groups"] if g["level"] == 0]
     assert labels0 == ["rail 0", "rail 1", "spines"]
     assert layout["ports"]["peer"][3] == "p3"

@@ -237,7 +237,7 @@ function updateStatus() {
   setStatus(`${heatmap.nPorts} ports · newest ${new Date(ts).toLocaleTimeString([], { hour12: false })} (${ageS.toFixed(1)} s ago)` +
     (last !== undefined ? ` · draw ${last.toFixed(1)} ms` : "") + (stale ? " · STALE" : ""), stale ? "bad" : "ok");
 }
-setInterval(() => { if (state.hello) updateStatus(); }, 1000);
+setInterval(() => { if (state.hello && !state.paused) updateStatus(); }, 1000);
 
 // A hidden tab costs nothing: close the socket, resynchronise (fresh window) when visible again.
 document.addEventListener("visibilitychange", () => {
