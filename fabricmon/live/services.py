@@ -100,6 +100,7 @@ class FabricStream:
     send_text: Callable[[dict[str, Any]], Awaitable[None]]
     send_bytes: Callable[[bytes], Awaitable[None]]
     window_s: float = DEFAULT_WINDOW_S
+    stall_close_s: float = STALL_CLOSE_S
     seq: int = 0
     acked: int = 0
     last_id: bytes = b"0-0"
@@ -194,8 +195,8 @@ class FabricStream:
         await self.send_bytes(wire.encode_column(frame, self.metric, self.seq, self.n_ports))
 
     async def _check_stalled(self) -> None:
-        if self.seq > self.acked and time.monotonic() - self.last_ack_monotonic > STALL_CLOSE_S:
-            raise ClientStalledError(f"no acknowledgement for {STALL_CLOSE_S:.0f} s")
+        if self.seq > self.acked and time.monotonic() - self.last_ack_monotonic > self.stall_close_s:
+            raise ClientStalledError(f"no acknowledgement for {self.stall_close_s:.0f} s")
 
 
 class ClientStalledError(Exception):

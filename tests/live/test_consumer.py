@@ -6,11 +6,13 @@ driven with Channels' WebsocketCommunicator.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import numpy as np
 import pytest
+import redis.asyncio as aioredis
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
@@ -19,7 +21,7 @@ from django.test import Client
 from fabricmon.asgi import application
 from fabricmon.core.frames import Frame
 from fabricmon.live import messages, wire
-from fabricmon.live.services import MAX_IN_FLIGHT
+from fabricmon.live.services import MAX_IN_FLIGHT, ClientStalledError, FabricStream
 from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -177,5 +179,33 @@ def test_first_frame_of_an_empty_fabric_resynchronises(fabric_name: str, redis_c
         kind, *_, codes = wire.decode_message(await comm.receive_from(timeout=5))
         assert kind == messages.KIND_WINDOW and codes.shape == (1, N_PORTS)
         await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_client_that_stops_acknowledging_is_closed_and_costs_one_pending_frame(fabric_name, redis_client, redis_url) -> None:
+    sent: list[bytes] = []
+
+    async def scenario() -> None:
+        async def keep_text(_msg) -> None:
+            return None
+
+        async def keep_bytes(blob: bytes) -> None:
+            sent.append(blob)
+
+        r = aioredis.Redis.from_url(redis_url, socket_timeout=30)
+        stream = FabricStream(r, fabric_name, "util", keep_text, keep_bytes, stall_close_s=1.0)
+        append_frame(redis_client, fabric_name, 0.1)
+        task = asyncio.create_task(stream.follow(block_ms=200))
+        for i in range(12):  # keeps coming; the client never acks
+            append_frame(redis_client, fabric_name, 0.2, hot=20 + i)
+            await asyncio.sleep(0.15)
+            if task.done():
+                break
+        with pytest.raises(ClientStalledError):
+            await asyncio.wait_for(task, 5)
+        assert stream.seq - stream.acked <= MAX_IN_FLIGHT  # never more in flight than allowed
+        assert len(sent) == MAX_IN_FLIGHT  # the window + one column; everything else was dropped
+        await r.aclose()
 
     async_to_sync(scenario)()

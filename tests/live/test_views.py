@@ -1,0 +1,103 @@
+"""Pages and JSON of the live app with Django's test client: login and roles, layout, port series,
+switch health, plotly.js served locally. Real Redis for frames and health."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from django.contrib.auth.models import Group, User
+
+from fabricmon.core.frames import Frame
+from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology import build_port_index
+from fabricmon.telemetry import live_window
+from fabricmon.topology.services import import_fabric
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture
+def fabric(fabric_name, redis_client):
+    spec = rail_optimized(fabric_name, servers=4, gpus_per_server=2, spines=2)
+    import_fabric(spec)
+    yield spec
+    redis_client.delete(live_window.frames_key(fabric_name), live_window.health_key(fabric_name))
+
+
+def login(client, role: str | None = "operators") -> None:
+    user = User.objects.create_user(f"u-{role}", password="pw-not-secret")
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    client.force_login(user)
+
+
+def test_pages_need_login_then_a_role(client, fabric) -> None:
+    url = f"/fabric/{fabric.name}/"
+    assert client.get(url).status_code == 302
+    login(client, role=None)
+    assert client.get(url).status_code == 403
+
+
+def test_index_goes_straight_to_the_only_fabric_or_lists_them(client, fabric) -> None:
+    login(client)
+    resp = client.get("/")
+    names = resp.context["fabrics"] if resp.status_code == 200 else None
+    if names is None:  # only this fabric exists
+        assert resp.status_code == 302 and resp.url == f"/fabric/{fabric.name}/"
+    else:
+        assert fabric.name in names
+
+
+def test_layout_has_one_row_per_port_with_peers_and_an_etag(client, fabric) -> None:
+    login(client)
+    resp = client.get(f"/fabric/{fabric.name}/layout.json")
+    layout = resp.json()
+    index = build_port_index(fabric)
+    assert layout["n_ports"] == len(index) and layout["topology_version"] == index.version
+    pos = index.position("leaf-r1", 3)
+    assert layout["ports"]["peer"][pos] == "node003 gpu1 mlx5_1"
+    again = client.get(f"/fabric/{fabric.name}/layout.json", headers={"if-none-match": resp["ETag"]})
+    assert again.status_code == 304
+    assert client.get("/fabric/no-such-fabric/layout.json").status_code == 404
+
+
+def test_port_series_keeps_gaps_and_names_switch_health(client, fabric, redis_client) -> None:
+    login(client)
+    index = build_port_index(fabric)
+    pos = index.position("leaf-r0", 2)
+    now = time.time_ns()
+    for i, v in enumerate([0.25, np.nan, 0.75]):
+        util = np.zeros(len(index), dtype=np.float32)
+        util[pos] = v
+        live_window.append(redis_client, Frame(fabric.name, index.version, now - (3 - i) * 10**9, 1.0, {"util": util}),
+                           max_frames=100)
+    live_window.write_health(redis_client, fabric.name, "leaf-r0",
+                             {"up": True, "last_success_ns": now, "poll_ms": 12.5, "errors": 0, "interval_s": 1.0})
+    data = client.get(f"/fabric/{fabric.name}/port/{pos}.json?switch=leaf-r0").json()
+    assert data["metrics"]["util"] == [0.25, None, 0.75]
+    assert data["health"]["state"] == "up" and data["health"]["poll_ms"] == 12.5
+    page = client.get(f"/fabric/{fabric.name}/port/{pos}/")
+    assert page.context["port"]["peer"] == "node002 gpu0 mlx5_0"
+    assert client.get(f"/fabric/{fabric.name}/port/{len(index)}/").status_code == 404
+
+
+def test_switch_health_states(client, fabric, redis_client) -> None:
+    login(client)
+    now = time.time_ns()
+    live_window.write_health(redis_client, fabric.name, "leaf-r0", {"up": True, "last_success_ns": now, "errors": 0})
+    live_window.write_health(redis_client, fabric.name, "leaf-r1",
+                             {"up": False, "last_success_ns": now - 60 * 10**9, "errors": 7, "last_error": "timeout"})
+    live_window.write_health(redis_client, fabric.name, "spine0", {"up": True, "last_success_ns": now - 60 * 10**9})
+    rows = {r["switch"]: r for r in client.get(f"/fabric/{fabric.name}/health.json").json()["switches"]}
+    assert rows["leaf-r0"]["state"] == "up"
+    assert rows["leaf-r1"]["state"] == "down" and rows["leaf-r1"]["last_error"] == "timeout"
+    assert rows["spine0"]["state"] == "stale"
+    assert rows["spine1"]["state"] == "never polled"
+
+
+def test_plotly_is_served_locally(client) -> None:
+    resp = client.get("/static/vendor/plotly.min.js")
+    assert resp.status_code == 200
+    assert b"plotly" in b"".join(resp.streaming_content)[:2000].lower()
