@@ -11,7 +11,7 @@ How "per core" is measured (honestly, on a shared machine):
   ingesting process (``resource.getrusage``), *plus*, for PostgreSQL, the user + system time of its
   backend process for that connection (``/proc/<pg_backend_pid()>/stat``): the database's own work
   is charged too. Wall-clock is printed beside it but is not the figure (the machine is shared).
-- ``--repeat`` runs each database several times; the range (min–max) is printed and the BENCH
+- ``--repeat`` runs each database several times; the range (min-max) is printed and the BENCH
   line carries the median.
 
     .venv/bin/python bench/ingest.py [--events 200000] [--repeat 3] [--trace-mb 200] [--ranks 8]
@@ -145,7 +145,9 @@ def _pg_database(admin_url: str, name: str, create: bool) -> str:
     return admin_url.rsplit("/", 1)[0] + "/" + name
 
 
-def bench_ingest(n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str) -> dict[str, float]:
+def bench_ingest(  # noqa: PLR0917  (a script's one call site)
+    n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str
+) -> dict[str, float]:
     """Per-core figures (median over ``repeat`` runs) for SQLite and, if given, PostgreSQL."""
     targets = [("sqlite", None)] + ([("postgresql", pg_admin)] if pg_admin else [])
     medians: dict[str, float] = {}
@@ -159,9 +161,22 @@ def bench_ingest(n_events: int, ranks: int, batch: int, repeat: int, pg_admin: s
                 url = f"sqlite:///{tmp}/bench{i}.sqlite3"
             try:
                 out = subprocess.run(
-                    [sys.executable, __file__, "--ingest-child", url, "--events", str(n_events),
-                     "--ranks", str(ranks), "--batch", str(batch)],
-                    capture_output=True, text=True, check=True, cwd=ROOT,
+                    [
+                        sys.executable,
+                        __file__,
+                        "--ingest-child",
+                        url,
+                        "--events",
+                        str(n_events),
+                        "--ranks",
+                        str(ranks),
+                        "--batch",
+                        str(batch),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=ROOT,
                 )
             finally:
                 if admin:
@@ -177,7 +192,7 @@ def bench_ingest(n_events: int, ranks: int, batch: int, repeat: int, pg_admin: s
             )
         rates.sort()
         medians[name] = rates[len(rates) // 2]
-        print(f"  {name}: {rates[0]:,.0f}–{rates[-1]:,.0f} events/s per core, median {medians[name]:,.0f}")
+        print(f"  {name}: {rates[0]:,.0f}-{rates[-1]:,.0f} events/s per core, median {medians[name]:,.0f}")
     print("  reference: target >= 50,000 events/s per core")
     return medians
 
@@ -329,7 +344,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trace-mb", type=int, default=200)
-    parser.add_argument("--pg", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--pg", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    )
     parser.add_argument("--import-child")
     parser.add_argument("--ingest-child")
     args = parser.parse_args()

@@ -193,7 +193,7 @@ def id_hashes(ids: Sequence[str]) -> np.ndarray:
     n = len(ids)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    width = max(2, max(map(len, ids)))
+    width = max(2, *map(len, ids))
     width += width % 2  # two UTF-32 code units per uint64 word
     words = np.array(ids, dtype=f"<U{width}").view("<u8").reshape(n, width // 2)
     lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
@@ -236,7 +236,9 @@ def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
 
 def encode_block(cols: EventColumns) -> bytes:
     """Columns → one compact blob (see the module docstring)."""
-    arrays: list[tuple[str, np.ndarray]] = [(name, getattr(cols, name)) for name in (*INT_COLUMNS, *PEER_COLUMNS)]
+    arrays: list[tuple[str, np.ndarray]] = [
+        (name, getattr(cols, name)) for name in (*INT_COLUMNS, *PEER_COLUMNS)
+    ]
     strings: dict[str, list[str]] = {}
     for name in STR_COLUMNS:
         table, codes = _string_table(getattr(cols, name))

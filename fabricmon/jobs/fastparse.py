@@ -110,9 +110,11 @@ def _peer_columns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     skel = joined.translate(None, _DIGITS)
     k_list = k.tolist()
     null_list = is_null.tolist()
-    if not (map_ok.all() and max(k_list) < len(_COMPACT) and skel == b"".join(
-        [b"null" if null_list[j] else _COMPACT[kj] for j, kj in enumerate(k_list)]
-    )):
+    if not (
+        map_ok.all()
+        and max(k_list) < len(_COMPACT)
+        and skel == b"".join([b"null" if null_list[j] else _COMPACT[kj] for j, kj in enumerate(k_list)])
+    ):
         # not one compact batch: check map by map (json.dumps spacing is fine too)
         for j, text in enumerate(texts):
             s = bytes(text).translate(None, _DIGITS)
@@ -165,9 +167,7 @@ def _opt(values: list[Any]) -> np.ndarray:
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
-def _fast_columns(
-    structs: list[_Line], clock_offset_ns: int
-) -> tuple[EventColumns, np.ndarray]:
+def _fast_columns(structs: list[_Line], clock_offset_ns: int) -> tuple[EventColumns, np.ndarray]:
     """Columns for the decoded structs, and a mask of the ones that passed every rule."""
     g = {name: list(map(attrgetter(name), structs)) for name in _Line.__struct_fields__}
     n = len(structs)
@@ -178,9 +178,9 @@ def _fast_columns(
     ok &= end >= start
     off = np.array([clock_offset_ns if v is None else v for v in g["clock_offset_ns"]], dtype=np.int64)
     totals = {}
-    for kind, counts, nbytes, key in (
-        ("send", send_n, send_bytes, "bytes_sent"),
-        ("recv", recv_n, recv_bytes, "bytes_recv"),
+    for counts, nbytes, key in (
+        (send_n, send_bytes, "bytes_sent"),
+        (recv_n, recv_bytes, "bytes_recv"),
     ):
         # the flat arrays only hold ok maps: spread them over all events for the sums
         sums, fits = _sums(np.where(counts >= 0, counts, NONE), nbytes)

@@ -72,7 +72,8 @@ class RankMapEntry(models.Model):
 
 
 class PhaseEvent(models.Model):
-    """(Earlier layout, no longer written: see ``EventBlock``.) One collective call on one rank. Times are Unix-epoch ns on the *server's* clock: the
+    """(Earlier layout, no longer written: see ``EventBlock``.) One collective call on one rank.
+    Times are Unix-epoch ns on the *server's* clock: the
     reported host time plus ``clock_offset_ns`` (what the probe measured; 0 when unknown)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")

@@ -31,7 +31,15 @@ from fabricmon.jobs.columns import (
     iter_dicts,
 )
 from fabricmon.jobs.fastparse import parse_ndjson_columns
-from fabricmon.jobs.models import EventBlock, EventBlockKey, EventKey, RankMapEntry, Run, TraceUpload, TrafficMatrix
+from fabricmon.jobs.models import (
+    EventBlock,
+    EventBlockKey,
+    EventKey,
+    RankMapEntry,
+    Run,
+    TraceUpload,
+    TrafficMatrix,
+)
 from fabricmon.jobs.validation import MAX_OFFSET_NS, LineError, ParsedBatch, validate_dicts
 
 MAX_TAGS, MAX_TAG_LEN = 64, 100
@@ -198,7 +206,8 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
             # integers we computed, written inline: binding 2 parameters per row costs more
             values = ",".join([f"({run_id},{h})" for h in todo[i : i + _KEY_CHUNK]])
             cursor.execute(
-                f"INSERT INTO {table} (run_id, id_hash) VALUES {values} ON CONFLICT DO NOTHING RETURNING id_hash"
+                f"INSERT INTO {table} (run_id, id_hash) VALUES {values} "
+                "ON CONFLICT DO NOTHING RETURNING id_hash"
             )
             won.extend(r[0] for r in cursor.fetchall())
     return claim & np.isin(hashes, np.array(won, dtype=np.int64))
@@ -341,14 +350,25 @@ def _add_to_matrices(
             [run.pk, min(steps), max(steps), *sources],
         )
         wanted_set = set(wanted)
-        existing = {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in wanted_set}
+        existing = {
+            (r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in wanted_set
+        }
         updates, inserts = [], []
         for j, k in enumerate(touched.tolist()):
             key = keys[k]
             part_sent, part_recv = part(j)
             old = existing.get(key)
             if old is None:
-                inserts.append((run_id, *key, n, part_sent.astype("<i8").tobytes(), part_recv.astype("<i8").tobytes(), int(calls[k])))
+                inserts.append(
+                    (
+                        run_id,
+                        *key,
+                        n,
+                        part_sent.astype("<i8").tobytes(),
+                        part_recv.astype("<i8").tobytes(),
+                        int(calls[k]),
+                    )
+                )
                 continue
             n_old = old[5]
             m = max(n_old, n)
@@ -373,7 +393,12 @@ def _add_to_matrices(
                 f"calls = v.column4 FROM (VALUES {_marks(len(rows), 5)}) AS v WHERE {table}.id = v.column5",
                 [x for row in rows for x in row],
             )
-        _insert_many(cursor, table, ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"), inserts)
+        _insert_many(
+            cursor,
+            table,
+            ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
+            inserts,
+        )
 
 
 def _chunks(rows: list[tuple[Any, ...]], size: int = 500) -> Iterator[list[tuple[Any, ...]]]:
@@ -457,9 +482,7 @@ def event_columns(
     return cols if len(cols) < 2 or (order == np.arange(len(cols))).all() else cols.take(order)
 
 
-def iter_events(
-    run: Run, *, source: str | None = None, phase: str | None = None
-) -> Iterator[dict[str, Any]]:
+def iter_events(run: Run, *, source: str | None = None, phase: str | None = None) -> Iterator[dict[str, Any]]:
     """The run's events as dicts (``columns.EXPORT_FIELDS`` + per-peer maps) in start_ns order
     (ties in arrival order), streamed: blocks are read in start order and merged, so memory holds
     only the blocks whose times overlap."""

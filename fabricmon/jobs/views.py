@@ -144,7 +144,9 @@ def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     truncated = len(cols) > TIMELINE_LIMIT
     if truncated:
         cols = cols.take(np.arange(TIMELINE_LIMIT))
-    opt = {k: [None if v < 0 else v for v in getattr(cols, k).tolist()] for k in ("step", "layer", "bytes_sent")}
+    opt = {
+        k: [None if v < 0 else v for v in getattr(cols, k).tolist()] for k in ("step", "layer", "bytes_sent")
+    }
     cols_out: dict[str, Any] = {
         "rank": cols.rank.tolist(),
         "step": opt["step"],
@@ -155,9 +157,7 @@ def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
         "bytes_sent": opt["bytes_sent"],
         "source": [SOURCES[c] for c in cols.source.tolist()],
     }
-    return HttpResponse(
-        orjson.dumps({"truncated": truncated, **cols_out}), content_type="application/json"
-    )
+    return HttpResponse(orjson.dumps({"truncated": truncated, **cols_out}), content_type="application/json")
 
 
 @login_required

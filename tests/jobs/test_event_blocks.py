@@ -61,7 +61,18 @@ def test_fast_parser_agrees_with_the_careful_validator() -> None:
         expected = columns_from_rows(old.rows, old.peers)
         order = np.argsort(np.array(cols.event_id)), np.argsort(np.array(expected.event_id))
         got, want = decode_block(encode_block(cols.take(order[0]))), expected.take(order[1])
-        for name in ("event_id", "rank", "step", "start_ns", "bytes_sent", "send_n", "send_peer", "recv_bytes", "pg_ranks", "collective"):
+        for name in (
+            "event_id",
+            "rank",
+            "step",
+            "start_ns",
+            "bytes_sent",
+            "send_n",
+            "send_peer",
+            "recv_bytes",
+            "pg_ranks",
+            "collective",
+        ):
             assert np.array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name))), name
 
 

@@ -5,51 +5,94 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EventBlock',
+            name="EventBlock",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('n_events', models.PositiveIntegerField()),
-                ('start_ns_min', models.BigIntegerField()),
-                ('start_ns_max', models.BigIntegerField()),
-                ('columns', models.BinaryField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='event_blocks', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("n_events", models.PositiveIntegerField()),
+                ("start_ns_min", models.BigIntegerField()),
+                ("start_ns_max", models.BigIntegerField()),
+                ("columns", models.BinaryField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="event_blocks",
+                        to="jobs.run",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='EventBlockKey',
+            name="EventBlockKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(max_length=16)),
-                ('step', models.BigIntegerField()),
-                ('layer', models.IntegerField()),
-                ('phase', models.CharField(max_length=16)),
-                ('events', models.PositiveIntegerField()),
-                ('block', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='keys', to='jobs.eventblock')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='event_block_keys', to='jobs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(max_length=16)),
+                ("step", models.BigIntegerField()),
+                ("layer", models.IntegerField()),
+                ("phase", models.CharField(max_length=16)),
+                ("events", models.PositiveIntegerField()),
+                (
+                    "block",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="keys", to="jobs.eventblock"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="event_block_keys",
+                        to="jobs.run",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='EventKey',
+            name="EventKey",
             fields=[
-                ('pk', models.CompositePrimaryKey('run_id', 'id_hash', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('id_hash', models.BigIntegerField()),
-                ('run', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='jobs.run')),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "run_id", "id_hash", blank=True, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("id_hash", models.BigIntegerField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="jobs.run",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='eventblock',
-            index=models.Index(fields=['run', 'start_ns_min'], name='jobs_eventb_run_id_f7109f_idx'),
+            model_name="eventblock",
+            index=models.Index(fields=["run", "start_ns_min"], name="jobs_eventb_run_id_f7109f_idx"),
         ),
         migrations.AddIndex(
-            model_name='eventblockkey',
-            index=models.Index(fields=['run', 'step', 'layer', 'phase'], name='jobs_eventb_run_id_46fb64_idx'),
+            model_name="eventblockkey",
+            index=models.Index(
+                fields=["run", "step", "layer", "phase"], name="jobs_eventb_run_id_46fb64_idx"
+            ),
         ),
     ]
