@@ -185,9 +185,9 @@ def test_status_says_when_there_are_no_frames(fabric_name, redis_client) -> None
 def test_next_lease_holder_continues_from_the_last_read(twin_process, redis_url, settings) -> None:
     """Handover loses no sample: the new holder differences against the read the old one stored."""
     settings.FABRICMON_SHARD_SIZE = 6
-    spec = collector_spec(twin_process.fabric)
+    spec = collector_spec(twin_process.fabric, interval_s=1.0, timeout_s=0.3)
     first, second = [], []
-    r1 = run_shard(f"{spec.name}:0", lease_s=5, run_s=1.6, fabrics=[spec], redis_url=redis_url,
+    r1 = run_shard(f"{spec.name}:0", lease_s=5, run_s=2.2, fabrics=[spec], redis_url=redis_url,
                    observer=first.append, history=False)
     r2 = run_shard(f"{spec.name}:0", lease_s=5, run_s=1.6, fabrics=[spec], redis_url=redis_url,
                    observer=second.append, history=False)
