@@ -16,13 +16,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from collectors.gnmi.paths import speed_identity
 from fabricmon.core.queues import QueueBank, QueueConfig
+
+if TYPE_CHECKING:
+    from twin.fabric_queues import FabricQueues
 
 ArrivalFn = Callable[[int], npt.NDArray[np.float64]]
 NS = 1_000_000_000
@@ -117,3 +120,78 @@ class QueueCounterSource:
         with self._lock:
             rows = [s["q_max_len"] for t, s, cleared in self.history if cleared and t0_ns < t <= t1_ns]
         return np.max(rows, axis=0) if rows else np.zeros(len(self.port_names), dtype=np.uint64)
+
+
+# ---- the twin's own switches ------------------------------------------------------------------
+def queue_leaves(
+    cum: dict[str, npt.NDArray[np.float64]], pkt_bytes: float
+) -> dict[str, npt.NDArray[np.uint64]]:
+    """Cumulative fluid counters (twin.fabric_queues.FabricQueues.counters_at) → the integer
+    counter leaves a device serves. Both the gNMI target and the twin's truth go through here."""
+
+    def floor(x: npt.NDArray[np.float64]) -> npt.NDArray[np.uint64]:
+        return np.floor(x).astype(np.uint64)
+
+    return {
+        "in_pause_frames": floor(cum["pfc_rx_frames"]),
+        "out_pause_frames": floor(cum["pfc_tx_frames"]),
+        "q_tx_octets": floor(cum["tx_bytes"]),
+        "q_tx_pkts": floor(cum["tx_bytes"] / pkt_bytes),
+        "q_dropped_pkts": floor(cum["dropped_bytes"] / pkt_bytes),
+        "q_ecn_marked_pkts": floor(cum["ecn_marked_bytes"] / pkt_bytes),
+        "pfc_rx_frames": floor(cum["pfc_rx_frames"]),
+        "pfc_tx_frames": floor(cum["pfc_tx_frames"]),
+        "pfc_rx_duration_us": floor(cum["pfc_rx_s"] * 1e6),
+        "pfc_tx_duration_us": floor(cum["pfc_tx_s"] * 1e6),
+    }
+
+
+class TwinSwitchSource:
+    """One switch of a running twin as a gNMI counter source.
+
+    Interface octets, discards and errors are the twin's own counters (the ones its SNMP agent
+    serves, ``CounterClock``); queue, ECN, PFC and watermark leaves come from the fabric's queue
+    model over the same timeline. The watermark is read-and-clear: each clearing read reports
+    the max occupancy since the previous one (device semantics, shared by all readers).
+    """
+
+    def __init__(
+        self,
+        port_names: Sequence[str],
+        speed_bps: npt.ArrayLike,
+        ports: slice,
+        *,
+        read_counters: Callable[[int, slice], npt.NDArray[np.uint64]],
+        queues: FabricQueues,
+        t0_ns: int,
+    ) -> None:
+        self.port_names = tuple(port_names)
+        self.speed_bps = np.asarray(speed_bps, dtype=np.float64)
+        self.sl = ports
+        self.read_counters = read_counters
+        self.queues = queues
+        self.oper_up = np.ones(len(self.port_names), dtype=bool)
+        self._speed = np.asarray([speed_identity(s) for s in self.speed_bps])
+        self._last_clear_ns = t0_ns
+        self.clears: deque[int] = deque(maxlen=4096)  # times of clearing reads (watermark truth)
+        self._lock = threading.Lock()
+
+    def read(self, t_ns: int | None = None, *, clear: bool = True) -> tuple[int, dict[str, npt.NDArray[Any]]]:
+        with self._lock:
+            t = time.time_ns() if t_ns is None else t_ns
+            t = max(t, self._last_clear_ns)
+            v = self.read_counters(t, self.sl)
+            leaves: dict[str, npt.NDArray[Any]] = {
+                "in_octets": v[:, 0], "out_octets": v[:, 1],
+                "in_discards": v[:, 4], "out_discards": v[:, 5], "in_errors": v[:, 6],
+            }
+            cum = self.queues.counters_at(t)
+            leaves.update(queue_leaves({k: a[self.sl] for k, a in cum.items()}, self.queues.cfg.pkt_bytes))
+            peak = self.queues.peak_bytes(self._last_clear_ns, t)[self.sl]
+            leaves["q_max_len"] = np.floor(peak).astype(np.uint64)
+            if clear:
+                self._last_clear_ns = t
+                self.clears.append(t)
+            leaves["oper_status"] = np.where(self.oper_up, "UP", "DOWN")
+            leaves["port_speed"] = self._speed
+            return t, leaves

@@ -28,8 +28,11 @@ from fabricmon.core.railgen import rail_optimized
 from fabricmon.core.topology import FabricSpec, SnmpSettings, build_port_index
 from twin.agent_state import TICKS_PER_S, SwitchAgentState
 from twin.counters import HC_METRICS, METRICS, RATE_NAMES, CounterClock
+from twin.fabric_queues import FabricQueues, peer_positions
+from twin.gnmi_target import GnmiFabric
 from twin.mib import build_switch_mib
 from twin.moe import MoeConfig, MoeTraffic
+from twin.queues import TwinSwitchSource, queue_leaves
 from twin.routing import Router, RoutingMode, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol
@@ -60,6 +63,8 @@ class TwinConfig:
     buffer_bytes: float = 16e6
     packet_bytes: int = 4096
     job: MoeConfig = field(default_factory=MoeConfig)
+    gnmi: bool = False  # also serve gNMI (queues, ECN, PFC, watermark) per switch; see .gnmi_ports
+    gnmi_port_base: int = 0  # 0 = ephemeral ports
 
     def __post_init__(self) -> None:
         if self.tick_hz < 10.0:
@@ -115,6 +120,9 @@ class Twin:
         self._engines: list[Any] = []
         self.t0_ns = 0
         self.ticks = 0
+        self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
+        self.gnmi: GnmiFabric | None = None
+        self.gnmi_ports: dict[str, int] = {}  # switch → gNMI port on 127.0.0.1 (cfg.gnmi)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -137,6 +145,11 @@ class Twin:
             lossy=cfg.lossy,
             buffer_bytes=cfg.buffer_bytes,
         )
+        if cfg.gnmi:
+            self.queues = FabricQueues(
+                self.timeline, self.ports, peer_positions(self.wiring.link, len(self.ports)), self.t0_ns,
+                lossy=cfg.lossy, buffer_bytes=cfg.buffer_bytes, pkt_bytes=float(cfg.packet_bytes),
+            )
         sockets = self._bind_sockets()
         switches = []
         for sw in self.fabric.switches:
@@ -160,7 +173,27 @@ class Twin:
         self._ready.wait(30)
         if self._start_error is not None:
             raise RuntimeError(f"twin failed to start: {self._start_error}") from self._start_error
+        if cfg.gnmi:
+            try:
+                self._start_gnmi()
+            except BaseException:
+                self.stop()
+                raise
         return self
+
+    def _start_gnmi(self) -> None:
+        assert self.queues is not None
+        sources = {}
+        for sw in self.fabric.switches:
+            sl = self.ports.slice_of(sw.name)
+            sources[sw.name] = TwinSwitchSource(
+                self.ports.port_names[sl], self.ports.speed_bps[sl], sl,
+                read_counters=self.clock.values_at, queues=self.queues, t0_ns=self.t0_ns,
+            )
+        base = self.cfg.gnmi_port_base
+        ports = {sw.name: base + k for k, sw in enumerate(self.fabric.switches)} if base else None
+        self.gnmi = GnmiFabric(sources, ports=ports).start()
+        self.gnmi_ports = dict(self.gnmi.ports)
 
     def _port_spec(self, switch: str, ifindex: int) -> Any:
         return next(p for p in self.fabric.switch(switch).ports if p.ifindex == ifindex)
@@ -179,6 +212,9 @@ class Twin:
         return out
 
     def stop(self) -> None:
+        if self.gnmi is not None:
+            self.gnmi.stop()
+            self.gnmi = None
         if self._loop is not None and self._stopping is not None:
             self._loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
@@ -249,6 +285,8 @@ class Twin:
 
     def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
         self.clock.advance(now_ns, self._rates(now_ns, now_ns + period_ns), overrides=overrides)
+        if self.queues is not None:  # keep the queues current: the timeline forgets old phases
+            self.queues.advance_to(now_ns)
         self.ticks += 1
 
     # -- faults (thread-safe; applied on the twin's loop) ------------------------------------------
@@ -343,6 +381,25 @@ class Twin:
             out_octets_per_s=float(out[p]),
         )
 
+    def true_queue(self, switch: str | None, t_ns: int) -> dict[str, np.ndarray]:
+        """Queue, ECN, PFC counters (uint64 per port) the gNMI target serves at ``t_ns``
+        (twin.queues.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
+        if self.queues is None:
+            raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
+        cum = self.queues.counters_at(t_ns)
+        sl = self._slice(switch)
+        pkt = self.queues.cfg.pkt_bytes
+        out: dict[str, np.ndarray] = queue_leaves({k: a[sl] for k, a in cum.items()}, pkt)
+        out["q_bytes"] = cum["q_bytes"][sl]
+        return out
+
+    def true_watermark(self, switch: str | None, t1_ns: int, t2_ns: int) -> np.ndarray:
+        """Max egress queue occupancy per port over [t1, t2], whole bytes (what a read-and-clear
+        watermark read at t2 reports when the previous clear was at t1). Needs ``gnmi=True``."""
+        if self.queues is None:
+            raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
+        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns)[self._slice(switch)]).astype(np.uint64)
+
     def phases(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
         """Phase events (step, layer, dispatch|combine, start/end ns, hot GPU) overlapping [t1, t2]."""
         return self.timeline.events(t1_ns, t2_ns)
@@ -365,6 +422,7 @@ class Twin:
                     "boot_ns": self.agents[sw.name].boot_ns if self.agents else None,
                     "answered": self._protocols[sw.name].answered if sw.name in self._protocols else None,
                     "malformed": self._protocols[sw.name].malformed if sw.name in self._protocols else None,
+                    "gnmi_port": self.gnmi_ports.get(sw.name),
                 }
                 for sw in self.fabric.switches
             },

@@ -11,6 +11,7 @@ exceeds line rate:
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass
 
@@ -71,6 +72,8 @@ class JobTimeline:
         self.cursor_ns = t0_ns
         self.phases: deque[Phase] = deque()  # recent phases with their port arrays
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
+        # the twin's ticker and its gNMI targets (another thread) both extend and read the deques
+        self._lock = threading.RLock()
 
     def _place(self, step: int, layer: int, kind: PhaseKind, matrix: FloatArray, hot_gpu: int) -> None:
         pb = self.router.route(matrix)
@@ -103,6 +106,10 @@ class JobTimeline:
 
     def ensure(self, until_ns: int) -> None:
         """Generate steps until the timeline covers ``until_ns``; forget phases older than keep_s."""
+        with self._lock:
+            self._ensure(until_ns)
+
+    def _ensure(self, until_ns: int) -> None:
         while self.cursor_ns < until_ns:
             self._generate_step()
         while self.phases and self.phases[0].end_ns < until_ns - self.keep_ns:
@@ -110,7 +117,11 @@ class JobTimeline:
 
     def window_bytes(self, a_ns: int, b_ns: int) -> tuple[FloatArray, FloatArray, FloatArray]:
         """(in, out, dropped) bytes per port that fall in [a, b), pro rata over phase windows."""
-        self.ensure(b_ns)
+        with self._lock:
+            return self._window_bytes(a_ns, b_ns)
+
+    def _window_bytes(self, a_ns: int, b_ns: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        self._ensure(b_ns)
         n = len(self.capacity_Bps)
         tot_in, tot_out, tot_drop = np.zeros(n), np.zeros(n), np.zeros(n)
         for ph in reversed(self.phases):  # newest first: stop at the first phase ended before a
@@ -125,5 +136,13 @@ class JobTimeline:
         return tot_in, tot_out, tot_drop
 
     def events(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
-        return [e for e in self.recent_events
-                if int(e["end_ns"]) > t1_ns and int(e["start_ns"]) < t2_ns]  # type: ignore[call-overload]
+        with self._lock:
+            return [e for e in self.recent_events
+                    if int(e["end_ns"]) > t1_ns and int(e["start_ns"]) < t2_ns]  # type: ignore[call-overload]
+
+    def phases_from(self, start_ns: int, until_ns: int) -> list[Phase]:
+        """Phases starting at or after ``start_ns`` and before ``until_ns`` (timeline extended to
+        cover it), oldest first — for the queue model, which walks the timeline on its own."""
+        with self._lock:
+            self._ensure(until_ns)
+            return [ph for ph in self.phases if start_ns <= ph.start_ns < until_ns]
