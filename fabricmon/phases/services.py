@@ -6,17 +6,21 @@ Everything numeric happens in core; this module only reads rows and Redis frames
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 
+from collectors.traces.schema import PHASES
 from fabricmon.core.clocks import estimate_skew
 from fabricmon.core.gates import SourceView, assess
 from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
-from fabricmon.jobs.models import PhaseEvent, RankMapEntry, Run, TrafficMatrix
+from fabricmon.jobs import services as jobs
+from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.topology import services as topology
 
 _CACHE = ProjectorCache()
+PXN = Routing("pxn")  # what rail-optimized fabrics run; the API may ask for another
 _LAYOUTS: dict[tuple[str, str], FabricLayout] = {}
 
 
@@ -35,9 +39,11 @@ def _measured(fabric: str, t1_ns: int, t2_ns: int) -> tuple[Any, Any, Any] | Non
 
         r = live_window.connect()
         frames = [f for _, f in live_window.read_window(r, fabric)]
-    except Exception:  # noqa: BLE001  (no Redis / no frames: the projection stays unverified, flagged)
+    except Exception:
         return None
-    frames = [f for f in frames if t1_ns <= f.ts_ns <= t2_ns and "in_bps" in f.metrics and "out_bps" in f.metrics]
+    frames = [
+        f for f in frames if t1_ns <= f.ts_ns <= t2_ns and "in_bps" in f.metrics and "out_bps" in f.metrics
+    ]
     if len(frames) < 3:
         return None
     ts = np.array([f.ts_ns for f in frames], dtype=np.int64)
@@ -48,7 +54,7 @@ def _measured(fabric: str, t1_ns: int, t2_ns: int) -> tuple[Any, Any, Any] | Non
     return edges, m_in, m_out
 
 
-def phase_views(run: Run, routing: Routing = Routing("pxn"), source: str | None = None) -> dict[str, Any]:
+def phase_views(run: Run, routing: Routing = PXN, source: str | None = None) -> dict[str, Any]:
     """The run's phase-aligned views with their gate verdicts, as plain data for the API and page."""
     if not run.fabric:
         return {"error": "the run names no fabric: set it when creating the run", "views": {}}
@@ -60,25 +66,26 @@ def phase_views(run: Run, routing: Routing = Routing("pxn"), source: str | None 
     if not rows:
         return {"error": "no per-(step, layer, phase) traffic matrices for this run yet", "views": {}}
     world = run.world_size or max(m.n_ranks for m in rows)
-    entries = list(RankMapEntry.objects.filter(run=run).values("rank", "host", "local_rank", "switch", "switch_port"))
+    entries = list(
+        RankMapEntry.objects.filter(run=run).values("rank", "host", "local_rank", "switch", "switch_port")
+    )
     placement = place_ranks(layout, entries, world)
     proj = _CACHE.get(layout, placement, routing)
-    ev = np.array(
-        list(PhaseEvent.objects.filter(run=run).exclude(step=None).exclude(layer=None)
-             .values_list("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_offset_ns")),
-        dtype=object,
-    )
-    if not len(ev):
+    cols = jobs.event_columns(run, source=source)
+    ok = (cols.step >= 0) & (cols.layer >= 0)  # -1: an event without a step or layer
+    if not ok.any():
         return {"error": "no phase events with step and layer for this run yet", "views": {}}
-    key_of: dict[tuple[int, int, str], int] = {}
-    inst = np.array([key_of.setdefault((int(s), int(l), str(p)), len(key_of)) for s, l, p in ev[:, :3]])
-    start, end = ev[:, 4].astype(np.int64), ev[:, 5].astype(np.int64)
-    clock = estimate_skew(inst, ev[:, 3].astype(np.int64), end, world,
-                          offset_known=bool((ev[:, 6].astype(np.int64) != 0).all()))
+    step, layer, code = cols.step[ok], cols.layer[ok], cols.phase[ok]
+    rank, start, end = cols.rank[ok], cols.start_ns[ok], cols.end_ns[ok]
+    # one instance id per (step, layer, phase), vectorised: unique rows of the three int columns
+    triples, inst = np.unique(np.stack([step, layer, code], axis=1), axis=0, return_inverse=True)
+    inst = inst.reshape(-1)
+    key_of = {(int(s), int(lay), PHASES[int(c)]): i for i, (s, lay, c) in enumerate(triples)}
+    clock = estimate_skew(inst, rank, end, world, offset_known=bool((cols.clock_offset_ns[ok] != 0).all()))
     order = np.argsort(inst, kind="stable")
     bounds = np.searchsorted(inst[order], np.arange(len(key_of) + 1))
-    s_med = np.array([np.median(start[order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]).astype(np.int64)
-    e_med = np.array([np.median(end[order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]).astype(np.int64)
+    s_med = np.array([np.median(start[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
+    e_med = np.array([np.median(end[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
     by_key = {(m.step, m.layer, m.phase): m for m in rows}
     keys = [k for k in key_of if k in by_key]
     pick = np.array([key_of[k] for k in keys], dtype=np.int64)
@@ -89,18 +96,39 @@ def phase_views(run: Run, routing: Routing = Routing("pxn"), source: str | None 
     pb = proj.project(stack)
     meas = _measured(run.fabric, int(s_med.min()), int(e_med.max()) + 60_000_000_000)
     views: dict[str, SourceView] = assess(
-        phase_keys=keys, start_ns=s_med[pick], end_ns=e_med[pick], projected_in=pb.in_bytes, projected_out=pb.out_bytes,
-        coverage=placement.coverage, clock_error_s=clock.error_bound_ns / 1e9, offset_known=clock.offset_known,
-        edges_ns=meas[0] if meas else None, measured_in=meas[1] if meas else None, measured_out=meas[2] if meas else None,
+        phase_keys=keys,
+        start_ns=s_med[pick],
+        end_ns=e_med[pick],
+        projected_in=pb.in_bytes,
+        projected_out=pb.out_bytes,
+        coverage=placement.coverage,
+        clock_error_s=clock.error_bound_ns / 1e9,
+        offset_known=clock.offset_known,
+        edges_ns=meas[0] if meas else None,
+        measured_in=meas[1] if meas else None,
+        measured_out=meas[2] if meas else None,
     )
     index = layout.index
     peers = topology.port_peers(run.fabric)
-    rows_meta = [{"switch": index.switch_names[int(index.switch_of[p])], "port": index.port_names[p],
-                  "rail": int(index.rail[p]), "peer": peers[p] if p < len(peers) else ""} for p in range(len(index))]
+    rows_meta = [
+        {
+            "switch": index.switch_names[int(index.switch_of[p])],
+            "port": index.port_names[p],
+            "rail": int(index.rail[p]),
+            "peer": peers[p] if p < len(peers) else "",
+        }
+        for p in range(len(index))
+    ]
     return {
-        "run": run.pk, "fabric": run.fabric, "routing": routing.label(),
+        "run": run.pk,
+        "fabric": run.fabric,
+        "routing": routing.label(),
         "rank_map": {"coverage": placement.coverage, "problems": list(placement.problems[:20])},
-        "clock": {"error_bound_ns": clock.error_bound_ns, "worst_rank": clock.worst_rank(), "collectives": clock.collectives},
+        "clock": {
+            "error_bound_ns": clock.error_bound_ns,
+            "worst_rank": clock.worst_rank(),
+            "collectives": clock.collectives,
+        },
         "ports": rows_meta,
         "views": {name: v.as_dict() for name, v in views.items()},
     }
@@ -116,5 +144,9 @@ def fold_layers(view: dict[str, Any]) -> dict[str, Any]:
     vals = np.asarray(view["values"])
     folded = np.zeros((len(uniq), vals.shape[1]))
     np.add.at(folded, idx, vals)
-    return {**view, "columns": [[-1, *c] for c in uniq], "values": folded.tolist(),
-            "hot_port": folded.argmax(axis=1).tolist()}
+    return {
+        **view,
+        "columns": [[-1, *c] for c in uniq],
+        "values": folded.tolist(),
+        "hot_port": folded.argmax(axis=1).tolist(),
+    }

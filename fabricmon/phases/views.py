@@ -26,8 +26,13 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     routing = _routing(request)
     if routing is None:
-        return JsonResponse({"error": f"routing must be one of {', '.join(ROUTING_MODES)} (seed an integer)",
-                             "field": "routing"}, status=400)
+        return JsonResponse(
+            {
+                "error": f"routing must be one of {', '.join(ROUTING_MODES)} (seed an integer)",
+                "field": "routing",
+            },
+            status=400,
+        )
     data = services.phase_views(run, routing)
     if request.GET.get("fold") == "1":
         data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}

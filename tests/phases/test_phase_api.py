@@ -1,0 +1,85 @@
+"""The phases API on a reported twin run: the twin's job posts through the probe's client path
+(EventPoster → the real ingest API on pytest-django's live server), its counters sit in the live
+window as 1 s frames; the API projects the stored matrices and gates every view.
+
+Faults, each failing its own gate and withholding the view with its reason (values never sent):
+a 500 ms clock skew on one host, a rank map covering half the ranks, and a routing mismatch (the
+fabric ran PXN, the view assumes ECMP)."""
+
+from __future__ import annotations
+
+import pytest
+from phase_twin import recording, report, write_counters
+
+from fabricmon.jobs import services as jobs
+from fabricmon.telemetry import live_window
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def rec(db, redis_client, fabric_name):  # type: ignore[no-untyped-def]
+    r = recording(fabric_name)
+    write_counters(redis_client, r)
+    yield r
+    redis_client.delete(live_window.frames_key(fabric_name))
+
+
+def _gates(view):  # type: ignore[no-untyped-def]
+    return {g["name"]: g["verdict"] for g in view["gates"]}
+
+
+def test_without_faults_every_gate_passes_and_views_carry_values(
+    live_server, django_user_model, client, rec
+) -> None:
+    user = django_user_model.objects.create_user("owner", password="pw")
+    client.force_login(user)
+    run = report(live_server, user, rec)
+    assert jobs.event_count(run) == len(rec.phases) * rec.world_size
+    data = client.get(f"/phases/runs/{run.pk}/views.json").json()
+    assert "projected" in data["views"], data.get("error")
+    for source in ("projected", "attributed"):
+        view = data["views"][source]
+        assert view["verdict"] == "show" and view["failed"] == [], (source, view["failed"])
+        assert set(_gates(view).values()) == {"pass"}
+        assert view["values"] is not None and len(view["hot_port"]) == len(view["columns"])
+    proj = data["views"]["projected"]
+    assert set(_gates(proj)) == {"rank_map_coverage", "clock_alignment", "projected_vs_measured"}
+    assert len(proj["values"]) == len(rec.phases) and len(proj["values"][0]) == len(rec.ports)
+    # measured per phase at 1 s polls is true but coarse: drawn, flagged, and it says why
+    assert data["views"]["measured"]["verdict"] == "flag"
+    assert data["views"]["measured"]["failed"][0].startswith("poll_resolution")
+    folded = client.get(f"/phases/runs/{run.pk}/views.json?fold=1").json()["views"]["projected"]
+    assert len(folded["columns"]) == 2 * rec.cfg.job.layers and folded["columns"][0][0] == -1
+    page = client.get(f"/phases/runs/{run.pk}/")
+    assert page.status_code == 200 and b"phase-aligned heatmap" in page.content
+    assert client.get(f"/phases/runs/{run.pk}/views.json?routing=bogus").status_code == 400
+
+
+def test_each_fault_withholds_with_its_reason(live_server, django_user_model, client, rec) -> None:
+    user = django_user_model.objects.create_user("owner2", password="pw")
+    client.force_login(user)
+
+    half = _run_views(client, report(live_server, user, rec, coverage=0.5))
+    proj = half["views"]["projected"]
+    assert proj["verdict"] == "withhold" and proj["values"] is None and proj["hot_port"] is None
+    assert proj["failed"][0].startswith("rank_map_coverage: 50 % < 90 %")
+    # half the ranks unplaced also leaves half the measured bytes unexplained: that gate fails too
+    assert _gates(proj)["clock_alignment"] == "pass"
+
+    skewed = _run_views(client, report(live_server, user, rec, skew_ns_by_host={1: 500_000_000}))
+    assert abs(skewed["clock"]["error_bound_ns"] - 5e8) < 1e7
+    for source in ("projected", "attributed"):
+        view = skewed["views"][source]
+        assert view["verdict"] == "withhold" and view["values"] is None
+        assert any(r.startswith("clock_alignment: 500 ms >") for r in view["failed"])
+
+    full = report(live_server, user, rec)
+    mismatch = client.get(f"/phases/runs/{full.pk}/views.json?routing=ecmp").json()["views"]["projected"]
+    assert mismatch["verdict"] == "withhold" and mismatch["values"] is None
+    assert [r.split(":")[0] for r in mismatch["failed"]] == ["projected_vs_measured"]
+    assert _gates(mismatch)["projected_vs_measured"] == "withhold"
+
+
+def _run_views(client, run):  # type: ignore[no-untyped-def]
+    return client.get(f"/phases/runs/{run.pk}/views.json").json()
