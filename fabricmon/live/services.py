@@ -209,9 +209,10 @@ def async_redis() -> aioredis.Redis:
 
 
 # --- pages ---------------------------------------------------------------------------------------
-def known_fabrics(r: redis.Redis) -> list[str]:
-    """Fabrics in the topology database or with live frames (a fabric may be either first)."""
-    return sorted(set(Fabric.objects.values_list("name", flat=True)) | set(live_fabrics(r)))
+def known_fabrics(r: redis.Redis) -> tuple[list[str], list[str]]:
+    """(fabrics in the topology database, fabrics with live frames but no stored topology)."""
+    stored = sorted(Fabric.objects.values_list("name", flat=True))
+    return stored, sorted(set(live_fabrics(r)) - set(stored))
 
 
 _LAYOUT_CACHE: dict[tuple[str, str, str], dict[str, Any]] = {}

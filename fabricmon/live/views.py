@@ -40,16 +40,15 @@ def _redis() -> Any:
 
 @operator_required
 def index(request: HttpRequest) -> HttpResponse:
-    fabrics = services.known_fabrics(_redis())
-    if len(fabrics) == 1:
-        return redirect("live:fabric", fabric=fabrics[0])
-    return render(request, "live/index.html", {"fabrics": fabrics})
+    stored, live_only = services.known_fabrics(_redis())
+    if len(stored) == 1:  # the usual case (and `make demo`): straight to the heatmap
+        return redirect("live:fabric", fabric=stored[0])
+    return render(request, "live/index.html", {"fabrics": stored, "live_only": live_only})
 
 
 @operator_required
 def fabric(request: HttpRequest, fabric: str) -> HttpResponse:
-    context = {"fabric": fabric, "fabrics": services.known_fabrics(_redis())}
-    return render(request, "live/fabric.html", context)
+    return render(request, "live/fabric.html", {"fabric": fabric})
 
 
 def _layout_etag(request: HttpRequest, fabric: str) -> str | None:
