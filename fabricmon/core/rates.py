@@ -66,10 +66,12 @@ class CounterRead:
     """One switch's read of one counter column, aligned to a fixed port order.
 
     ``values`` is ``None`` when the poll failed (an explicit gap). ``present`` marks ports that
-    the snapshot actually contained (``None`` = all present).
+    the snapshot actually contained (``None`` = all present). ``ts_ns`` is when the agent read
+    the counters: one Unix-epoch int for the whole read, or an int64 array with one read time per
+    port (a walk spans several request/response round trips, and the rate moves meanwhile).
     """
 
-    ts_ns: int
+    ts_ns: int | I64Array
     values: U64Array | None
     sys_uptime_ticks: int | None = None
     discontinuity_ticks: I64Array | None = None
@@ -79,12 +81,13 @@ class CounterRead:
 @dataclass(frozen=True)
 class CounterRates:
     """Per-port result: ``rate_per_s`` (counter units per second; NaN = dropped), the exact
-    ``delta`` as float64 (NaN = dropped) and a :class:`RateReason` code per port."""
+    ``delta`` as float64 (NaN = dropped) and a :class:`RateReason` code per port.
+    ``interval_s`` is a float when both reads had one timestamp, else a float64 array per port."""
 
     rate_per_s: F64Array
     delta: F64Array
     reason: ReasonArray
-    interval_s: float
+    interval_s: float | F64Array
 
     def counts(self) -> dict[str, int]:
         """How many ports ended with each reason (for health and logs)."""
@@ -110,17 +113,15 @@ def counter_rates(
 
     ``speed_bps`` per port (0 or NaN = unknown speed: no line-rate check). For ``unit="octets"``
     the ceiling is ``speed_bps / 8`` bytes/s; for ``"packets"`` it is ``speed_bps / 672`` (minimum
-    frames back to back).
+    frames back to back). Timestamps may be per port (arrays): each port's rate is then its delta
+    over its own interval, and a port whose interval is not positive is ``BAD_INTERVAL``.
     """
     n = _port_count(prev, cur, speed_bps)
     reason = np.zeros(n, dtype=np.uint8)
     delta = np.full(n, np.nan)
-    dt_s = (cur.ts_ns - prev.ts_ns) / 1e9
+    dt_s = _interval_s(prev.ts_ns, cur.ts_ns, n)
     if prev.values is None or cur.values is None:
         reason[:] = RateReason.GAP
-        return CounterRates(np.full(n, np.nan), delta, reason, dt_s)
-    if dt_s <= 0:
-        reason[:] = RateReason.BAD_INTERVAL
         return CounterRates(np.full(n, np.nan), delta, reason, dt_s)
 
     a = np.asarray(prev.values, dtype=np.uint64)
@@ -140,6 +141,7 @@ def counter_rates(
     ceiling = speed * units_per_bit * slack * dt_s
     known = np.isfinite(speed) & (speed > 0)
     reason[(reason == RateReason.OK) & known & (delta_f > ceiling)] = RateReason.ABOVE_LINE_RATE
+    reason[np.broadcast_to(np.asarray(dt_s) <= 0, (n,))] = RateReason.BAD_INTERVAL
 
     # Stronger evidence overrides the value-based codes, in increasing precedence.
     pd, cd = prev.discontinuity_ticks, cur.discontinuity_ticks
@@ -157,7 +159,22 @@ def counter_rates(
 
     ok = reason == RateReason.OK
     delta[ok] = delta_f[ok]
-    return CounterRates(delta / dt_s, delta, reason, dt_s)
+    with np.errstate(divide="ignore", invalid="ignore"):  # dt <= 0 only where delta is NaN
+        rate = delta / dt_s
+    return CounterRates(rate, delta, reason, dt_s)
+
+
+def _interval_s(prev_ts_ns: int | I64Array, cur_ts_ns: int | I64Array, n: int) -> float | F64Array:
+    """cur - prev in seconds: a float for two scalar stamps, else a float64 array per port. The
+    difference is taken in int64 (exact), only then converted: epoch ns do not fit float64."""
+    if np.ndim(prev_ts_ns) == 0 and np.ndim(cur_ts_ns) == 0:
+        return (int(cur_ts_ns) - int(prev_ts_ns)) / 1e9
+    a = np.asarray(prev_ts_ns, dtype=np.int64)
+    b = np.asarray(cur_ts_ns, dtype=np.int64)
+    for ts in (a, b):
+        if ts.ndim and ts.shape != (n,):
+            raise ValueError(f"timestamp array has shape {ts.shape}, expected ({n},) (one per port)")
+    return np.broadcast_to((b - a) / 1e9, (n,)).astype(np.float64)
 
 
 def _port_count(prev: CounterRead, cur: CounterRead, speed_bps: npt.ArrayLike) -> int:

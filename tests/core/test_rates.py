@@ -189,3 +189,72 @@ def test_random_histories_never_negative_never_above_line_rate_never_spiked(
             if i not in undetectable:
                 assert r.delta[i] == true_inc[i], (i, step)  # no spike: exactly what was counted
         prev = cur
+
+
+# --- per-port read times ----------------------------------------------------------------------
+
+
+def test_per_port_timestamps_give_each_port_its_own_interval() -> None:
+    prev = CounterRead(np.array([0, 0, 10], dtype=np.int64) * G // 10, as_counter_array([0, 0, 0]))
+    cur = CounterRead(np.array([10, 20, 10], dtype=np.int64) * G // 10, as_counter_array([100, 100, 5]))
+    r = counter_rates(prev, cur, SPEED_100G)
+    assert r.rate_per_s[:2].tolist() == [100.0, 50.0] and r.interval_s.tolist() == [1.0, 2.0, 0.0]  # type: ignore[union-attr]
+    assert r.reason.tolist() == [RateReason.OK, RateReason.OK, RateReason.BAD_INTERVAL]
+    # a scalar on one side broadcasts; a wrong-length array names the problem
+    r = counter_rates(CounterRead(0, as_counter_array([0, 0, 0])), cur, SPEED_100G)
+    assert r.rate_per_s.tolist() == [100.0, 50.0, 5.0]
+    with pytest.raises(ValueError, match="one per port"):
+        counter_rates(CounterRead(np.zeros(2, np.int64), as_counter_array([0, 0, 0])), cur, SPEED_100G)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t0_ns=st.lists(st.integers(1_600_000_000 * G, 1_700_000_000 * G), min_size=3, max_size=3),
+    dt_ns=st.lists(st.integers(-(10**6), 5 * G), min_size=3, max_size=3),
+    start=st.lists(st.integers(0, 2**64 - 1), min_size=3, max_size=3),
+    load=st.lists(st.floats(0.0, 1.2), min_size=3, max_size=3),
+    width_bits=st.sampled_from([32, 64]),
+    present=st.lists(st.booleans(), min_size=3, max_size=3),
+)
+def test_per_port_dt_equals_each_port_computed_alone(
+    t0_ns: list[int],
+    dt_ns: list[int],
+    start: list[int],
+    load: list[float],
+    width_bits: int,
+    present: list[bool],
+) -> None:
+    """Vectorized per-port intervals give exactly what each port gets alone with scalar stamps;
+    never negative, never above line rate over the port's own interval, and rate x dt = delta."""
+    modulus = 2**width_bits
+    unit = "octets" if width_bits == 64 else "packets"
+    per_bit = 1 / 8 if width_bits == 64 else 1 / 672
+    inc = [
+        int(f * SPEED_100G[i] * per_bit * max(d, 0) / G)
+        for i, (f, d) in enumerate(zip(load, dt_ns, strict=True))
+    ]
+    a = as_counter_array([v % modulus for v in start])
+    b = as_counter_array([(v + d) % modulus for v, d in zip(start, inc, strict=True)])
+    t1 = np.array(t0_ns, dtype=np.int64)
+    t2 = t1 + np.array(dt_ns, dtype=np.int64)
+    mask = np.array(present)
+    r = counter_rates(
+        CounterRead(t1, a), CounterRead(t2, b, present=mask), SPEED_100G, width_bits=width_bits, unit=unit
+    )  # type: ignore[arg-type]
+    for i in range(3):
+        alone = counter_rates(
+            CounterRead(int(t1[i]), a[i : i + 1]),
+            CounterRead(int(t2[i]), b[i : i + 1], present=mask[i : i + 1]),
+            SPEED_100G[i : i + 1],
+            width_bits=width_bits,
+            unit=unit,
+        )  # type: ignore[arg-type]
+        assert r.reason[i] == alone.reason[0]
+        np.testing.assert_array_equal(r.rate_per_s[i : i + 1], alone.rate_per_s)
+        np.testing.assert_array_equal(r.delta[i : i + 1], alone.delta)
+    ok = r.reason == RateReason.OK
+    dt_s = np.asarray(r.interval_s)
+    assert (dt_s[ok] > 0).all() and (r.rate_per_s[ok] >= 0).all()
+    assert (r.rate_per_s[ok] <= SPEED_100G[ok] * per_bit * 1.05 * (1 + 1e-12)).all()
+    np.testing.assert_allclose(r.rate_per_s[ok] * dt_s[ok], r.delta[ok], rtol=1e-12)
+    assert not ok[(dt_s <= 0) | ~mask].any()
