@@ -3,6 +3,8 @@ wraps, resets, gaps and agent restarts (reliability.md goal G6)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from fabricmon.core.rates import (
     CounterRead,
+    CounterUnit,
     RateReason,
     align_ports,
     as_counter_array,
@@ -227,7 +230,8 @@ def test_per_port_dt_equals_each_port_computed_alone(
     """Vectorized per-port intervals give exactly what each port gets alone with scalar stamps;
     never negative, never above line rate over the port's own interval, and rate x dt = delta."""
     modulus = 2**width_bits
-    unit = "octets" if width_bits == 64 else "packets"
+    unit: CounterUnit = "octets" if width_bits == 64 else "packets"
+    width: Literal[32, 64] = 64 if width_bits == 64 else 32
     per_bit = 1 / 8 if width_bits == 64 else 1 / 672
     inc = [
         int(f * SPEED_100G[i] * per_bit * max(d, 0) / G)
@@ -239,16 +243,16 @@ def test_per_port_dt_equals_each_port_computed_alone(
     t2 = t1 + np.array(dt_ns, dtype=np.int64)
     mask = np.array(present)
     r = counter_rates(
-        CounterRead(t1, a), CounterRead(t2, b, present=mask), SPEED_100G, width_bits=width_bits, unit=unit
-    )  # type: ignore[arg-type]
+        CounterRead(t1, a), CounterRead(t2, b, present=mask), SPEED_100G, width_bits=width, unit=unit
+    )
     for i in range(3):
         alone = counter_rates(
             CounterRead(int(t1[i]), a[i : i + 1]),
             CounterRead(int(t2[i]), b[i : i + 1], present=mask[i : i + 1]),
             SPEED_100G[i : i + 1],
-            width_bits=width_bits,
+            width_bits=width,
             unit=unit,
-        )  # type: ignore[arg-type]
+        )
         assert r.reason[i] == alone.reason[0]
         np.testing.assert_array_equal(r.rate_per_s[i : i + 1], alone.rate_per_s)
         np.testing.assert_array_equal(r.delta[i : i + 1], alone.delta)
