@@ -151,3 +151,22 @@ def test_reconnects_and_resynchronises_and_pauses_when_hidden(page, daphne_serve
     wait_js(page, f"fabricmon.state.columns >= {cols + 1}")
     # The resync brought back the frames appended while hidden (no gap in the drawn window).
     assert page.evaluate(f"Math.max(...[1, 2, 3].map((age) => fabricmon.heatmap.column(age)[{hot}] % 255))") == round(0.93 * 254)
+
+
+def test_rows_pooled_below_one_pixel_keep_the_hot_port_visible(page, daphne_server, fed_fabric, fabric_name, log_in):
+    _, index, hot = fed_fabric
+    log_in(f"/fabric/{fabric_name}/")
+    wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
+    # 192 rows on 48 pixel rows: 4 ports per pixel, each pixel row drawn as the max of its ports.
+    found = page.evaluate(f"""(() => {{
+      const h = fabricmon.heatmap;
+      h.resize(h.canvas.width, 48); h.redraw();
+      const y = Math.floor(h.rowToY(h.portRow[{hot}]));
+      const hit = h.pick(h.canvas.width - 1, y);
+      const px = h.ctx.getImageData(h.canvas.width - 1, y, 1, 1).data;
+      const [r, g, b] = [px[0], px[1], px[2]];
+      const lut = new Uint8Array(new Uint32Array([h.constructor.LUT_FOR_TEST[hit.code]]).buffer);
+      return {{port: hit.port, code: hit.code, ports: hit.range[1] - hit.range[0], same: r === lut[0] && g === lut[1] && b === lut[2]}};
+    }})()""")
+    assert found["ports"] >= 4 and found["port"] == hot and found["code"] == round(0.93 * 254)
+    assert found["same"], "the pixel row is not drawn in the hot port's colour"

@@ -39,6 +39,8 @@ export const LUT_CSS = Array.from({ length: 255 }, (_, i) => {
 const NO_DATA_A = rgba(120, 126, 136), NO_DATA_B = rgba(168, 173, 181), EMPTY = rgba(245, 246, 248);
 
 export class CanvasHeatmap {
+  static LUT_FOR_TEST = LUT; // the colours, for browser tests that read pixels back
+
   constructor(canvas) {
     this.canvas = canvas;
     this.ctx = canvas.getContext("2d", { alpha: false });
