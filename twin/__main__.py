@@ -39,6 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lossy", action="store_true",
                     help="drop overflow at egress (ifOutDiscards) instead of PFC back-pressure")
+    ap.add_argument("--gnmi", action="store_true",
+                    help="also serve gNMI per switch (queues, ECN, PFC, watermark); ports in the topology")
+    ap.add_argument("--gnmi-port-base", type=int, default=0,
+                    help="TCP port of the first switch's gNMI target (0 = ephemeral)")
     ap.add_argument("--write-topology", type=Path,
                     help="write the fabric (with actual SNMP ports) as YAML here")
     ap.add_argument("--control-port", type=int, default=0,
@@ -62,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                        args.v3_priv_protocol, args.v3_priv_key),
         seed=args.seed,
         lossy=args.lossy,
+        gnmi=args.gnmi,
+        gnmi_port_base=args.gnmi_port_base,
     )
     twin = Twin(cfg).start()
     stop = threading.Event()
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"twin {cfg.name}: {twin.fabric.description}; {len(twin.ports)} ports; SNMP v{cfg.snmp_version} on "
         f"127.0.0.1:{port_text} ({len(ports)} switches); control http://127.0.0.1:{control_port}/status"
+        + (f"; gNMI on 127.0.0.1:{','.join(map(str, twin.gnmi_ports.values()))}" if args.gnmi else "")
         + (f"; topology {args.write_topology}" if args.write_topology else ""),
         flush=True,
     )

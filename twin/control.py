@@ -6,6 +6,8 @@
     GET  /counters?switch=leaf-r0&t_ns=…              counter values at t (uint64 as JSON ints)
     GET  /hottest?t1_ns=…&t2_ns=…                     hottest egress port over [t1, t2]
     GET  /phases?t1_ns=…&t2_ns=…                      MoE phase events overlapping [t1, t2]
+    GET  /queue?switch=leaf-r0&t1_ns=…&t2_ns=…        (--gnmi) queue/ECN/PFC counter deltas and the
+                                                      watermark (max occupancy) over [t1, t2]
     POST /fault/restart?switch=…
     POST /fault/unreachable?switch=…&on=1|0
     POST /fault/wrap?switch=…&seconds=2
@@ -85,6 +87,21 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
         except ValueError as exc:  # outside the kept history
             raise ApiError(400, str(exc)) from None
         return {**_port_labels(tw, sw), "t1_ns": t1, "t2_ns": t2, **{k: v.tolist() for k, v in rates.items()}}
+    if method == "GET" and path == "/queue":
+        sw = _switch(tw, p, required=False)
+        t1, t2 = _int(p, "t1_ns"), _int(p, "t2_ns")
+        if t2 <= t1:
+            raise ApiError(400, "t2_ns must be greater than t1_ns")
+        if tw.queues is None:
+            raise ApiError(404, "the queue model runs only with --gnmi")
+        try:
+            a, b = tw.true_queue(sw, t1), tw.true_queue(sw, t2)
+            wm = tw.true_watermark(sw, t1, t2)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        deltas = {k: [int(x) for x in (b[k] - a[k])] for k in a if k != "q_bytes"}
+        return {**_port_labels(tw, sw), "t1_ns": t1, "t2_ns": t2, **deltas,
+                "watermark_bytes": [int(x) for x in wm]}
     if method == "GET" and path == "/ports":
         sw = _switch(tw, p)
         assert sw is not None

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import FabricSpec, SnmpSettings, build_port_index
+from fabricmon.core.topology import FabricSpec, GnmiSettings, SnmpSettings, build_port_index
 from twin.agent_state import TICKS_PER_S, SwitchAgentState
 from twin.counters import HC_METRICS, METRICS, RATE_NAMES, CounterClock
 from twin.fabric_queues import FabricQueues, peer_positions
@@ -194,6 +194,10 @@ class Twin:
         ports = {sw.name: base + k for k, sw in enumerate(self.fabric.switches)} if base else None
         self.gnmi = GnmiFabric(sources, ports=ports).start()
         self.gnmi_ports = dict(self.gnmi.ports)
+        # the fabric names its targets (topology YAML, collectors), like the SNMP ports above
+        self.fabric = replace(self.fabric, switches=tuple(
+            replace(sw, gnmi=GnmiSettings(port=self.gnmi_ports[sw.name])) for sw in self.fabric.switches
+        ))
 
     def _port_spec(self, switch: str, ifindex: int) -> Any:
         return next(p for p in self.fabric.switch(switch).ports if p.ifindex == ifindex)

@@ -48,6 +48,18 @@ class SnmpSettings:
 
 
 @dataclass(frozen=True)
+class GnmiSettings:
+    """How to reach one switch's gNMI target (Subscribe STREAM/SAMPLE every ``sample_interval_s``).
+
+    A switch without these is not reachable over gNMI; which protocol collects it is the
+    ``collector`` choice (snmp | gnmi | both) kept with the switch in the database.
+    """
+
+    port: int = 9339  # IANA gNMI
+    sample_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
 class PortSpec:
     ifindex: int
     name: str
@@ -63,6 +75,7 @@ class SwitchSpec:
     mgmt_address: str
     snmp: SnmpSettings
     ports: tuple[PortSpec, ...]
+    gnmi: GnmiSettings | None = None  # None: no gNMI target
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import yaml
 
 from fabricmon.core.topology import (
     FabricSpec,
+    GnmiSettings,
     GpuSpec,
     HostSpec,
     LinkSpec,
@@ -89,6 +90,8 @@ def fabric_doc(spec: FabricSpec) -> dict[str, Any]:
     if spec.description:
         doc["description"] = spec.description
     doc["defaults"] = {"snmp": _snmp_dict(defaults, base=SnmpSettings())}
+    # gNMI blocks are written whole per switch (no defaults.gnmi on export: a switch either has a
+    # target or not, and the ports differ per switch anyway)
     doc["switches"] = [_switch_dict(sw, defaults) for sw in spec.switches]
     doc["hosts"] = [
         {"name": h.name, "gpus": [
@@ -125,7 +128,16 @@ def _switch_dict(sw: SwitchSpec, defaults: SnmpSettings) -> dict[str, Any]:
     snmp = _snmp_dict(sw.snmp, base=defaults)
     if snmp:
         out["snmp"] = snmp
+    if sw.gnmi is not None:
+        out["gnmi"] = _gnmi_dict(sw.gnmi)
     out["ports"] = [_port_dict(p) for p in sw.ports]
+    return out
+
+
+def _gnmi_dict(g: GnmiSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {"port": g.port}
+    if g.sample_interval_s != GnmiSettings().sample_interval_s:
+        out["sample_interval_s"] = g.sample_interval_s
     return out
 
 
@@ -280,7 +292,8 @@ def fabric_from_doc(doc: Any, *, source: str = "<data>") -> FabricSpec:
 
 
 _TOP_FIELDS = ("format", "fabric", "description", "defaults", "switches", "hosts", "links")
-_SWITCH_FIELDS = ("name", "role", "rail", "mgmt_address", "snmp", "ports")
+_SWITCH_FIELDS = ("name", "role", "rail", "mgmt_address", "snmp", "gnmi", "ports")
+_GNMI_FIELDS = ("port", "sample_interval_s")
 _PORT_FIELDS = ("ifindex", "name", "speed_gbps", "speed_bps", "facing")
 _HOST_FIELDS = ("name", "gpus")
 _GPU_FIELDS = ("index", "nic", "rail", "switch", "port")
@@ -299,16 +312,20 @@ def _load_fabric_doc(r: _Reader, top: Mapping[str, Any]) -> FabricSpec | None:
     description = r.field(top, "description", "", _any_str, "a string", default="")
 
     default_snmp: dict[str, Any] = {}
+    default_gnmi: dict[str, Any] = {}
     defaults = top.get("defaults")
     if defaults is not None and (d := r.mapping(defaults, "", "defaults")) is not None:
-        r.unknown(d, ("snmp",), "defaults")
+        r.unknown(d, ("snmp", "gnmi"), "defaults")
         if d.get("snmp") is not None and (ds := r.mapping(d["snmp"], "defaults", "snmp")) is not None:
             r.unknown(ds, _SNMP_ALLOWED, "defaults.snmp")
             default_snmp = dict(ds)
+        if d.get("gnmi") is not None and (dg := r.mapping(d["gnmi"], "defaults", "gnmi")) is not None:
+            r.unknown(dg, _GNMI_FIELDS, "defaults.gnmi")
+            default_gnmi = dict(dg)
 
     switches = [
         sw for i, raw in enumerate(r.items(top, "switches", "", required=True))
-        if (sw := _load_switch(r, raw, i, default_snmp)) is not None
+        if (sw := _load_switch(r, raw, i, default_snmp, default_gnmi)) is not None
     ]
     _check_switch_names(r, top)
     hosts = [
@@ -329,7 +346,8 @@ def _label(section: str, i: int, raw: Any) -> str:
     return f"{section}[{i}] ({name})" if isinstance(name, str) and name else f"{section}[{i}]"
 
 
-def _load_switch(r: _Reader, raw: Any, i: int, default_snmp: Mapping[str, Any]) -> SwitchSpec | None:
+def _load_switch(r: _Reader, raw: Any, i: int, default_snmp: Mapping[str, Any],
+                 default_gnmi: Mapping[str, Any] | None = None) -> SwitchSpec | None:
     where = _label("switches", i, raw)
     doc = r.mapping(raw, where)
     if doc is None:
@@ -349,6 +367,12 @@ def _load_switch(r: _Reader, raw: Any, i: int, default_snmp: Mapping[str, Any]) 
         r.unknown(s, _SNMP_ALLOWED, f"{where}.snmp")
         own_snmp = s
     snmp = _load_snmp(r, default_snmp, own_snmp, where)
+    gnmi = None
+    if "gnmi" in doc:  # a switch has a gNMI target iff it has a gnmi block (``gnmi: {}`` = defaults)
+        own_gnmi = r.mapping(doc["gnmi"] if doc["gnmi"] is not None else {}, where, "gnmi")
+        if own_gnmi is not None:
+            r.unknown(own_gnmi, _GNMI_FIELDS, f"{where}.gnmi")
+            gnmi = _load_gnmi(r, default_gnmi or {}, own_gnmi, where)
     ports = [
         p for j, praw in enumerate(r.items(doc, "ports", where))
         if (p := _load_port(r, praw, f"{where}.ports[{j}]")) is not None
@@ -356,7 +380,25 @@ def _load_switch(r: _Reader, raw: Any, i: int, default_snmp: Mapping[str, Any]) 
     _check_port_keys(r, doc, where)
     if len(r.problems) > n_before or snmp is None:
         return None
-    return SwitchSpec(name=name, role=role, rail=rail, mgmt_address=mgmt, snmp=snmp, ports=tuple(ports))
+    return SwitchSpec(name=name, role=role, rail=rail, mgmt_address=mgmt, snmp=snmp, ports=tuple(ports),
+                      gnmi=gnmi)
+
+
+def _load_gnmi(r: _Reader, defaults: Mapping[str, Any], own: Mapping[str, Any],
+               where: str) -> GnmiSettings | None:
+    """Merge ``defaults.gnmi`` under the switch's block; blame whichever block gave the bad value."""
+    merged = {**defaults, **own}
+    base = GnmiSettings()
+
+    def at(key: str) -> str:
+        return f"{where}.gnmi" if key in own else "defaults.gnmi"
+
+    port = r.field(merged, "port", at("port"), _udp_port, "a TCP port (1-65535)", default=base.port)
+    interval = r.field(merged, "sample_interval_s", at("sample_interval_s"), _pos_number,
+                       "a positive number of seconds", default=base.sample_interval_s)
+    if port is _MISSING or interval is _MISSING:
+        return None
+    return GnmiSettings(port=port, sample_interval_s=interval)
 
 
 def _load_port(r: _Reader, raw: Any, where: str) -> PortSpec | None:

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from fabricmon.core.topology import (
     FabricSpec,
+    GnmiSettings,
     GpuSpec,
     HostSpec,
     LinkSpec,
@@ -120,6 +121,8 @@ def _switch_row(fabric: Fabric, sw: SwitchSpec, collector: str) -> Switch:
         v3_auth_protocol=s.v3_auth_protocol, v3_auth_key=s.v3_auth_key,
         v3_priv_protocol=s.v3_priv_protocol, v3_priv_key=s.v3_priv_key, v3_context=s.v3_context,
         interval_s=s.interval_s, timeout_s=s.timeout_s, retries=s.retries,
+        gnmi_port=sw.gnmi.port if sw.gnmi is not None else None,
+        gnmi_sample_interval_s=sw.gnmi.sample_interval_s if sw.gnmi is not None else 1.0,
     )
 
 
@@ -175,7 +178,7 @@ def fabric_spec(fabric: Fabric | str) -> FabricSpec:
         description=fabric.description,
         switches=tuple(
             SwitchSpec(name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
-                       snmp=snmp_settings(sw), ports=tuple(ports_of[sw.pk]))
+                       snmp=snmp_settings(sw), ports=tuple(ports_of[sw.pk]), gnmi=gnmi_settings(sw))
             for sw in switches
         ),
         hosts=hosts,
@@ -193,6 +196,13 @@ def snmp_settings(switch: Switch) -> SnmpSettings:
         v3_context=switch.v3_context, interval_s=switch.interval_s, timeout_s=switch.timeout_s,
         retries=switch.retries,
     )
+
+
+def gnmi_settings(switch: Switch) -> GnmiSettings | None:
+    """The switch's gNMI target, or None when it has none."""
+    if switch.gnmi_port is None:
+        return None
+    return GnmiSettings(port=switch.gnmi_port, sample_interval_s=switch.gnmi_sample_interval_s)
 
 
 def collector_protocols(fabric: Fabric | str) -> dict[str, str]:

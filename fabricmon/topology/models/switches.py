@@ -55,6 +55,10 @@ class Switch(models.Model):
     interval_s = models.FloatField(default=1.0, help_text="poll interval")
     timeout_s = models.FloatField(default=0.3, help_text="timeout x (retries + 1) must be < interval")
     retries = models.PositiveSmallIntegerField(default=1)
+    gnmi_port = models.PositiveIntegerField(
+        null=True, blank=True, help_text="gNMI target port (empty: the switch has no gNMI target)"
+    )
+    gnmi_sample_interval_s = models.FloatField(default=1.0, help_text="gNMI SAMPLE interval")
 
     class Meta:
         ordering = ["fabric", "id"]
