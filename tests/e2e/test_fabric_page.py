@@ -154,7 +154,7 @@ def test_reconnects_and_resynchronises_and_pauses_when_hidden(page, daphne_serve
 
 
 def test_rows_pooled_below_one_pixel_keep_the_hot_port_visible(page, daphne_server, fed_fabric, fabric_name, log_in):
-    _, index, hot = fed_fabric
+    *_, hot = fed_fabric
     log_in(f"/fabric/{fabric_name}/")
     wait_js(page, "window.fabricmon && window.fabricmon.state.columns >= 1")
     # 192 rows on 48 pixel rows: 4 ports per pixel, each pixel row drawn as the max of its ports.

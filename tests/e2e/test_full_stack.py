@@ -150,3 +150,10 @@ def test_live_heatmap_of_the_twin(page, daphne_server, twin_and_collectors, fabr
     page.dblclick("#heatmap")
     page.mouse.move(0, 0)
     screenshot("fabric-twin-overview")
+
+    # The collectors' health, at a glance: every switch of the twin polled and up.
+    page.goto(f"{daphne_server.url}/fabric/{fabric_name}/switches/")
+    page.wait_for_function(f"document.querySelectorAll('#health-rows tr').length === {len(spec.switches)}")
+    states = page.locator("#health-rows .state").all_inner_texts()
+    assert states == ["up"] * len(spec.switches), states
+    screenshot("switches-twin")
