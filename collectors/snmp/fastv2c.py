@@ -9,8 +9,10 @@ from that loop; responses find their request by request-id::
                                                 its oldest pending request fails 'malformed'
 
 Per request: ``timeout_s`` then a resend with the same request-id, ``retries`` times (a late
-answer to an earlier try is as good as the new one). Decoding is :mod:`collectors.snmp.ber`: no
-pysnmp, no pyasn1 — about a tenth of the CPU per varbind (bench/snmp_poll.py).
+answer to an earlier try is as good as the new one). Each answer carries its read time: the
+midpoint of the last send and the receipt, the best client-side guess of when the agent read the
+values it holds (the agent reads once per request; a walk spans many requests). Decoding is
+:mod:`collectors.snmp.ber`: no pysnmp, no pyasn1 — about a tenth of the CPU per varbind (bench/snmp_poll.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import ipaddress
 import itertools
 import random
 import socket
+import time
 import weakref
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +47,10 @@ from collectors.snmp.ber import (
 from collectors.snmp.errors import SnmpPollError
 
 Address = tuple[str, int]
+# (datagram, its header, read time): the read time is the Unix-epoch midpoint of the latest send of
+# the request and the receipt of this answer (a late answer to an earlier try is thus stamped up
+# to one timeout late; with retries off the happy path that is the rare, bounded case).
+Answer = tuple[bytes, ResponseHeader, int]
 ERROR_STATUS = ("noError", "tooBig", "noSuchName", "badValue", "readOnly", "genErr", "noAccess",
                 "wrongType", "wrongLength", "wrongEncoding", "wrongValue", "noCreation",
                 "inconsistentValue", "resourceUnavailable", "commitFailed", "undoFailed",
@@ -54,7 +62,7 @@ _RECENT_IDS = 4096  # answered/expired request-ids remembered: their late copies
 class _Pending:
     """One request in flight: where it went, what must come back, and its resend timer."""
 
-    future: asyncio.Future[tuple[bytes, ResponseHeader]]
+    future: asyncio.Future[Answer]
     addr: Address
     payload: bytes
     version: int
@@ -63,6 +71,7 @@ class _Pending:
     timeout_s: float
     tries_left: int
     timer: asyncio.TimerHandle | None = None
+    sent_ns: int = 0  # Unix-epoch ns of the latest (re)send
 
 
 class V2cClient(asyncio.DatagramProtocol):
@@ -93,8 +102,9 @@ class V2cClient(asyncio.DatagramProtocol):
     def request(
         self, addr: Address, payload: bytes, request_id: int, *, version: int, community: bytes,
         name: str, timeout_s: float, retries: int,
-    ) -> asyncio.Future[tuple[bytes, ResponseHeader]]:  # fmt: skip
-        """Send ``payload`` (which carries ``request_id``); the future gets (datagram, header)."""
+    ) -> asyncio.Future[Answer]:  # fmt: skip
+        """Send ``payload`` (which carries ``request_id``); the future gets (datagram, header,
+        read time in Unix-epoch ns)."""
         if self.transport is None or self.transport.is_closing():
             raise SnmpPollError("timeout", f"{name}: the client's socket is closed")
         p = _Pending(self.loop.create_future(), addr, payload, version, community, name, timeout_s, retries)
@@ -105,6 +115,7 @@ class V2cClient(asyncio.DatagramProtocol):
 
     def _send(self, rid: int, p: _Pending) -> None:
         assert self.transport is not None
+        p.sent_ns = time.time_ns()
         self.transport.sendto(p.payload, p.addr)
         p.timer = self.loop.call_later(p.timeout_s, self._expire, rid)
 
@@ -119,7 +130,7 @@ class V2cClient(asyncio.DatagramProtocol):
         self._finish(rid, SnmpPollError("timeout", f"{p.name}: no response from {p.addr[0]}:{p.addr[1]} "
                                                    f"within {p.timeout_s:g} s"))  # fmt: skip
 
-    def _finish(self, rid: int, result: tuple[bytes, ResponseHeader] | SnmpPollError) -> None:
+    def _finish(self, rid: int, result: Answer | SnmpPollError) -> None:
         p = self.pending.pop(rid)
         if p.timer is not None:
             p.timer.cancel()
@@ -139,6 +150,7 @@ class V2cClient(asyncio.DatagramProtocol):
             p.future.set_result(result)
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        received_ns = time.time_ns()  # first thing: decoding below must not delay the stamp
         source: Address = (str(addr[0]), int(str(addr[1])))
         waiting = self.by_addr.get(source)
         if not waiting:
@@ -164,7 +176,7 @@ class V2cClient(asyncio.DatagramProtocol):
         elif header.community != p.community:
             self._fail(header.request_id, "response echoes a different community")
         else:
-            self._finish(header.request_id, (data, header))
+            self._finish(header.request_id, (data, header, (p.sent_ns + received_ns) // 2))
 
     def _fail(self, rid: int, what: str) -> None:
         self._finish(rid, SnmpPollError("malformed", f"{self.pending[rid].name}: {what}"))
@@ -232,10 +244,12 @@ async def resolve(address: str, port: int) -> tuple[int, Address]:
 
 @dataclass
 class FastWalk:
-    """A finished multi-column walk: per column its ifIndex (int64) and values (uint64)."""
+    """A finished multi-column walk: per column its ifIndex (int64), values (uint64) and, per
+    cell, the read time (Unix-epoch ns, int64) of the response that carried it."""
 
     index: list[npt.NDArray[np.int64]]
     values: list[npt.NDArray[np.uint64]]
+    read_ns: list[npt.NDArray[np.int64]]
     uptime_ticks: int | None
     uptime_ok: bool
     bad_cells: int
@@ -259,14 +273,17 @@ async def walk_columns(
     uptime_ok = False
     varbinds = 0
     first = True
+    # Per column, the read time of each good cell. Columns of one row need not share a response
+    # (an agent may cut a GETBULK answer mid-row, or skip a cell in one column), so per column.
+    read_ns = [array("q") for _ in columns]
     while active:
         head = [encode_oid(uptime_oid)] if first else []
         rid = client.next_request_id()
         oids = head + [dec.cursor[i] for i in active]
         payload = encode_request(1, comm, GETBULK, request_id=rid, non_repeaters=len(head),
                                  max_repetitions=max_repetitions, oids=oids)  # fmt: skip
-        data, h = await client.request(addr, payload, rid, version=1, community=comm, name=name,
-                                       timeout_s=timeout_s, retries=retries)  # fmt: skip
+        data, h, t_ns = await client.request(addr, payload, rid, version=1, community=comm, name=name,
+                                             timeout_s=timeout_s, retries=retries)  # fmt: skip
         if h.error_status:
             status = ERROR_STATUS[h.error_status] if h.error_status < len(ERROR_STATUS) else h.error_status
             raise SnmpPollError("agent_error", f"{name}: {status} at varbind {h.error_index}")
@@ -280,7 +297,10 @@ async def walk_columns(
                 uptime = value if uptime_ok and isinstance(value, int) else None
         if pos >= h.vb_end:
             raise SnmpPollError("malformed", f"{name}: empty GETBULK response")
+        had = [len(dec.index[i]) for i in active]
         count, moved, done = dec.absorb(data, pos, h.vb_end, active)
+        for i, k in zip(active, had, strict=True):  # per column, not per cell
+            read_ns[i].extend(array("q", (t_ns,)) * (len(dec.index[i]) - k))
         varbinds += count
         if not moved and not done:
             raise SnmpPollError("malformed", f"{name}: GETBULK response made no progress")
@@ -290,6 +310,7 @@ async def walk_columns(
     return FastWalk(
         index=[np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64) for a in dec.index],
         values=[np.frombuffer(a, dtype=np.uint64) if len(a) else np.zeros(0, np.uint64) for a in dec.values],
+        read_ns=[np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64) for a in read_ns],
         uptime_ticks=uptime,
         uptime_ok=uptime_ok,
         bad_cells=dec.bad_cells,

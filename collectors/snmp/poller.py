@@ -87,6 +87,12 @@ class IfSnapshot:
     ``counters`` holds uint64 arrays: "in_octets", "out_octets", "in_pkts", "out_pkts" (Counter64)
     and "in_discards", "out_discards", "in_errors" (Counter32 values); a column the agent does not
     serve is absent. ``ts_ns`` is the Unix-epoch midpoint of the first request and last response.
+
+    ``cell_ts_ns`` (same keys as ``counters``, int64 per port, Unix-epoch ns) is when each cell was
+    read: the midpoint of the send and receipt of the response that carried it. A walk spans
+    several round trips (a 64-port leaf: ~3; under load 17-300 ms in all), and the agent reads its
+    counters as each request arrives, so rates must use these, not the poll's one ``ts_ns``.
+    Columns of one row may come from different responses, hence one array per column.
     """
 
     switch: str
@@ -100,6 +106,7 @@ class IfSnapshot:
     varbinds: int
     duration_s: float
     dropped_rows: int = 0
+    cell_ts_ns: dict[str, npt.NDArray[np.int64]] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class _Walk:
         self.columns = columns
         self.index: list[list[int]] = [[] for _ in columns]
         self.values: list[list[int]] = [[] for _ in columns]
+        self.read_ns: list[list[int]] = [[] for _ in columns]
         self.bad_cells = 0
         self.varbinds = 0
 
@@ -197,7 +205,7 @@ class SnmpPoller:
         t1_ns, t1 = time.time_ns(), time.perf_counter()
         snap = self._assemble(
             target.name, walk.index, walk.values, varbinds=walk.varbinds, uptime=uptime,
-            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=walk.read_ns,
         )  # fmt: skip
         PARSE_ERRORS["bad_cell"] += walk.bad_cells
         PARSE_ERRORS["dropped_row"] += snap.dropped_rows
@@ -217,14 +225,16 @@ class SnmpPoller:
             PARSE_ERRORS["bad_uptime"] += 1
         snap = self._assemble(
             target.name, fast.index, fast.values, varbinds=fast.varbinds, uptime=fast.uptime_ticks,
-            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=fast.read_ns,
         )  # fmt: skip
         PARSE_ERRORS["bad_cell"] += fast.bad_cells
         PARSE_ERRORS["dropped_row"] += snap.dropped_rows
         return snap
 
-    async def _request(self, session: _Session, non_rep: int, oids: list[tuple[int, ...]]) -> Any:
+    async def _request(self, session: _Session, non_rep: int, oids: list[tuple[int, ...]]) -> tuple[Any, int]:
+        """(varbinds, read time in Unix-epoch ns) of one GETBULK through pysnmp."""
         ctx, target = session.ctx, session.target
+        peer = (target.address, target.port)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
@@ -232,12 +242,21 @@ class SnmpPoller:
             if not future.done():
                 future.set_result((ei, es, ix, vbs))
 
-        bad_before = ctx.bad_datagrams[(target.address, target.port)]
+        bad_before = ctx.bad_datagrams[peer]
+        sent_ns = time.time_ns()
         self._generator.send_varbinds(
             ctx.engine, session.name, None, session.context_name, non_rep, self.max_repetitions,
             [(oid, _NULL) for oid in oids], done,
         )  # fmt: skip
         error_indication, error_status, error_index, varbinds = await future
+        received_ns = ctx.last_rx_ns.get(peer, 0)
+        if received_ns < sent_ns:  # (a name, not an IP: the stamp is under the IP) → callback time
+            received_ns = time.time_ns()
+        # pysnmp resends on its own: the answer belongs (most likely) to the last resend before it
+        # arrived, about k timeouts after the first send.
+        timeout_ns = round(target.settings.timeout_s * 1e9)
+        resends = min(target.settings.retries, (received_ns - sent_ns) // timeout_ns) if timeout_ns > 0 else 0
+        read_ns = (sent_ns + resends * timeout_ns + received_ns) // 2
         if error_indication:
             if isinstance(error_indication, errind.RequestTimedOut):
                 if ctx.bad_datagrams[(target.address, target.port)] > bad_before:
@@ -250,7 +269,7 @@ class SnmpPoller:
             raise SnmpPollError(
                 "agent_error", f"{target.name}: {error_status.prettyPrint()} at varbind {int(error_index)}"
             )
-        return varbinds
+        return varbinds, read_ns
 
     async def _walk(self, session: _Session, walk: _Walk) -> int | None:
         target = session.target
@@ -262,7 +281,7 @@ class SnmpPoller:
         first = True
         while active:
             head = [SYS_UPTIME] if first else []
-            varbinds = await self._request(session, len(head), head + [cursor[i] for i in active])
+            varbinds, read_ns = await self._request(session, len(head), head + [cursor[i] for i in active])
             walk.varbinds += len(varbinds)
             if first:
                 uptime = _uptime(*varbinds[0]) if varbinds else None
@@ -292,6 +311,7 @@ class SnmpPoller:
                     continue
                 walk.index[i].append(oid[-1])
                 walk.values[i].append(int(value))  # type: ignore[call-overload]
+                walk.read_ns[i].append(read_ns)
             if not moved and not done:
                 raise SnmpPollError("malformed", f"{target.name}: GETBULK response made no progress")
             active = [i for i in active if i not in done]
@@ -301,9 +321,10 @@ class SnmpPoller:
 
     def _assemble(
         self, switch: str, index: Sequence[npt.ArrayLike], values: Sequence[npt.ArrayLike], *,
-        varbinds: int, uptime: int | None, ts_ns: int, duration_s: float,
+        varbinds: int, uptime: int | None, ts_ns: int, duration_s: float, read_ns: Sequence[npt.ArrayLike],
     ) -> IfSnapshot:  # fmt: skip
         cols = {c.key: (np.asarray(index[j], dtype=np.int64), values[j]) for j, c in enumerate(self.columns)}
+        col_read_ns = {c.key: read_ns[j] for j, c in enumerate(self.columns)}
         served = {key for key, (idx, _) in cols.items() if len(idx)}
         missing = [c.key for c in self.columns if c.required and c.key not in served]
         if missing:
@@ -314,11 +335,15 @@ class SnmpPoller:
         base = np.unique(np.concatenate([idx for idx, _ in cols.values()]))
         keep = (base > 0) & (base <= np.iinfo(np.int32).max)
         aligned: dict[str, npt.NDArray[np.uint64]] = {}
+        cell_ts: dict[str, npt.NDArray[np.int64]] = {}
         for key in served:
             idx, cells = cols[key]
             arr, present = align_ports(idx, np.asarray(cells, dtype=np.uint64), base)
             aligned[key] = arr.astype(np.uint64, copy=False)
             keep &= present
+            if key in _COUNTER_KEYS:
+                ts_arr, _ = align_ports(idx, np.asarray(col_read_ns[key], dtype=np.int64), base)
+                cell_ts[key] = ts_arr.astype(np.int64, copy=False)
         dropped = int(len(base) - keep.sum())
         counters = {k: v[keep] for k, v in aligned.items() if k in _COUNTER_KEYS}
         disc = aligned.get("discontinuity_ticks")
@@ -334,6 +359,7 @@ class SnmpPoller:
             varbinds=varbinds,
             duration_s=duration_s,
             dropped_rows=dropped,
+            cell_ts_ns={k: v[keep].astype(np.int64, copy=False) for k, v in cell_ts.items()},
         )
 
 

@@ -132,24 +132,28 @@ def test_client_checks_each_answer(twin: Twin, mode: str, retries: int, kind: st
     agent_port = twin.fabric.switches[0].snmp.port
     settings = SnmpSettings(timeout_s=0.4, retries=retries, interval_s=10.0)
 
-    async def main() -> tuple[list[Any], Proxy]:
+    async def main() -> tuple[list[Any], Proxy, int]:
         proxy, port = await proxied(mode, agent_port)
         try:
             poller = SnmpPoller(engine="fast", max_repetitions=3)  # several requests per poll
             target = SnmpTarget("leaf", "127.0.0.1", port, settings)
+            t0 = time.time_ns()
             first = await poller.poll_many([target])
             second = await poller.poll(SnmpTarget("direct", "127.0.0.1", agent_port, settings))
-            return [*first, second], proxy
+            return [*first, second], proxy, t0
         finally:
             proxy.transport.close()
             close_loop_context()
 
-    (result, direct), proxy = asyncio.run(main())
+    (result, direct), proxy, t0 = asyncio.run(main())
     assert isinstance(direct, IfSnapshot)  # the shared client is fine after any of it
     if kind is None:
         assert isinstance(result, IfSnapshot), result
         assert result.ifindex.tolist() == direct.ifindex.tolist()
         assert proxy.requests >= 2
+        if mode == "drop_first":  # the answer is stamped from the resend (>= t0 + timeout), not the lost try
+            assert result.cell_ts_ns is not None
+            assert min(int(v.min()) for v in result.cell_ts_ns.values()) >= t0 + 0.4e9
     else:
         assert isinstance(result, SnmpPollError) and result.kind == kind, result
         assert text in result.message
@@ -167,3 +171,30 @@ def test_polls_from_many_loops_each_get_their_own_endpoint(twin: Twin) -> None:
                 assert asyncio.get_running_loop() not in fastv2c._clients
 
         assert isinstance(asyncio.run(main()), IfSnapshot)
+
+
+@pytest.mark.parametrize("engine", ["fast", "pysnmp"])
+def test_each_cell_carries_the_read_time_of_its_response(twin: Twin, engine: str) -> None:
+    """With 2 rows per GETBULK a leaf's walk spans several responses: each cell is stamped with
+    the one that carried it, inside the poll, later rows never earlier, a row's columns alike."""
+
+    async def main() -> tuple[list[Any], int, int]:
+        try:
+            t0 = time.time_ns()
+            snaps = await SnmpPoller(engine=engine, max_repetitions=2).poll_many(targets(twin))  # type: ignore[arg-type]
+            return snaps, t0, time.time_ns()
+        finally:
+            close_loop_context()
+
+    snaps, t0, t1 = asyncio.run(main())
+    for snap in snaps:
+        assert isinstance(snap, IfSnapshot) and snap.cell_ts_ns is not None, snap
+        assert set(snap.cell_ts_ns) == set(snap.counters)
+        n = len(snap.ifindex)
+        for key, ts in snap.cell_ts_ns.items():
+            assert ts.dtype == np.int64 and ts.shape == (n,), key
+            assert (t0 <= ts).all() and (ts <= t1).all(), key
+            assert (np.diff(ts) >= 0).all(), f"{snap.switch} {key}: a later row read earlier"
+            assert len(np.unique(ts)) >= n // 2, f"{snap.switch} {key}: {n} rows in too few responses"
+        # the twin answers whole repetitions, so a row's columns share their response
+        np.testing.assert_array_equal(snap.cell_ts_ns["in_octets"], snap.cell_ts_ns["out_octets"])
