@@ -4,6 +4,8 @@ The bridge between the poller and :mod:`fabricmon.core.rates`: aligns both snaps
 switch's ports as the fabric's port index orders them (``ifindex``), picks the counter width per
 column (Counter64 octets/packets, Counter32 discards/errors) and passes sysUpTime and
 ifCounterDiscontinuityTime through. ``None`` for a snapshot = that poll failed = every port a gap.
+Each port's rate runs between the read times of its own cells (``IfSnapshot.cell_ts_ns``) when
+the snapshot has them: a walk spans several round trips, one poll timestamp would smear them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ def _read(snap: IfSnapshot | None, key: str, ifindex: npt.NDArray[np.int64], pre
     if snap.discontinuity_ticks is not None:
         disc_aligned, _ = align_ports(snap.ifindex, snap.discontinuity_ticks, ifindex)
         disc = disc_aligned.astype(np.int64)
+    ts: int | npt.NDArray[np.int64] = snap.ts_ns
+    if snap.cell_ts_ns is not None and key in snap.cell_ts_ns:
+        cell_ts, _ = align_ports(snap.ifindex, snap.cell_ts_ns[key], ifindex)
+        ts = np.where(present, cell_ts, snap.ts_ns).astype(np.int64)  # absent ports: a gap anyway
     return CounterRead(
-        ts_ns=snap.ts_ns,
+        ts_ns=ts,
         values=values.astype(np.uint64),
         sys_uptime_ticks=snap.sys_uptime_ticks,
         discontinuity_ticks=disc,

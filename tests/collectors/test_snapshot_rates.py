@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from collectors.snmp import IfSnapshot
@@ -50,3 +52,15 @@ def test_a_failed_poll_is_a_gap_everywhere_and_uptime_drop_drops_all() -> None:
     rates = snapshot_rates(ok, restarted, [1, 2], np.full(2, 1e9))
     assert all((r.reason == RateReason.UPTIME_DROP).all() for r in rates.values())
     assert snapshot_rates(None, None, [1], [1e9]) == {}
+
+
+def test_each_port_rate_runs_between_its_own_cell_read_times() -> None:
+    prev = snap(10, [1, 2, 3], [0, 0, 0], [0, 0, 0])
+    cur = snap(11, [1, 2, 3], [1000, 1000, 1000], [0, 0, 0])
+    # row 3 of the first poll came in a later response (0.5 s late); its discards column is unstamped
+    late = np.array([10, 10, 10.5]) * G
+    prev = replace(prev, cell_ts_ns={"in_octets": late.astype(np.int64)})
+    rates = snapshot_rates(prev, cur, ifindex=[3, 1, 2, 9], speed_bps=np.full(4, 400e9))
+    assert rates["in_octets"].rate_per_s[:3].tolist() == [2000.0, 1000.0, 1000.0]
+    assert rates["in_octets"].reason[3] == RateReason.GAP
+    assert rates["in_discards"].interval_s == 1.0  # no per-cell stamps: the poll's one ts_ns
