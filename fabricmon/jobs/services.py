@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
+import orjson
 from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -178,38 +179,34 @@ def store_batch(run: Run, batch: ParsedBatch) -> IngestResult:
     return result
 
 
-_KEY_CHUNK = 5_000  # rows per INSERT … RETURNING statement
-
-
 def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     """Claim each event's id hash for the run; true where the claim is new. The database's
     primary key decides (so concurrent posts of one batch store it once), and a repeat inside
-    the batch keeps its first occurrence."""
-    _, first = np.unique(hashes, return_index=True)
+    the batch keeps its first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring
+    inserts land on the same B-tree pages."""
+    todo, first = np.unique(hashes, return_index=True)
     claim = np.zeros(len(hashes), dtype=bool)
     claim[first] = True
-    todo = hashes[claim].tolist()
     table = connection.ops.quote_name(EventKey._meta.db_table)
     run_id = int(run.pk)
-    won: list[int] = []
     if connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
         with _pg_cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%s::bigint[]) "
                 "ON CONFLICT DO NOTHING RETURNING id_hash",
-                [run_id, todo],
+                [run_id, todo.tolist()],
             )
             won = [r[0] for r in cursor.fetchall()]
-        return claim & np.isin(hashes, np.array(won, dtype=np.int64))
-    with connection.cursor() as cursor:
-        for i in range(0, len(todo), _KEY_CHUNK):
-            # integers we computed, written inline: binding 2 parameters per row costs more
-            values = ",".join([f"({run_id},{h})" for h in todo[i : i + _KEY_CHUNK]])
+    else:
+        # one JSON array parameter read by json_each: SQLite parses a 1,000-row VALUES list at
+        # ~2 µs a row, the JSON at ~0.3 µs ("WHERE true" lets the parser see ON CONFLICT)
+        with connection.cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (run_id, id_hash) VALUES {values} "
-                "ON CONFLICT DO NOTHING RETURNING id_hash"
+                f"INSERT INTO {table} (run_id, id_hash) SELECT %s, value FROM json_each(%s) WHERE true "
+                "ON CONFLICT DO NOTHING RETURNING id_hash",
+                [run_id, orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()],
             )
-            won.extend(r[0] for r in cursor.fetchall())
+            won = [r[0] for r in cursor.fetchall()]
     return claim & np.isin(hashes, np.array(won, dtype=np.int64))
 
 
