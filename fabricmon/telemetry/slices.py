@@ -13,6 +13,11 @@ with :func:`fabricmon.core.rates.counter_rates`::
 
 Everything is array arithmetic on the switch's port slice; no per-port Python loops.
 
+Each port's rate runs between the read times of *its own* cells (``IfSnapshot.cell_ts_ns``: the
+midpoint of the request/response that carried the cell), not the poll's one timestamp: a walk of
+a big leaf takes several round trips (17-300 ms under load) while bursty MoE traffic moves the
+rate, which put single samples ~1 % of line rate off with one timestamp per poll.
+
 A read is also persisted to Redis (:func:`encode_read`) so that a collector taking over a shard
 differences against the last holder's read instead of losing one sample per handover.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +37,7 @@ from fabricmon.core.frames import Frame
 from fabricmon.core.rates import CounterRead, RateReason, align_ports, counter_rates
 
 U64Array = npt.NDArray[np.uint64]
+I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
 F32Array = npt.NDArray[np.float32]
 
@@ -58,6 +64,15 @@ class SwitchRead:
     present: npt.NDArray[np.bool_]  # the agent reported this port
     discontinuity_ticks: npt.NDArray[np.int64] | None
     speed_bps: F64Array  # from ifHighSpeed; NaN where the agent did not say
+    # COUNTER_NAMES → int64 per port: when that cell was read (Unix-epoch ns); a counter without
+    # an entry (or None: an old snapshot or persisted read) was read at ``ts_ns``.
+    cell_ts_ns: Mapping[str, I64Array] | None = None
+
+    def read_ns(self, name: str) -> int | I64Array:
+        """The read time(s) of counter ``name``: per port if known, else the read's one ts_ns."""
+        if self.cell_ts_ns is not None and name in self.cell_ts_ns:
+            return self.cell_ts_ns[name]
+        return self.ts_ns
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,9 @@ class SwitchSlice:
     t_cur_ns: int
     metrics: Mapping[str, F32Array]
     dropped: Mapping[str, int]  # reason name → ports dropped (not OK), summed over counters
+    # metric → (prev, cur) read time per port (Unix-epoch ns) of the counters its rate came from:
+    # each port's rate is over exactly that span (empty for a gap / no baseline).
+    port_span_ns: Mapping[str, tuple[I64Array, I64Array]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -96,13 +114,19 @@ def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchR
     if disc is not None and len(np.asarray(disc)) == len(src):
         disc_aligned = align_ports(src, np.asarray(disc, dtype=np.int64), ifindex)[0].astype(np.int64)
     uptime = snapshot.sys_uptime_ticks
-    # When were the counters read? The agent reads them as each GETBULK arrives; the poller's
-    # ``ts_ns`` is the midpoint of the whole poll, and most of a poll's duration is the client
-    # decoding responses (pysnmp: ~150-230 µs per varbind) *after* the agent answered. Measured on
-    # the twin: the midpoint lags the read by half the poll (17-30 ms on a small leaf), which is
-    # ±3 % on a 0.5 s rate as durations vary. The poll start is the agent's read time to within
-    # one request's round trip for a one-request walk (and a constant offset for longer walks).
+    # When were the counters read? The agent reads them as each GETBULK arrives, so a poller that
+    # stamps each cell with its response's round-trip midpoint (``cell_ts_ns``) says it per port;
+    # the read's one ``ts_ns`` is then its earliest cell (the first response). Without per-cell
+    # stamps: the poll start, since the poll's midpoint lags the reads by the client's decoding.
     read_ns = int(snapshot.ts_ns) - round(float(getattr(snapshot, "duration_s", 0.0)) * 5e8)
+    cell_ts: dict[str, I64Array] = {}
+    for name, stamps in (getattr(snapshot, "cell_ts_ns", None) or {}).items():
+        if name in counters and len(stamps) == len(src):
+            cell_ts[name] = align_ports(src, np.asarray(stamps, dtype=np.int64), ifindex)[0].astype(np.int64)
+    if cell_ts and present.any():
+        read_ns = int(min(int(ts[present].min()) for ts in cell_ts.values()))
+    for ts in cell_ts.values():
+        ts[~present] = read_ns  # an absent port is a gap anyway; keep its interval sane
     return SwitchRead(
         ts_ns=read_ns,
         sys_uptime_ticks=None if uptime is None else int(uptime),
@@ -110,6 +134,7 @@ def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchR
         present=present,
         discontinuity_ticks=disc_aligned,
         speed_bps=speed,
+        cell_ts_ns=cell_ts or None,
     )
 
 
@@ -126,6 +151,7 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
     speed = np.where(np.isfinite(cur.speed_bps), cur.speed_bps, spec_speed_bps)
     metrics: dict[str, F32Array] = {}
     dropped: dict[str, int] = {}
+    spans: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
     for name, width, unit, metric, scale in _COUNTERS:
         if name not in prev.counters or name not in cur.counters:
             metrics[metric] = np.full(n, np.nan, dtype=np.float32)
@@ -135,6 +161,8 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
             width_bits=64 if width == 64 else 32, unit="octets" if unit == "octets" else "packets",
         )
         metrics[metric] = (rates.rate_per_s * scale).astype(np.float32)
+        spans[metric] = (np.broadcast_to(np.asarray(prev.read_ns(name), dtype=np.int64), (n,)),
+                         np.broadcast_to(np.asarray(cur.read_ns(name), dtype=np.int64), (n,)))
         bad = rates.reason[rates.reason != RateReason.OK]
         if len(bad):
             codes, counts = np.unique(bad, return_counts=True)
@@ -145,12 +173,13 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
         # np.maximum propagates NaN: a port whose in- or out-rate was dropped has no utilisation.
         util = np.maximum(metrics["in_bps"], metrics["out_bps"]) / np.where(speed > 0, speed, np.nan)
     metrics["util"] = util.astype(np.float32)
-    return SwitchSlice(switch, prev.ts_ns, cur.ts_ns, {m: metrics[m] for m in SLICE_METRICS}, dropped)
+    return SwitchSlice(switch, prev.ts_ns, cur.ts_ns, {m: metrics[m] for m in SLICE_METRICS}, dropped,
+                       spans)
 
 
 def _counter_read(read: SwitchRead, name: str) -> CounterRead:
-    return CounterRead(read.ts_ns, read.counters[name], read.sys_uptime_ticks, read.discontinuity_ticks,
-                       read.present)
+    return CounterRead(read.read_ns(name), read.counters[name], read.sys_uptime_ticks,
+                       read.discontinuity_ticks, read.present)
 
 
 def decode_slice(blob: bytes) -> Frame:
@@ -165,13 +194,18 @@ _READ_MAGIC = b"FMR1"
 def encode_read(read: SwitchRead) -> bytes:
     n = len(read.present)
     names = [c for c in COUNTER_NAMES if c in read.counters]
+    stamped = [c for c in names if read.cell_ts_ns is not None and c in read.cell_ts_ns]
+    # "cell_ts" was added later: its arrays go last, so an older decoder still reads the rest.
     header = json.dumps({"ts_ns": read.ts_ns, "uptime": read.sys_uptime_ticks, "n": n, "counters": names,
-                         "disc": read.discontinuity_ticks is not None}).encode()
+                         "disc": read.discontinuity_ticks is not None, "cell_ts": stamped}).encode()
     parts = [np.ascontiguousarray(read.counters[c], dtype="<u8").tobytes() for c in names]
     parts.append(np.ascontiguousarray(read.present, dtype="u1").tobytes())
     parts.append(np.ascontiguousarray(read.speed_bps, dtype="<f8").tobytes())
     if read.discontinuity_ticks is not None:
         parts.append(np.ascontiguousarray(read.discontinuity_ticks, dtype="<i8").tobytes())
+    for c in stamped:
+        assert read.cell_ts_ns is not None
+        parts.append(np.ascontiguousarray(read.cell_ts_ns[c], dtype="<i8").tobytes())
     return _READ_MAGIC + struct.pack("<I", len(header)) + header + b"".join(parts)
 
 
@@ -192,7 +226,16 @@ def decode_read(blob: bytes) -> SwitchRead | None:
         off += n
         speed = np.frombuffer(blob, "<f8", n, off).astype(np.float64)
         off += 8 * n
-        disc = np.frombuffer(blob, "<i8", n, off).astype(np.int64) if h["disc"] else None
+        disc = None
+        if h["disc"]:
+            disc = np.frombuffer(blob, "<i8", n, off).astype(np.int64)
+            off += 8 * n
+        cell_ts = {}
+        for c in h.get("cell_ts", ()):
+            if str(c) not in counters:
+                return None
+            cell_ts[str(c)] = np.frombuffer(blob, "<i8", n, off).astype(np.int64)
+            off += 8 * n
     except (ValueError, KeyError, TypeError):
         return None
-    return SwitchRead(int(h["ts_ns"]), h["uptime"], counters, present, disc, speed)
+    return SwitchRead(int(h["ts_ns"]), h["uptime"], counters, present, disc, speed, cell_ts or None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from collectors.snmp import IfSnapshot
 from fabricmon.core.frames import Frame
 from fabricmon.core.railgen import rail_optimized
 from fabricmon.telemetry.history import downsample
@@ -16,6 +17,7 @@ from fabricmon.telemetry.slices import (
     compute_slice,
     decode_read,
     encode_read,
+    read_from_snapshot,
 )
 
 GBPS = 1e9
@@ -99,3 +101,28 @@ def test_downsample_means_ignore_nan_and_keep_util_max() -> None:
     assert Frame.decode(out.encode()).metrics.keys() == out.metrics.keys()
     with pytest.raises(ValueError, match="at least one frame"):
         downsample([], end_ns=0, step_s=1.0)
+
+
+def test_snapshot_cell_times_give_each_port_its_own_interval_and_persist() -> None:
+    def snap(ts_s: float, octets: list[int], late_row_s: float) -> IfSnapshot:
+        n = len(octets)
+        cell = np.full(n, int(ts_s * 1e9), dtype=np.int64)
+        cell[-1] = int((ts_s + late_row_s) * 1e9)  # the last row came in a later response
+        return IfSnapshot("leaf", int(ts_s * 1e9), 1000, np.array([1, 2, 3], np.int32),
+                          {c: np.asarray(octets, np.uint64) for c in COUNTER_NAMES},
+                          np.full(n, 100_000, np.uint32), np.ones(n, bool), None, 3 * n, 0.2,
+                          cell_ts_ns=dict.fromkeys(COUNTER_NAMES, cell))
+
+    order = np.array([3, 1, 2, 9], dtype=np.int32)  # the fabric's port order; port 9 absent
+    prev = read_from_snapshot(snap(10.0, [0, 0, 0], 0.2), order)
+    cur = read_from_snapshot(snap(11.0, [10**9, 10**9, 10**9], 0.0), order)
+    assert prev.ts_ns == 10 * 10**9  # the earliest cell read
+    back = decode_read(encode_read(prev))
+    assert back is not None and back.cell_ts_ns is not None
+    np.testing.assert_array_equal(back.cell_ts_ns["in_octets"], prev.cell_ts_ns["in_octets"])  # type: ignore[index]
+    part = compute_slice("leaf", back, cur, np.full(4, 100 * GBPS), 0)
+    # port ifIndex 3 was read 0.2 s late in the first poll: 1e9 B over 0.8 s, not 1 s
+    np.testing.assert_allclose(part.metrics["in_bps"][:3], [1e10, 8e9, 8e9], rtol=1e-6)
+    assert np.isnan(part.metrics["in_bps"][3])
+    t_prev, t_cur = part.port_span_ns["in_bps"]
+    assert t_prev[:3].tolist() == [10_200_000_000, 10**10, 10**10] and t_cur[:3].tolist() == [11 * 10**9] * 3
