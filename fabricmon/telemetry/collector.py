@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ import redis
 
 from fabricmon.core.frames import Frame
 from fabricmon.core.topology import SwitchSpec
-from fabricmon.telemetry import live_window
+from fabricmon.telemetry import gnmi_part, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease
 from fabricmon.telemetry.shards import Shard
@@ -100,6 +100,7 @@ class _Health:
     error_counts: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
     last_error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # protocol specifics (gNMI session health)
 
     @classmethod
     def resume(cls, shard_id: str, interval_s: float, old: dict[str, Any] | None) -> _Health:
@@ -121,6 +122,7 @@ class _Health:
             "consecutive_failures": self.consecutive_failures, "polls": self.polls,
             "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
             "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
+            **self.extra,
         }
 
 
@@ -131,9 +133,14 @@ class ShardCollector:
         self, r: redis.Redis, shard: Shard, framer: FabricFramer, lease: Lease, poll: PollFn, *,
         run_s: float, stop_event: threading.Event | None = None,
         observer: Callable[[PollRecord], None] | None = None, history_sink: HistorySink | None = None,
-        history_step_s: float = 60.0,
+        history_step_s: float = 60.0, protocols: Mapping[str, str] | None = None,
     ) -> None:
         self.r, self.shard, self.framer, self.lease, self.poll = r, shard, framer, lease, poll
+        # switch → "snmp" | "gnmi" | "both" (default snmp); gNMI needs the switch's gNMI target
+        self.protocols = dict(protocols or {})
+        self.gnmi_names = gnmi_part.gnmi_switches({n: framer.spec.switch(n) for n in shard.switches},
+                                                  self.protocols)
+        self.gnmi: Any = None  # collectors.gnmi.session.GnmiCollector while running
         self.run_s, self.stop_event, self.observer = run_s, stop_event, observer
         self.history_sink, self.history_step_ns = history_sink, round(history_step_s * 1e9)
         self.report = ShardReport(shard.shard_id, acquired=True)
@@ -146,7 +153,14 @@ class ShardCollector:
 
     async def run(self) -> ShardReport:
         spec = self.framer.spec
-        tasks = [asyncio.create_task(self._switch_loop(spec.switch(n))) for n in self.shard.switches]
+        snmp_names = [n for n in self.shard.switches
+                      if n not in self.gnmi_names or self.protocols.get(n) == "both"]
+        tasks = [asyncio.create_task(self._switch_loop(spec.switch(n))) for n in snmp_names]
+        self.gnmi = gnmi_part.start_collector(
+            [gnmi_part.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
+        for n in self.gnmi_names:
+            tasks.append(asyncio.create_task(gnmi_part.gnmi_switch_loop(
+                spec.switch(n), self.gnmi.sessions[n], self.framer, self._deliver, self._record_gnmi)))
         tasks.append(asyncio.create_task(self._deadline_loop()))
         try:
             self.report.ended = await self._supervise()
@@ -154,6 +168,8 @@ class ShardCollector:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.gnmi is not None:
+                await self.gnmi.stop()
         return self.report
 
     async def _supervise(self) -> str:
@@ -193,7 +209,8 @@ class ShardCollector:
                 prev = None
             part = compute_slice(sw.name, prev, cur, spec_speed, started)
             tick = self.framer.frame_tick(scheduled)
-            self._deliver(sw.name, tick, part)
+            if not self._gnmi_up(sw.name):  # "both": SNMP fills in only while gNMI is down
+                self._deliver(sw.name, tick, part)
             self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part)
             if cur is not None:
                 prev = cur
@@ -213,6 +230,34 @@ class ShardCollector:
             if kind == "internal":
                 log.exception("shard %s: polling %s failed unexpectedly", self.shard.shard_id, sw.name)
             return None, kind, str(getattr(exc, "message", "") or exc)
+
+    def _gnmi_up(self, switch: str) -> bool:
+        return self.gnmi is not None and switch in self.gnmi.sessions and self.gnmi.sessions[switch].up
+
+    def _record_gnmi(self, switch: str, scheduled: int, part: SwitchSlice, session: dict[str, Any]) -> None:
+        """Health of a gNMI switch: the SNMP shape (up, last_success_ns, errors…) plus ``gnmi``."""
+        h = self.health[switch]
+        h.extra["gnmi"] = session
+        if self.observer is not None:
+            now = time.time_ns()
+            self.observer(PollRecord(self.fabric, switch, scheduled, self.framer.frame_tick(scheduled), now,
+                                     now, part, None if part.ok else "gnmi_no_sample"))
+        if self.protocols.get(switch) == "both":
+            return  # the SNMP loop writes this switch's health, now carrying the gNMI session's
+        h.polls += 1
+        h.last_poll_ns = time.time_ns()
+        h.poll_ms = session.get("poll_ms")
+        h.up = bool(session.get("up"))
+        self.report.polls += 1
+        if part.ok:
+            h.consecutive_failures = 0
+            h.last_success_ns = part.t_cur_ns
+        else:
+            h.consecutive_failures += 1
+            h.last_error = str(session.get("last_error") or "no new gNMI sample in the interval")
+            self.report.failures += 1
+        h.error_counts = Counter(session.get("error_counts", {}))
+        live_window.write_health(self.r, self.fabric, switch, h.as_dict())
 
     def _load_read(self, switch: str) -> SwitchRead | None:
         blob = self.r.get(read_key(self.fabric, switch))

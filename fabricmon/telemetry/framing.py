@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from fabricmon.core.frames import Frame, FrameFormatError
+from fabricmon.core.frames import METRICS, Frame, FrameFormatError
 from fabricmon.core.topology import FabricSpec, PortIndex, build_port_index
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.slices import SLICE_METRICS
@@ -138,9 +138,13 @@ class FabricFramer:
                 continue
             if part.n_ports != sl.stop - sl.start:
                 continue  # sliced against another topology version; drawn as no data
-            for m in SLICE_METRICS:
-                if m in part.metrics:
-                    metrics[m][sl] = part.metrics[m]
+            for m, values in part.metrics.items():
+                if m not in metrics:
+                    if m not in METRICS:
+                        continue  # not a frame metric: ignored, never guessed at
+                    # gNMI slices carry ECN/PFC/watermark: frames have them once any switch does
+                    metrics[m] = np.full(n, np.nan, dtype=np.float32)
+                metrics[m][sl] = values
         return Frame(self.fabric, self.index.version, tick_ns, self.frame_ns / 1e9, metrics)
 
 

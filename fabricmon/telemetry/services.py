@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +29,7 @@ from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
 from fabricmon.topology.models import Fabric
-from fabricmon.topology.services import fabric_spec, port_index, port_peers
+from fabricmon.topology.services import collector_protocols, fabric_spec, port_index, port_peers
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def run_shard(
     shard_id: str, *, lease_s: float, stop_event: threading.Event | None = None,
     fabrics: Sequence[FabricSpec] | None = None, redis_url: str | None = None, run_s: float | None = None,
     observer: Callable[[PollRecord], None] | None = None, history: bool = True,
+    protocols: Mapping[str, str] | None = None,
 ) -> ShardReport:
     """Hold shard ``shard_id`` for one lease (``run_s``, default ``lease_s``) and collect it.
 
@@ -58,7 +59,9 @@ def run_shard(
     the shard's switches on this thread's long-lived event loop (one pysnmp engine per loop),
     reports slices and builds frames, renews the lease every ``lease_s / 3`` and hands the shard
     back at the end — or earlier on ``stop_event`` or a lost lease. ``fabrics`` defaults to the
-    database topology; ``observer`` sees every poll (diagnostics, tests).
+    database topology; ``observer`` sees every poll (diagnostics, tests). ``protocols`` (switch →
+    snmp | gnmi | both) defaults to the database's collector choice, or SNMP for ``fabrics``
+    given in code.
     """
     specs = load_fabrics() if fabrics is None else list(fabrics)
     try:
@@ -67,6 +70,8 @@ def run_shard(
         log.warning("%s", exc)
         return ShardReport(shard_id, acquired=False, ended="unknown_shard")
     spec = next(f for f in specs if f.name == shard.fabric)
+    if protocols is None and fabrics is None:
+        protocols = collector_protocols(spec.name)
     r = live_window.connect(redis_url)
     lease = Lease.acquire(r, shard_id, lease_s)
     if lease is None:
@@ -77,7 +82,7 @@ def run_shard(
         collector = ShardCollector(
             r, shard, framer, lease, _snmp_poll_fn(), run_s=lease_s if run_s is None else run_s,
             stop_event=stop_event, observer=observer, history_sink=sink,
-            history_step_s=settings.FABRICMON_HISTORY_STEP_S,
+            history_step_s=settings.FABRICMON_HISTORY_STEP_S, protocols=protocols,
         )
         return runtime.event_loop().run_until_complete(collector.run())
     finally:

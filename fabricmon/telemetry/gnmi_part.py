@@ -1,0 +1,90 @@
+"""The gNMI side of a shard: one subscription per switch, one slice per switch per tick.
+
+For the shard's switches collected over gNMI (``collector`` = ``gnmi`` or ``both`` and the switch
+has a gNMI target), a :class:`~collectors.gnmi.session.GnmiCollector` keeps one Subscribe STREAM
+per switch (reconnecting with capped, jittered backoff); a tick loop per switch turns the decoded
+arrays into that switch's slice of the frame, on the same wall-clock grid as the SNMP loops::
+
+    GnmiCollector ── sessions (one stream per switch) ── TargetArrays (device timestamps)
+    tick loop ── every I: IntervalTaker.take() ─▶ SwitchSlice (in/out bps, util, ECN, PFC,
+                 watermark, drops) ─▶ framer.report ─▶ health (same shape as SNMP + "gnmi")
+
+``both``: gNMI gives the frame while its stream is up; the SNMP loop keeps polling and fills in
+while it is down (its health carries the gNMI session's under ``"gnmi"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from collectors.gnmi.metrics import GnmiSnapshot, IntervalTaker
+from collectors.gnmi.paths import LEAF_INDEX
+from collectors.gnmi.session import GnmiCollector, GnmiSession, GnmiTargetSpec
+from fabricmon.core.topology import SwitchSpec
+from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.slices import SwitchSlice
+
+GNMI_PROTOCOLS = ("gnmi", "both")
+_OCTETS = LEAF_INDEX["in_octets"]
+
+
+def gnmi_switches(specs: Mapping[str, SwitchSpec], protocols: Mapping[str, str]) -> list[str]:
+    """Switches of ``specs`` to subscribe to: protocol gnmi/both and a gNMI target configured."""
+    return [n for n, sw in specs.items() if protocols.get(n) in GNMI_PROTOCOLS and sw.gnmi is not None]
+
+
+def target_spec(sw: SwitchSpec, framer: FabricFramer) -> GnmiTargetSpec:
+    assert sw.gnmi is not None
+    sl = framer.slices[sw.name]
+    # Never sample coarser than the frame tick of this switch (each tick needs a fresh sample).
+    interval_s = min(sw.gnmi.sample_interval_s, framer.interval_ns[sw.name] / 1e9)
+    return GnmiTargetSpec(sw.name, sw.mgmt_address, sw.gnmi.port, framer.index.port_names[sl],
+                          sample_interval_s=interval_s)
+
+
+def _device_ns(snap: GnmiSnapshot) -> int:
+    return int(snap.ts_ns[_OCTETS].max())
+
+
+def take_slice(name: str, taker: IntervalTaker, now_ns: int) -> SwitchSlice:
+    """The switch's slice since the previous take; a gap (not ok) when no new sample arrived."""
+    prev = taker.prev
+    metrics = taker.take()
+    t0, t1 = _device_ns(prev), _device_ns(taker.prev)
+    if t0 == 0 or t1 <= t0:
+        reason = "no_baseline" if t1 > 0 else "gap"
+        nan = np.full(len(taker.speed_bps), np.nan, dtype=np.float32)
+        return SwitchSlice(name, None, t1 or now_ns, dict.fromkeys(metrics, nan), {reason: len(nan)})
+    dropped = int(np.isnan(metrics["out_bps"]).sum())
+    return SwitchSlice(name, t0, t1, metrics, {"invalid": dropped} if dropped else {})
+
+
+async def gnmi_switch_loop(
+    sw: SwitchSpec, session: GnmiSession, framer: FabricFramer,
+    deliver: Callable[[str, int, SwitchSlice], None],
+    record: Callable[[str, int, SwitchSlice, dict[str, Any]], None],
+) -> None:
+    """Every tick of the switch's interval: take the interval's metrics, deliver, record health."""
+    sl = framer.slices[sw.name]
+    taker = IntervalTaker(session.arrays, framer.index.speed_bps[sl])
+    interval_ns = framer.interval_ns[sw.name]
+    while True:
+        scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
+        await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
+        part = take_slice(sw.name, taker, time.time_ns())
+        deliver(sw.name, framer.frame_tick(scheduled), part)
+        record(sw.name, scheduled, part, session.health())
+
+
+def start_collector(specs: list[GnmiTargetSpec]) -> GnmiCollector | None:
+    """Start the shard's sessions on the running loop (None when the shard has no gNMI switch)."""
+    if not specs:
+        return None
+    coll = GnmiCollector(specs)
+    coll.start()
+    return coll
