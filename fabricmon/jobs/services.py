@@ -185,8 +185,6 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     the batch keeps its first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring
     inserts land on the same B-tree pages."""
     todo, first = np.unique(hashes, return_index=True)
-    claim = np.zeros(len(hashes), dtype=bool)
-    claim[first] = True
     table = connection.ops.quote_name(EventKey._meta.db_table)
     run_id = int(run.pk)
     if connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
@@ -207,7 +205,12 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
                 [run_id, orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()],
             )
             won = [r[0] for r in cursor.fetchall()]
-    return claim & np.isin(hashes, np.array(won, dtype=np.int64))
+    fresh = np.zeros(len(hashes), dtype=bool)
+    if len(won) == len(todo):  # the common case: every claim is new
+        fresh[first] = True
+    elif won:  # ``todo`` is sorted: place the won hashes by binary search
+        fresh[first[np.searchsorted(todo, np.array(won, dtype=np.int64))]] = True
+    return fresh
 
 
 def store_columns(run: Run, cols: EventColumns) -> IngestResult:
@@ -234,6 +237,7 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
                 connection.ops.quote_name(EventBlockKey._meta.db_table),
                 ("run_id", "block_id", "source", "step", "layer", "phase", "events"),
                 [(run_id, block_id, *k, c) for k, c in zip(keys, counts.tolist(), strict=True)],
+                scalars=True,
             )
         _add_to_matrices(run, new, keys, inverse)
     return result
@@ -285,10 +289,20 @@ _PG_TYPES = {
 
 
 def _group_keys(cols: EventColumns) -> tuple[list[tuple[str, int, int, str]], np.ndarray]:
-    """The distinct (source, step, layer, phase) of the events, and each event's group index."""
-    packed = np.stack([cols.source, cols.step, cols.layer, cols.phase], axis=1)
-    uniq, inverse = np.unique(packed, axis=0, return_inverse=True)
-    keys = [(SOURCES[s], st, la, PHASES[p]) for s, st, la, p in uniq.tolist()]
+    """The distinct (source, step, layer, phase) of the events, and each event's group index.
+    Usually packed into one int64 (a 1-D unique is ~10x faster than ``np.unique(axis=0)``)."""
+    step, layer = cols.step + 1, cols.layer + 1  # -1 (none) → 0
+    if len(cols) and step.max() < 1 << 38 and layer.max() < 1 << 18:
+        packed = (((step << 18) | layer) << 7) | (cols.phase << 3) | cols.source  # 10 phases, 7 sources
+        uniq, inverse = np.unique(packed, return_inverse=True)
+        u_step, u_layer = (uniq >> 25) - 1, ((uniq >> 7) & ((1 << 18) - 1)) - 1
+        u_phase, u_source = (uniq >> 3) & 15, uniq & 7
+        rows = zip(u_source.tolist(), u_step.tolist(), u_layer.tolist(), u_phase.tolist(), strict=True)
+    else:
+        stacked = np.stack([cols.source, cols.step, cols.layer, cols.phase], axis=1)
+        uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
+        rows = iter(uniq.tolist())
+    keys = [(SOURCES[s], st, la, PHASES[p]) for s, st, la, p in rows]
     return keys, inverse.reshape(-1)
 
 
@@ -408,9 +422,13 @@ def _marks(n_rows: int, n_cols: int) -> str:
     return ", ".join([row] * n_rows)
 
 
-def _insert_many(cursor: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+def _insert_many(
+    cursor: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, scalars: bool = False
+) -> None:
     """Multi-row INSERT: on PostgreSQL one ``unnest`` of one array per column (binary
-    parameters); elsewhere 500 rows a statement (executemany is one statement per row)."""
+    parameters); on SQLite rows of numbers and text (``scalars``) as one JSON parameter read by
+    json_each (parsing a VALUES list costs ~2 µs a row), others 500 rows a statement
+    (executemany is one statement per row)."""
     if not rows:
         return
     if connection.vendor == "postgresql":
@@ -420,6 +438,13 @@ def _insert_many(cursor: Any, table: str, columns: tuple[str, ...], rows: list[t
                 f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays})",
                 [list(col) for col in zip(*rows, strict=True)],
             )
+        return
+    if scalars:
+        picks = ", ".join(f"value ->> {i}" for i in range(len(columns)))
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(columns)}) SELECT {picks} FROM json_each(%s)",
+            [orjson.dumps(rows).decode()],
+        )
         return
     for part in _chunks(rows):
         cursor.execute(
