@@ -154,7 +154,18 @@ class FabricQueues:
         burst = self._push(start + burst_ns, offered / (burst_ns / NS), in_active)
         if burst_ns < dur_ns:
             held = np.zeros(self.n) if self.lossy else np.maximum(offered - burst.admitted_bytes, 0.0)
-            self._push(ph.end_ns, held / ((dur_ns - burst_ns) / NS), in_active)
+            tail_start = start + burst_ns
+            if not self.lossy and self._paused.any():
+                # A queue still paused at the burst's end first drains to Xon with nothing
+                # arriving; the held bytes then come over what is left of the phase (so none is
+                # lost: for the bottleneck port that is exactly line rate minus the Xon backlog).
+                xon, c = self.cfg.xon_bytes, self.cfg.line_rate_bytes_ps
+                pre_s = np.where(self._paused, np.maximum(self._q - xon, 0.0) / c, 0.0)
+                pre_ns = min(dur_ns - burst_ns - 1, int(np.ceil(pre_s.max() * NS)))
+                if pre_ns > 0:
+                    self._push(tail_start + pre_ns, np.zeros(self.n), in_active)
+                    tail_start += pre_ns
+            self._push(ph.end_ns, held / ((ph.end_ns - tail_start) / NS), in_active)
         self._last_in_active = in_active
 
     def advance_to(self, t_ns: int) -> None:
