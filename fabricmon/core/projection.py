@@ -42,6 +42,7 @@ ROUTING_MODES: tuple[str, ...] = ("pxn", "ecmp", "spray")
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_Hops = tuple[IntArray, IntArray, FloatArray]  # (flow, cable, fraction of the flow's bytes)
 
 
 def splitmix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -180,8 +181,10 @@ def place_ranks(layout: FabricLayout, entries: list[dict[str, object]], world_si
         if g is None and isinstance(e.get("local_rank"), int):
             g = layout.gpu_by_host_local.get((str(e.get("host") or ""), int(e["local_rank"])))  # type: ignore[call-overload]
         if g is None:
-            problems.append(f"rank {rank}: no GPU of the fabric at {e.get('switch')}:{e.get('switch_port')} "
-                            f"or {e.get('host')}/{e.get('local_rank')}")
+            problems.append(
+                f"rank {rank}: no GPU of the fabric at {e.get('switch')}:{e.get('switch_port')} "
+                f"or {e.get('host')}/{e.get('local_rank')}"
+            )
             continue
         gpu[rank] = g
     return RankPlacement(gpu, tuple(problems))
@@ -205,7 +208,7 @@ class Projector:
 
     def __init__(self, layout: FabricLayout, placement: RankPlacement, routing: Routing) -> None:
         self.layout, self.placement, self.routing = layout, placement, routing
-        self.n_ports = n_ports = len(layout.index)
+        self.n_ports = len(layout.index)
         r = placement.world_size
         g_of = placement.gpu_of_rank
         placed = g_of >= 0
@@ -226,15 +229,16 @@ class Projector:
             src_gpu = self._proxy(hosts[a], dst_gpu)
             columns = a * r + d
             self.n_flows = len(hosts) * r
-        else:
-            s = np.repeat(np.arange(r), r)
-            d = np.tile(np.arange(r), r)
-            keep = placed[s] & placed[d] & (host_of_rank[s] != host_of_rank[d])
-            s, d = s[keep], d[keep]
-            src_gpu, dst_gpu = g_of[s], g_of[d]
-            columns = s * r + d
-            self.n_flows = r * r
-        self.matrix = self._incidence(columns, src_gpu, dst_gpu)
+            self._plan_pxn(columns, src_gpu, dst_gpu, np.flatnonzero(placed))
+            return
+        s = np.repeat(np.arange(r), r)
+        d = np.tile(np.arange(r), r)
+        keep = placed[s] & placed[d] & (host_of_rank[s] != host_of_rank[d])
+        s, d = s[keep], d[keep]
+        src_gpu, dst_gpu = g_of[s], g_of[d]
+        columns = s * r + d
+        self.n_flows = r * r
+        self.matrix: sp.csc_matrix | None = self._incidence(columns, src_gpu, dst_gpu)
 
     # -- building -----------------------------------------------------------------------------------
     def _proxy(self, src_host: IntArray, dst_gpu: IntArray) -> IntArray:
@@ -250,7 +254,11 @@ class Projector:
             table[lay.gpu_host[gpus], key[gpus]] = gpus
             return table
 
-        by_leaf, by_rail, by_local = first_table(lay.nic_leaf), first_table(lay.gpu_rail), first_table(lay.gpu_local)
+        by_leaf, by_rail, by_local = (
+            first_table(lay.nic_leaf),
+            first_table(lay.gpu_rail),
+            first_table(lay.gpu_local),
+        )
         first = np.full(n_h, -1, dtype=np.int64)
         first[lay.gpu_host[::-1]] = np.arange(lay.n_gpus)[::-1]
         out = by_leaf[src_host, lay.nic_leaf[dst_gpu]]
@@ -280,7 +288,11 @@ class Projector:
             ok = spine_reaches[link[:, 2]]  # (cable, target leaf)
         owner = link[:, owner_col]
         count = np.zeros((n_owner, n_leaf), dtype=np.int64)
-        np.add.at(count, (np.repeat(owner, n_leaf)[ok.ravel()], np.tile(np.arange(n_leaf), len(link))[ok.ravel()]), 1)
+        np.add.at(
+            count,
+            (np.repeat(owner, n_leaf)[ok.ravel()], np.tile(np.arange(n_leaf), len(link))[ok.ravel()]),
+            1,
+        )
         width = max(1, int(count.max()))
         dense = np.full((n_owner, n_leaf, width), -1, dtype=np.int64)
         # cables in cabling order fill each (owner, target) cell left to right
@@ -300,27 +312,8 @@ class Projector:
         rows = [lay.nic_pos[src_gpu], p + lay.nic_pos[dst_gpu]]  # first hop in, last hop out
         cols = [columns, columns]
         vals = [np.ones(len(columns)), np.ones(len(columns))]
-        l1, l2 = lay.nic_leaf[src_gpu], lay.nic_leaf[dst_gpu]
-        cross = np.flatnonzero(l1 != l2)
+        cross, (up_flow, ups, up_frac), (dn_flow, dns, dn_frac) = self._cables(src_gpu, dst_gpu)
         if len(cross):
-            if not len(lay.link):
-                raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
-            up_tab, up_cnt = self._candidates(via_spine=False)
-            dn_tab, dn_cnt = self._candidates(via_spine=True)
-            a, b = l1[cross], l2[cross]
-            if (up_cnt[a, b] == 0).any():
-                raise ValueError("some leaf pair has no path through a common spine")
-            if self.routing.mode == "spray":
-                (up_flow, ups, up_frac), (dn_flow, dns, dn_frac) = self._spray(a, b, up_tab, up_cnt, dn_tab, dn_cnt)
-            else:
-                key = (src_gpu[cross].astype(np.uint64) << np.uint64(32)) | dst_gpu[cross].astype(np.uint64)
-                h1 = splitmix64(key ^ np.uint64(self.routing.seed))
-                h2 = splitmix64(h1)
-                ups = up_tab[a, b, (h1 % up_cnt[a, b].astype(np.uint64)).astype(np.int64)]
-                sp_of = lay.link[ups, 2]
-                dns = dn_tab[sp_of, b, (h2 % dn_cnt[sp_of, b].astype(np.uint64)).astype(np.int64)]
-                up_flow = dn_flow = np.arange(len(cross))
-                up_frac = dn_frac = np.ones(len(cross))
             # Rows per cable (its bytes serve both its ends): fewer non-zeros in the big matrix;
             # ``cable_ends`` spreads the per-cable sums onto ports afterwards.
             c_up, c_dn = columns[cross[up_flow]], columns[cross[dn_flow]]
@@ -328,6 +321,112 @@ class Projector:
             rows += [2 * p + ups, 2 * p + n_links + dns]
             cols += [c_up, c_dn]
             vals += [up_frac, dn_frac]
+        self._build_cable_ends()
+        m = sp.csc_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(2 * p + 2 * len(lay.link), self.n_flows),
+        )
+        m.sum_duplicates()
+        return m
+
+    def _cables(self, src_gpu: IntArray, dst_gpu: IntArray) -> tuple[IntArray, _Hops, _Hops]:
+        """Flows that change leaf (indices into src/dst) and their (flow, cable, fraction) on the
+        uplink and the spine downlink tiers, under the routing's ECMP hash or spray."""
+        lay = self.layout
+        l1, l2 = lay.nic_leaf[src_gpu], lay.nic_leaf[dst_gpu]
+        cross = np.flatnonzero(l1 != l2)
+        none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        if not len(cross):
+            return cross, none, none
+        if not len(lay.link):
+            raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
+        up_tab, up_cnt = self._candidates(via_spine=False)
+        dn_tab, dn_cnt = self._candidates(via_spine=True)
+        a, b = l1[cross], l2[cross]
+        if (up_cnt[a, b] == 0).any():
+            raise ValueError("some leaf pair has no path through a common spine")
+        if self.routing.mode == "spray":
+            up, dn = self._spray(a, b, up_tab, up_cnt, dn_tab, dn_cnt)
+            return cross, up, dn
+        key = (src_gpu[cross].astype(np.uint64) << np.uint64(32)) | dst_gpu[cross].astype(np.uint64)
+        h1 = splitmix64(key ^ np.uint64(self.routing.seed))
+        h2 = splitmix64(h1)
+        ups = up_tab[a, b, (h1 % up_cnt[a, b].astype(np.uint64)).astype(np.int64)]
+        sp_of = lay.link[ups, 2]
+        dns = dn_tab[sp_of, b, (h2 % dn_cnt[sp_of, b].astype(np.uint64)).astype(np.int64)]
+        flow, ones = np.arange(len(cross)), np.ones(len(cross))
+        return cross, (flow, ups, ones), (flow, dns, ones)
+
+    def _plan_pxn(
+        self, columns: IntArray, src_gpu: IntArray, dst_gpu: IntArray, placed_ranks: IntArray
+    ) -> None:
+        """PXN with a slim matrix: every flow (source host, destination rank) enters at its proxy's
+        NIC port (one non-zero) and leaves at the destination's NIC (a column sum of the folded
+        matrix, no non-zero); cross-leaf flows add one non-zero for their (uplink, downlink) cable
+        pair (61 k pairs at 4,096 GPUs, spread onto cables afterwards): ~4 M non-zeros per phase
+        instead of 8 M."""
+        lay, n_f = self.layout, self.n_flows
+        self.matrix = None
+        kept = np.zeros(n_f, dtype=bool)
+        kept[columns] = True
+        self._drop = np.flatnonzero(~kept)  # same-host (NVLink) or unplaced: no NIC ever sees them
+        self._out_ranks = placed_ranks
+        self._out_pos = lay.nic_pos[self.placement.gpu_of_rank[placed_ranks]].astype(np.intp)
+        cross, (_, ups, _), (_, dns, _) = self._cables(src_gpu, dst_gpu)
+        width = max(len(lay.link), 1)
+        pairs, pair_of = np.unique(ups * width + dns, return_inverse=True)
+        self._pair_up, self._pair_dn = (pairs // width).astype(np.intp), (pairs % width).astype(np.intp)
+        p = self.n_ports
+        self._in_blocks = self._proxy_blocks(placed_ranks)
+        if self._in_blocks is None:  # no block structure: one non-zero per flow for its proxy port
+            in_rows, in_cols = lay.nic_pos[src_gpu], columns
+        else:
+            in_rows, in_cols = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._route = sp.csc_matrix(
+            (
+                np.ones(len(in_cols) + len(cross)),
+                (
+                    np.concatenate([in_rows, p + pair_of.reshape(-1)]),
+                    np.concatenate([in_cols, columns[cross]]),
+                ),
+            ),
+            shape=(p + len(pairs), n_f),
+        )
+        self._route.sum_duplicates()
+        self._build_cable_ends()
+
+    def _proxy_blocks(self, placed_ranks: IntArray) -> tuple[tuple[int, int, int], IntArray] | None:
+        """The proxy of flow (host h, rank d) depends on d only through d's (leaf, rail, local
+        index) — its *key*. When ranks come in blocks (A, B, C) whose key does not change along B
+        (host-major ranks on a rail-optimized fabric: A = SUs, B = servers per SU, C = GPUs per
+        server), the bytes each host sends per key are one reshape-sum of the folded matrix, and
+        the proxy ports a small table. Returns ((A, B, C), (hosts·A·C) port table) or None."""
+        lay, r = self.layout, self.placement.world_size
+        if len(placed_ranks) != r or not len(self._fold_hosts):
+            return None
+        g = self.placement.gpu_of_rank
+        triple = np.stack([lay.nic_leaf[g], lay.gpu_rail[g], lay.gpu_local[g]], axis=1)
+        _, key = np.unique(triple, axis=0, return_inverse=True)
+        key = key.reshape(-1)
+        divisors = [c for c in range(1, r + 1) if r % c == 0]
+        best: tuple[int, int, int] | None = None
+        for c in divisors:
+            for b in divisors:
+                if r % (b * c) or b == 1 or (best and b <= best[1]):
+                    continue
+                k3 = key.reshape(r // (b * c), b, c)
+                if (k3 == k3[:, :1]).all():
+                    best = (r // (b * c), b, c)
+        if best is None:
+            return None
+        a_n, b_n, c_n = best
+        rep = np.arange(r).reshape(a_n, b_n, c_n)[:, 0, :].reshape(-1)  # one rank per (A, C) block
+        hosts = np.repeat(self._fold_hosts, len(rep))
+        proxy = self._proxy(hosts, np.tile(g[rep], len(self._fold_hosts)))
+        return best, lay.nic_pos[proxy].astype(np.intp)
+
+    def _build_cable_ends(self) -> None:
+        lay, p = self.layout, self.n_ports
         n_links = len(lay.link)
         link = lay.link.reshape(-1, 4)
         cables = np.arange(n_links)
@@ -342,16 +441,10 @@ class Projector:
             ),
             shape=(2 * p, 2 * n_links),
         )
-        m = sp.csc_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(2 * p + 2 * n_links, self.n_flows),
-        )
-        m.sum_duplicates()
-        return m
 
     def _spray(
         self, a: IntArray, b: IntArray, up_tab: IntArray, up_cnt: IntArray, dn_tab: IntArray, dn_cnt: IntArray
-    ) -> tuple[tuple[IntArray, IntArray, FloatArray], tuple[IntArray, IntArray, FloatArray]]:
+    ) -> tuple[_Hops, _Hops]:
         """Even split: a flow's bytes over every usable uplink (1/n each), then at that spine over
         every downlink to the destination leaf. Returns (flow, cable, fraction) for both tiers."""
 
@@ -375,27 +468,69 @@ class Projector:
         t = np.asarray(traffic)
         if t.shape[-2:] != (r, r):
             raise ValueError(f"traffic matrix shape {t.shape} does not match the rank map's world of {r}")
-        stack = t.reshape(-1, r, r)
-        if self.routing.mode == "pxn":
-            if self._fold_contiguous and len(set(map(len, self._fold_rows))) == 1 and len(self._fold_rows):
-                folded = stack[:, : len(self._fold_order)].reshape(len(stack), len(self._fold_rows), -1, r).sum(axis=2)
-            elif len(self._fold_rows):
-                folded = np.add.reduceat(stack[:, self._fold_order], self._fold_starts, axis=1)
-            else:
-                folded = np.zeros((len(stack), 0, r))
-            flat = folded.reshape(len(stack), -1)
-        else:
-            flat = stack.reshape(len(stack), -1)
-        return flat[0].astype(np.float64, copy=False) if t.ndim == 2 else np.ascontiguousarray(flat.T, dtype=np.float64)
+        flat = self._fold(t) if self.routing.mode == "pxn" else t.reshape(-1, r * r)
+        return (
+            flat[0].astype(np.float64, copy=False)
+            if t.ndim == 2
+            else np.ascontiguousarray(flat.T, dtype=np.float64)
+        )
 
     def project(self, traffic: FloatArray) -> PortBytes:
         """Projected bytes in/out of every port for one phase (R, R) or K phases (K, R, R)."""
+        if self.matrix is None:
+            return self._project_pxn(traffic)
         z = self.matrix @ self.flows(traffic)
         p = self.n_ports
         y = z[: 2 * p] + self.cable_ends @ z[2 * p :]
         if y.ndim == 1:
             return PortBytes(in_bytes=y[:p], out_bytes=y[p:])
         return PortBytes(in_bytes=y[:p].T.copy(), out_bytes=y[p:].T.copy())
+
+    def _project_pxn(self, traffic: FloatArray) -> PortBytes:
+        t = np.asarray(traffic)
+        folded = self._fold(t)  # (K, flows): the one pass over the R×R input
+        folded[:, self._drop] = 0.0
+        p, n_links, r = self.n_ports, len(self.layout.link), self.placement.world_size
+        by_host = folded.reshape(len(folded), -1, r)
+        to_rank = np.ones(by_host.shape[1]) @ by_host  # (K, R) bytes arriving per rank (BLAS sum)
+        y = np.empty((len(folded), 2 * p))
+        if self._in_blocks is not None:
+            (_, b_n, c_n), ports = self._in_blocks
+            # summing B as a (1×B)@(B×C) product: numpy's reduce over a middle axis with an inner
+            # run of C=8 is ~3x slower than the batched matmul
+            per_key = (np.ones(b_n) @ folded.reshape(-1, b_n, c_n)).reshape(len(folded), -1)
+        for k, f in enumerate(folded):
+            z = self._route @ f  # (bytes entering at each proxy NIC port), then per cable pair
+            y[k, :p] = z[:p] if self._in_blocks is None else np.bincount(ports, per_key[k], minlength=p)
+            y[k, p:] = np.bincount(self._out_pos, weights=to_rank[k, self._out_ranks], minlength=p)
+            cab = np.concatenate(
+                [
+                    np.bincount(self._pair_up, z[p:], minlength=n_links),
+                    np.bincount(self._pair_dn, z[p:], minlength=n_links),
+                ]
+            )
+            y[k] += self.cable_ends @ cab
+        if t.ndim == 2:
+            return PortBytes(in_bytes=y[0, :p], out_bytes=y[0, p:])
+        return PortBytes(in_bytes=y[:, :p].copy(), out_bytes=y[:, p:].copy())
+
+    def _fold(self, t: FloatArray) -> FloatArray:
+        """(R, R) or (K, R, R) → (K, hosts·R) float64: each source host's senders summed (in the
+        input's own precision: a float32 matrix is read at half the bytes)."""
+        r = self.placement.world_size
+        if t.shape[-2:] != (r, r):
+            raise ValueError(f"traffic matrix shape {t.shape} does not match the rank map's world of {r}")
+        stack = t.reshape(-1, r, r)
+        n_h = len(self._fold_rows)
+        if not n_h:
+            return np.zeros((len(stack), 0))
+        if self._fold_contiguous and len(set(map(len, self._fold_rows))) == 1:
+            # (1×g)@(g×R) per host: BLAS reads the g sender rows once (faster than .sum(axis=2))
+            per_host = stack[:, : len(self._fold_order)].reshape(len(stack) * n_h, -1, r)
+            folded = np.ones(per_host.shape[1], dtype=per_host.dtype) @ per_host
+        else:
+            folded = np.add.reduceat(stack[:, self._fold_order], self._fold_starts, axis=1)
+        return np.ascontiguousarray(folded.reshape(len(stack), -1), dtype=np.float64)
 
 
 class ProjectorCache:

@@ -89,7 +89,7 @@ def phase_views(run: Run, routing: Routing = PXN, source: str | None = None) -> 
     by_key = {(m.step, m.layer, m.phase): m for m in rows}
     keys = [k for k in key_of if k in by_key]
     pick = np.array([key_of[k] for k in keys], dtype=np.int64)
-    stack = np.zeros((len(keys), world, world))
+    stack = np.zeros((len(keys), world, world), dtype=np.float32)  # half the bytes; ~6e-8 relative
     for i, k in enumerate(keys):
         a = by_key[k].sent_array()
         stack[i, : a.shape[0], : a.shape[1]] = a[:world, :world]
