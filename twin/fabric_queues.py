@@ -187,6 +187,12 @@ class FabricQueues:
                 self._starts.popleft()
 
     # ---- reading --------------------------------------------------------------------------
+    @property
+    def oldest_ns(self) -> int:
+        """The oldest instant still answerable (``keep_s`` of history is kept)."""
+        with self._lock:
+            return self._starts[0] if self._starts else self.cursor_ns
+
     def _segment(self, t_ns: int) -> Segment:
         self.advance_to(t_ns)
         k = bisect.bisect_right(self._starts, t_ns) - 1

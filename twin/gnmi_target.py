@@ -285,6 +285,32 @@ class SwitchServicer(pbg.gNMIServicer):
                     yield watch.render(snap, only_changed=changed)
 
 
+def malformed_after(resp: pb.SubscribeResponse) -> list[pb.SubscribeResponse]:
+    """A ``mangle`` fault: the real response, then one of every kind of bad input a collector
+    must count and skip (wrong type, unknown path, huge value, no timestamp, error, empty)."""
+    if not resp.HasField("update") or not len(resp.update.update):
+        return [resp]
+    real = resp.update
+    first = real.update[0]
+    bad = pb.SubscribeResponse()
+    bad.update.timestamp = real.timestamp + 1
+    u = bad.update.update.add()
+    u.path.CopyFrom(first.path)
+    u.val.string_val = "lots"
+    u = bad.update.update.add()
+    u.path.elem.add(name="no-such-leaf")
+    u.val.uint_val = 1
+    u = bad.update.update.add()
+    u.path.CopyFrom(first.path)
+    u.val.uint_val = (1 << 64) - 1
+    no_ts = pb.SubscribeResponse()
+    no_ts.update.update.add().CopyFrom(first)
+    err = pb.SubscribeResponse()
+    err.error.code = 13
+    err.error.message = "garbage"
+    return [resp, bad, no_ts, err, pb.SubscribeResponse()]
+
+
 # ---- the fabric of servers ----------------------------------------------------------------
 class GnmiFabric:
     """All switches' targets on one background thread; ports stay fixed across stop/start."""

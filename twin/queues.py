@@ -187,7 +187,9 @@ class TwinSwitchSource:
             }
             cum = self.queues.counters_at(t)
             leaves.update(queue_leaves({k: a[self.sl] for k, a in cum.items()}, self.queues.cfg.pkt_bytes))
-            peak = self.queues.peak_bytes(self._last_clear_ns, t)[self.sl]
+            # a watermark nobody read for longer than the queue history covers that history only
+            since = max(self._last_clear_ns, self.queues.oldest_ns)
+            peak = self.queues.peak_bytes(min(since, t), t)[self.sl]
             leaves["q_max_len"] = np.floor(peak).astype(np.uint64)
             if clear:
                 self._last_clear_ns = t

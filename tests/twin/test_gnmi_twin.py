@@ -18,6 +18,7 @@ import pytest
 from collectors.gnmi.metrics import GnmiSnapshot, IntervalTaker
 from collectors.gnmi.paths import LEAF_INDEX
 from collectors.gnmi.session import GnmiCollector, GnmiTargetSpec
+from twin.gnmi_target import malformed_after
 from twin.moe import MoeConfig
 from twin.runtime import Twin, TwinConfig
 
@@ -168,3 +169,64 @@ def test_skewed_moe_hot_port_has_largest_watermark_and_ecn_of_its_rail_with_unre
     assert wm[hot] > 10 * wm[others].max() and ecn[hot] > 10 * ecn[others].max()
     assert util[hot] < 0.3  # a utilization view at 1 s would not flag it
     assert util[hot] < 2.0 * np.median(util[host])
+
+
+def test_restart_on_the_same_port_resumes_within_backoff_with_one_subscription(twin: Twin) -> None:
+    """The twin's target for one switch dies and comes back on its port: the session resumes
+    within backoff_max + one interval (a bounded wait, printed), never two streams at once, and
+    the first interval after it matches the truth again."""
+    assert twin.gnmi is not None
+    switch = "leaf-r2"
+    sv = twin.gnmi.servicers[switch]
+    backoff_max, interval = 0.8, 0.2
+
+    async def main() -> float:
+        coll = GnmiCollector([spec(twin, switch, interval, backoff_max_s=backoff_max, backoff_base_s=0.1)],
+                             seed=17)
+        coll.start()
+        s = coll.sessions[switch]
+        try:
+            assert await s.wait_synced(10)
+            port = twin.gnmi_ports[switch]
+            twin.gnmi.stop_switch(switch)  # type: ignore[union-attr]
+            await asyncio.sleep(1.2)
+            assert not s.health()["up"] and s.health()["errors"] >= 1
+            assert twin.gnmi.start_switch(switch) == port  # type: ignore[union-attr]
+            t0 = time.monotonic()
+            assert await s.wait_synced(backoff_max + interval + 3.0), "no sync after the restart"
+            resumed = time.monotonic() - t0
+            await intervals(coll, twin, switch, 2, 0.45)  # truth per interval after the restart
+            return resumed
+        finally:
+            await coll.stop()
+
+    resumed = asyncio.run(main())
+    print(f"resumed {resumed:.3f} s after the restart (bound {backoff_max + interval:.1f} s)")
+    assert sv.max_active_streams == 1 and sv.subscribes >= 2
+
+
+def test_malformed_responses_from_the_twin_are_counted_and_skipped(twin: Twin) -> None:
+    """Garbage after every real notification of one switch: counted by kind, the stream stays up,
+    the real values keep matching the truth; the other switch's session sees none of it."""
+    assert twin.gnmi is not None
+    bad, good = "leaf-r1", "leaf-r3"
+    twin.gnmi.servicers[bad].mangle = malformed_after
+
+    async def main() -> tuple[dict, dict]:
+        coll = GnmiCollector([spec(twin, bad, 0.2), spec(twin, good, 0.2)], seed=19)
+        coll.start()
+        try:
+            await intervals(coll, twin, bad, 2, 0.45)
+            return coll.sessions[bad].health(), coll.sessions[good].health()
+        finally:
+            await coll.stop()
+
+    try:
+        hb, hg = asyncio.run(main())
+    finally:
+        twin.gnmi.servicers[bad].mangle = None
+    assert hb["up"] and hb["reconnects"] == 0
+    for kind in ("wrong_type", "unknown_path", "huge_value", "missing_timestamp", "error_response",
+                 "empty_response"):
+        assert hb["error_counts"][f"bad_{kind}"] > 0, kind
+    assert hg["errors"] == 0 and hg["error_counts"] == {}
