@@ -62,7 +62,7 @@ def communicator(fabric: str, *, origin: bytes | None = GOOD_ORIGIN, cookie: byt
 
 
 async def open_socket(comm: WebsocketCommunicator) -> tuple[bool, int | None]:
-    connected, code = await comm.connect(timeout=5)
+    connected, code = await comm.connect(timeout=20)
     if connected:
         await comm.disconnect()
     return connected, code
@@ -93,19 +93,19 @@ def test_operator_gets_window_then_one_column_per_frame(fabric_name: str, redis_
 
     async def scenario() -> None:
         comm = communicator(fabric_name, cookie=cookie)
-        connected, _ = await comm.connect(timeout=5)
+        connected, _ = await comm.connect(timeout=20)
         assert connected
-        hello = json.loads(await comm.receive_from(timeout=5))
+        hello = json.loads(await comm.receive_from(timeout=20))
         assert hello["type"] == "hello" and hello["n_ports"] == N_PORTS and hello["metric"] == "util"
         assert hello["topology_version"] == "topoA" and hello["metrics"] == ["out_bps", "util"]
-        kind, _, seq, ts_ms, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        kind, _, seq, ts_ms, codes = wire.decode_message(await comm.receive_from(timeout=20))
         assert kind == messages.KIND_WINDOW and codes.shape == (3, N_PORTS)
         assert codes[:, 7].tolist() == [255, 255, 255]  # no data stays no data
         assert codes[2, 5] == round(0.9 * 254)
         await comm.send_to(text_data=json.dumps({"type": "ack", "seq": seq}))
 
         frame = append_frame(redis_client, fabric_name, 0.5, hot=11)
-        blob = await comm.receive_from(timeout=5)
+        blob = await comm.receive_from(timeout=20)
         assert len(blob) == messages.COLUMN_HEADER_BYTES + N_PORTS
         kind, _, seq2, ts_ms, codes = wire.decode_message(blob)
         assert kind == messages.KIND_COLUMN and seq2 == seq + 1
@@ -122,19 +122,19 @@ def test_slow_client_gets_the_newest_frame_and_older_ones_are_dropped(fabric_nam
 
     async def scenario() -> None:
         comm = communicator(fabric_name, cookie=cookie)
-        assert (await comm.connect(timeout=5))[0]
-        await comm.receive_from(timeout=5)  # hello
-        _, _, window_seq, _, _ = wire.decode_message(await comm.receive_from(timeout=5))
+        assert (await comm.connect(timeout=20))[0]
+        await comm.receive_from(timeout=20)  # hello
+        _, _, window_seq, _, _ = wire.decode_message(await comm.receive_from(timeout=20))
         # The window is unacknowledged: only MAX_IN_FLIGHT - 1 more message may be in flight.
         for i in range(MAX_IN_FLIGHT - 1):
             append_frame(redis_client, fabric_name, 0.2, hot=20 + i)
-            await comm.receive_from(timeout=5)
+            await comm.receive_from(timeout=20)
         for hot in (30, 31, 32, 33):  # a burst the client does not read
             append_frame(redis_client, fabric_name, 0.2, hot=hot)
             time.sleep(0.05)
         assert await comm.receive_nothing(timeout=0.5)
         await comm.send_to(text_data=json.dumps({"type": "ack", "seq": window_seq + MAX_IN_FLIGHT - 1}))
-        _, _, _, _, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        _, _, _, _, codes = wire.decode_message(await comm.receive_from(timeout=20))
         assert hottest(codes[0]) == 33  # the newest, not the oldest of the burst
         assert await comm.receive_nothing(timeout=0.3)  # …and the dropped ones never follow
         await comm.disconnect()
@@ -148,16 +148,16 @@ def test_subscribe_switches_metric_with_a_new_window(fabric_name: str, redis_cli
 
     async def scenario() -> None:
         comm = communicator(fabric_name, cookie=cookie, query="?metric=util")
-        assert (await comm.connect(timeout=5))[0]
-        await comm.receive_from(timeout=5)
-        await comm.receive_from(timeout=5)
+        assert (await comm.connect(timeout=20))[0]
+        await comm.receive_from(timeout=20)
+        await comm.receive_from(timeout=20)
         await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "out_bps"}))
-        hello = json.loads(await comm.receive_from(timeout=5))
+        hello = json.loads(await comm.receive_from(timeout=20))
         assert hello["metric"] == "out_bps" and hello["scale"]["kind"] == "log"
-        kind, metric_id, *_ = wire.decode_message(await comm.receive_from(timeout=5))
+        kind, metric_id, *_ = wire.decode_message(await comm.receive_from(timeout=20))
         assert kind == messages.KIND_WINDOW and metric_id == wire.METRIC_IDS["out_bps"]
         await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "nonsense"}))
-        err = json.loads(await comm.receive_from(timeout=5))
+        err = json.loads(await comm.receive_from(timeout=20))
         assert err["type"] == "error" and "nonsense" in err["message"]
         await comm.disconnect()
 
@@ -169,14 +169,14 @@ def test_first_frame_of_an_empty_fabric_resynchronises(fabric_name: str, redis_c
 
     async def scenario() -> None:
         comm = communicator(fabric_name, cookie=cookie)
-        assert (await comm.connect(timeout=5))[0]
-        hello = json.loads(await comm.receive_from(timeout=5))
+        assert (await comm.connect(timeout=20))[0]
+        hello = json.loads(await comm.receive_from(timeout=20))
         assert hello["n_ports"] == 0
-        await comm.receive_from(timeout=5)
+        await comm.receive_from(timeout=20)
         append_frame(redis_client, fabric_name, 0.3)
-        hello = json.loads(await comm.receive_from(timeout=5))
+        hello = json.loads(await comm.receive_from(timeout=20))
         assert hello["n_ports"] == N_PORTS
-        kind, *_, codes = wire.decode_message(await comm.receive_from(timeout=5))
+        kind, *_, codes = wire.decode_message(await comm.receive_from(timeout=20))
         assert kind == messages.KIND_WINDOW and codes.shape == (1, N_PORTS)
         await comm.disconnect()
 
