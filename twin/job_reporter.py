@@ -28,6 +28,7 @@ from twin.moe import MoeTraffic
 from twin.routing import Router, Wiring
 from twin.runtime import TwinConfig
 from twin.schedule import JobTimeline
+from fabricmon.core.frames import Frame
 from fabricmon.core.railgen import rail_optimized
 from fabricmon.core.topology import FabricSpec, build_port_index
 
@@ -90,6 +91,18 @@ class TwinJobRecording:
         """What the twin's counters move by in [a, b): (in, out) bytes per port."""
         in_b, out_b, _ = self.timeline.window_bytes(a_ns, b_ns)
         return in_b, out_b
+
+    def counter_frames(self, poll_s: float = 1.0) -> list[Frame]:
+        """The twin's true per-port bytes of every ``poll_s`` interval as live-window frames (in/out
+        rates): what a collector polling the twin's agents would have written for this time."""
+        n = int((self.end_ns - self.t0_ns) / (poll_s * NS))
+        edges = self.t0_ns + (np.arange(n + 1) * poll_s * NS).astype(np.int64)
+        frames = []
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            in_b, out_b = self.window_bytes(int(a), int(b))
+            metrics = {"in_bps": (in_b * 8 / poll_s).astype(np.float32), "out_bps": (out_b * 8 / poll_s).astype(np.float32)}
+            frames.append(Frame(self.fabric.name, self.ports.version, int(b), poll_s, metrics))
+        return frames
 
     def rank_map(self, coverage: float = 1.0) -> list[dict[str, Any]]:
         """Rank r = GPU r of the fabric (host order); ``coverage`` < 1 keeps only the first ranks."""

@@ -4,13 +4,9 @@ would have written for that time), so every gate has data to judge."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-import numpy as np
-
 from collectors.probe import IngestClient
-from fabricmon.core.frames import Frame
 from fabricmon.jobs import services as jobs
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.telemetry import live_window
@@ -30,17 +26,10 @@ def recording(fabric: str, seconds: float = 40.0) -> TwinJobRecording:
 
 def write_counters(r: Any, rec: TwinJobRecording, poll_s: float = 1.0) -> int:
     """The twin's true per-port bytes per ``poll_s`` interval as frames in the live window."""
-    n = int((rec.end_ns - rec.t0_ns) / (poll_s * 1e9))
-    edges = rec.t0_ns + (np.arange(n + 1) * poll_s * 1e9).astype(np.int64)
-    version = rec.ports.version
-    for a, b in itertools.pairwise(edges):
-        in_b, out_b = rec.window_bytes(int(a), int(b))
-        metrics = {
-            "in_bps": (in_b * 8 / poll_s).astype(np.float32),
-            "out_bps": (out_b * 8 / poll_s).astype(np.float32),
-        }
-        live_window.append(r, Frame(rec.fabric.name, version, int(b), poll_s, metrics), max_frames=10_000)
-    return n
+    frames = rec.counter_frames(poll_s)
+    for frame in frames:
+        live_window.append(r, frame, max_frames=10_000)
+    return len(frames)
 
 
 def report(live_server: Any, user: Any, rec: TwinJobRecording, **kw: Any) -> Any:

@@ -1,0 +1,110 @@
+"""The phase-aligned heatmap page end to end: the twin's job reported through the probe's client
+path to a real Daphne server, its counters in the live window, the page opened in Chromium.
+
+Screenshots (test-output/): all gates passing (heatmap drawn, hot ports marked), and each fault
+withholding the view with its reason — half the rank map, a 500 ms clock skew on one host, and a
+routing mismatch (the fabric ran PXN, the page is switched to ECMP)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from collectors.probe import IngestClient
+from fabricmon.telemetry import live_window
+from twin.job_reporter import TwinJobRecording
+from twin.runtime import TwinConfig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+T0_NS = 1_800_000_000_000_000_000
+CASES = ("clean", "half-rank-map", "skewed-clock")
+USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
+
+
+@pytest.fixture
+def phase_runs(daphne_server, redis_client, fabric_name):  # type: ignore[no-untyped-def]
+    """The twin's 40 s job reported three times (clean, half rank map, skewed host) as runs of the
+    e2e user on the server's own database; 1 s counter frames for that time in Redis."""
+    rec = TwinJobRecording(TwinConfig(name=fabric_name, servers=4, gpus_per_server=4, spines=2), 40.0, T0_NS)
+    out = daphne_server.manage(
+        "shell",
+        "-c",
+        "\n".join(
+            [
+                "from django.contrib.auth import get_user_model",
+                "from fabricmon.core.railgen import rail_optimized",
+                "from fabricmon.jobs import services as jobs",
+                "from fabricmon.jobs.tokens import issue_token",
+                "from fabricmon.topology.services import import_fabric",
+                f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))",
+                f"u = get_user_model().objects.get(username={USER!r})",
+                f"runs = [jobs.create_run(u, n, fabric={fabric_name!r}, world_size={rec.world_size}).pk for n in {CASES!r}]",
+                "print(repr((runs, issue_token(u)[1])))",
+            ]
+        ),
+    )
+    runs, token = ast.literal_eval(out.strip().splitlines()[-1])
+    for frame in rec.counter_frames(1.0):
+        live_window.append(redis_client, frame, max_frames=10_000)
+    client = IngestClient(daphne_server.url, token)
+    faults = ({}, {"coverage": 0.5}, {"skew_ns_by_host": {1: 500_000_000}})
+    for run_id, kw in zip(runs, faults, strict=True):
+        stats = rec.report(client, run_id, **kw)
+        assert stats["posted"] > 0 and stats["rejected"] == 0 and stats["dropped"] == 0, stats
+    yield dict(zip(CASES, runs, strict=True))
+    daphne_server.forget_fabric(fabric_name)
+    redis_client.delete(live_window.frames_key(fabric_name))
+
+
+def _banner(page) -> str:  # type: ignore[no-untyped-def]
+    page.wait_for_function("document.getElementById('gates').children.length > 0", timeout=30_000)
+    return page.inner_text("#banner")
+
+
+def _gates(page) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return page.eval_on_selector_all(
+        "#gates .gate", "els => Object.fromEntries(els.map(e => [e.dataset.gate, e.className.split(' ')[1]]))"
+    )
+
+
+def test_phase_page_all_gates_pass_and_each_fault_withholds(
+    page, daphne_server, phase_runs, log_in, screenshot
+) -> None:  # type: ignore[no-untyped-def]
+    log_in(f"/phases/runs/{phase_runs['clean']}/")
+    assert _banner(page) == "projected — all gates pass"
+    assert set(_gates(page).values()) == {"pass"} and len(_gates(page)) == 3
+    page.wait_for_function("document.getElementById('heatmap').dataset.drawn === '1'")
+    assert page.locator("#heatmap .hm, #heatmap .heatmaplayer").count() > 0
+    screenshot("phases-all-gates-pass")
+    page.select_option("#source", "attributed")
+    page.wait_for_function("document.getElementById('banner').textContent.startsWith('attributed')")
+    assert page.inner_text("#banner") == "attributed — all gates pass"
+    screenshot("phases-attributed-all-gates-pass")
+
+    # routing mismatch: the twin's fabric ran PXN; the operator assumes ECMP
+    page.select_option("#source", "projected")
+    page.select_option("#routing", "ecmp")
+    page.wait_for_function(
+        "document.getElementById('banner').textContent.startsWith('projected view withheld')"
+    )
+    text = page.inner_text("#banner")
+    assert (
+        "projected_vs_measured" in text and "rank_map_coverage" not in text and "clock_alignment" not in text
+    )
+    assert page.eval_on_selector("#heatmap", "el => el.dataset.drawn") == "0"
+    screenshot("phases-withheld-routing-mismatch")
+
+    page.goto(f"{daphne_server.url}/phases/runs/{phase_runs['half-rank-map']}/")
+    text = _banner(page)
+    assert text.startswith("projected view withheld: rank_map_coverage: 50 % < 90 %"), text
+    assert _gates(page)["rank_map_coverage"] == "withhold" and _gates(page)["clock_alignment"] == "pass"
+    assert page.eval_on_selector("#heatmap", "el => el.dataset.drawn") == "0"
+    screenshot("phases-withheld-half-rank-map")
+
+    page.goto(f"{daphne_server.url}/phases/runs/{phase_runs['skewed-clock']}/")
+    text = _banner(page)
+    assert text.startswith("projected view withheld") and "clock_alignment: 500 ms >" in text, text
+    assert _gates(page)["clock_alignment"] == "withhold" and _gates(page)["rank_map_coverage"] == "pass"
+    assert page.eval_on_selector("#heatmap", "el => el.dataset.drawn") == "0"
+    screenshot("phases-withheld-clock-skew")
