@@ -7,6 +7,11 @@ Usage from tests::
         ... poll 127.0.0.1:sw.snmp.port ...
         tw.true_rates(sw.name, t1_ns, t2_ns)  # what a poller should have measured over [t1, t2]
 
+With ``TwinConfig(gnmi=True)`` every switch also serves gNMI (``tw.gnmi_ports[name]``, and
+``sw.gnmi.port`` in ``tw.fabric``): interface counters from the same clock, plus the egress queue
+model of twin/fabric_queues.py (ECN, PFC, watermark, drops); truth via ``true_queue`` and
+``true_watermark``.
+
 Everything runs on one background thread with its own asyncio loop (ticker + agents), so counter
 updates and agent reads never interleave mid-PDU; other threads read through the clock's lock.
 """
