@@ -196,12 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         sup.start("twin", fill(SERVICE_COMMANDS["twin"], values))
         wait_for_file(topology_file, sup, "twin")
         sup.run("load_topology", [*manage, "load_topology", str(topology_file)])
+        fabric = fabric_name(topology_file)
+        forget_live_state(env["REDIS_URL"], fabric)
         password = secrets.token_urlsafe(9)
         sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
         for name in ("worker", "beat", "web"):
             sup.start(name, fill(SERVICE_COMMANDS[name], values))
         print(BANNER.format(port=web_port, password=password, log_dir=log_dir))
-        return watch(sup, env, args, fabric_name(topology_file))
+        return watch(sup, env, args, fabric)
     except KeyboardInterrupt:
         print("\ndemo: stopping …")
         return 0
@@ -250,6 +252,17 @@ def watch(sup: Supervisor, env: dict[str, str], args: argparse.Namespace, fabric
             print(f"demo: {frames} frames in the live window of fabric '{fabric}' after {elapsed:.0f}s")
             return 0 if frames > 0 else 1
         time.sleep(0.5)
+
+
+def forget_live_state(redis_url: str, fabric: str) -> None:
+    """A new twin is a new cluster: drop the previous demo's frames, health and counter baselines
+    for this fabric so the heatmap does not splice two unrelated runs together."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    keys = [f"fm:frames:{fabric}", f"fm:health:{fabric}", f"fm:latest:{fabric}"]
+    keys += list(r.scan_iter(match=f"fm:read:{fabric}:*", count=1000))
+    r.delete(*keys)
 
 
 def count_frames(redis_url: str, fabric: str) -> int:

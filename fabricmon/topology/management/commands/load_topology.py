@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
         try:
-            text = self.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"{path}: cannot read: {exc}") from None
         source = "<stdin>" if path == "-" else path
