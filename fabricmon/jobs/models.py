@@ -153,7 +153,9 @@ class EventKey(models.Model):
     instead of a rowid table plus its primary-key index."""
 
     pk = models.CompositePrimaryKey("run_id", "id_hash")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False)
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
     id_hash = models.BigIntegerField()
 
     def __str__(self) -> str:

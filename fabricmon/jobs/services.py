@@ -244,21 +244,18 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
 
 
 def _insert_block(run: Run, cols: EventColumns) -> int:
+    """One ``EventBlock`` row, raw (the ORM's create costs ~0.5 µs an event here)."""
     blob = encode_block(cols)
     start_min, start_max = int(cols.start_ns.min()), int(cols.start_ns.max())
-    if connection.vendor != "postgresql":
-        return int(
-            EventBlock.objects.create(
-                run=run, n_events=len(cols), start_ns_min=start_min, start_ns_max=start_max, columns=blob
-            ).pk
-        )
-    with _pg_cursor() as cursor:  # the blob as a binary parameter, not 200 KB of quoted hex
-        cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(EventBlock._meta.db_table)} "
-            "(run_id, n_events, start_ns_min, start_ns_max, columns, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, now()) RETURNING id",
-            [run.pk, len(cols), start_min, start_max, blob],
-        )
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(EventBlock._meta.db_table)} "
+        "(run_id, n_events, start_ns_min, start_ns_max, columns, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    # PostgreSQL: the blob as a binary parameter, not 200 KB of quoted hex
+    with _pg_cursor() if connection.vendor == "postgresql" else connection.cursor() as cursor:
+        cursor.execute(sql, [run.pk, len(cols), start_min, start_max, blob, now])
         return int(cursor.fetchone()[0])
 
 
