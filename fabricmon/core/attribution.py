@@ -124,6 +124,8 @@ def attribute(
     *,
     background: bool = False,
     shrink: float = 1.0,
+    prior: FloatArray | None = None,
+    prior_weight: float = 1.0,
 ) -> Attribution:
     """Split measured bytes per interval (I, C) over the timeline's (layer, phase) keys.
 
@@ -156,6 +158,16 @@ def attribute(
         m_fit = np.vstack([m_ok, np.zeros((k, m_ok.shape[1]))])
     else:
         a_fit, m_fit = a_n, m_ok
+    if prior is not None and prior_weight > 0:
+        # The projection's per-(layer, phase) port pattern as a prior: counters decide what the
+        # poll edges can separate, the job's own matrices the rest (rows sqrt(mu)·(x_k − prior_k)).
+        pr = np.asarray(prior, dtype=np.float64)
+        if pr.shape != (k, m.shape[1]):
+            raise ValueError(f"prior {pr.shape} does not match ({k} phases, {m.shape[1]} columns)")
+        mu = prior_weight * float(np.mean(np.sum(a_n[:, :k] ** 2, axis=0)))
+        rows = np.hstack([np.eye(k), np.zeros((k, a_n.shape[1] - k))]) * np.sqrt(mu)
+        a_fit = np.vstack([a_fit, rows])
+        m_fit = np.vstack([m_fit, np.sqrt(mu) * pr * norms[:k, None]])
     x = nnls_shared(a_fit, m_fit) / norms[:, None]
     fit = a @ x
     err = np.linalg.norm(fit - m_ok, axis=0)
