@@ -7,6 +7,7 @@
      ├──< EventBlock          one ingested batch of phase events as compact numpy columns
      │     └──< EventBlockKey (source, step, layer, phase) held by the block: the lookup index
      ├──< EventKey            64-bit hash of each stored event id: the idempotency key
+     ├──< RecentEventKey      the newest such hashes (SQLite), merged into EventKey in bulk
      └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
 
 Events are many (millions per run) and arrive in batches of ~1,000, so a batch is stored as one
@@ -160,6 +161,24 @@ class EventKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}:{self.id_hash:x}"
+
+
+class RecentEventKey(models.Model):
+    """The newest claimed event-id hashes (SQLite only): a small table in front of ``EventKey``.
+    A batch's 1,000 random keys inserted straight into the big key B-tree dirty ~1 page each,
+    and every dirty page is written at commit; here they dirty the few pages of a small tree,
+    and every ``services.KEY_MERGE_BLOCKS`` blocks the whole set moves to ``EventKey`` in key
+    order (each big-tree page written once per merge, not once per batch). A key is stored in
+    exactly one of the two tables; a claim checks both. ``WITHOUT ROWID`` (migration 0005)."""
+
+    pk = models.CompositePrimaryKey("run_id", "id_hash")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    id_hash = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.id_hash:x} (recent)"
 
 
 class TrafficMatrix(models.Model):

@@ -2,8 +2,9 @@
 batches or importer output) and keep the per-(step, layer, phase) traffic matrices current.
 
 Ingest speed matters (millions of events per run, ≥ 50,000 events/s per core): a batch is parsed
-into numpy columns (``fastparse``), its event ids are claimed in one ``INSERT … ON CONFLICT DO
-NOTHING RETURNING`` on a narrow 64-bit-hash key table, the new events are stored as one compact
+into numpy columns (``fastparse``), its event ids are claimed as 64-bit hashes (``INSERT … ON
+CONFLICT DO NOTHING RETURNING``; on SQLite into a small recent-key table in front of the big one,
+merged in bulk — see ``models.RecentEventKey``), the new events are stored as one compact
 ``EventBlock`` row, and the matrices are updated once per (source, step, layer, phase) touched,
 from one vectorized scatter-add. Reading: ``iter_events`` (dicts), ``event_columns`` (numpy).
 """
@@ -37,6 +38,7 @@ from fabricmon.jobs.models import (
     EventBlockKey,
     EventKey,
     RankMapEntry,
+    RecentEventKey,
     Run,
     TraceUpload,
     TrafficMatrix,
@@ -196,21 +198,55 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
             )
             won = [r[0] for r in cursor.fetchall()]
     else:
-        # one JSON array parameter read by json_each: SQLite parses a 1,000-row VALUES list at
-        # ~2 µs a row, the JSON at ~0.3 µs ("WHERE true" lets the parser see ON CONFLICT)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (run_id, id_hash) SELECT %s, value FROM json_each(%s) WHERE true "
-                "ON CONFLICT DO NOTHING RETURNING id_hash",
-                [run_id, orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()],
-            )
-            won = [r[0] for r in cursor.fetchall()]
+        won = _claim_sqlite(run_id, todo)
     fresh = np.zeros(len(hashes), dtype=bool)
     if len(won) == len(todo):  # the common case: every claim is new
         fresh[first] = True
     elif won:  # ``todo`` is sorted: place the won hashes by binary search
         fresh[first[np.searchsorted(todo, np.array(won, dtype=np.int64))]] = True
     return fresh
+
+
+KEY_MERGE_BLOCKS = 32  # SQLite: RecentEventKey moves into EventKey every this many blocks
+
+
+def _claim_sqlite(run_id: int, todo: np.ndarray) -> list[int]:
+    """Claim sorted unique hashes on SQLite (one write transaction: no other writer between the
+    check and the insert): those already in the big ``EventKey`` tree are found with a read-only
+    lookup; the rest go into the small ``RecentEventKey`` tree, whose conflicts are the other
+    duplicates. JSON array parameters read by json_each: SQLite parses a 1,000-row VALUES list at
+    ~2 µs a row, the JSON at ~0.3 µs ("WHERE true" lets the parser see ON CONFLICT)."""
+    big = connection.ops.quote_name(EventKey._meta.db_table)
+    recent = connection.ops.quote_name(RecentEventKey._meta.db_table)
+    ids = orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id_hash FROM {big} WHERE run_id = %s AND id_hash IN (SELECT value FROM json_each(%s))",
+            [run_id, ids],
+        )
+        old = np.array([r[0] for r in cursor.fetchall()], dtype=np.int64)
+        if len(old):
+            todo = todo[~np.isin(todo, old)]
+            ids = orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        cursor.execute(
+            f"INSERT INTO {recent} (run_id, id_hash) SELECT %s, value FROM json_each(%s) WHERE true "
+            "ON CONFLICT DO NOTHING RETURNING id_hash",
+            [run_id, ids],
+        )
+        return [r[0] for r in cursor.fetchall()]
+
+
+def _merge_recent_keys() -> None:
+    """Move every recent key (all runs) into ``EventKey``, in key order, in the caller's
+    transaction."""
+    big = connection.ops.quote_name(EventKey._meta.db_table)
+    recent = connection.ops.quote_name(RecentEventKey._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {big} (run_id, id_hash) SELECT run_id, id_hash FROM {recent} "
+            "ORDER BY run_id, id_hash"
+        )
+        cursor.execute(f"DELETE FROM {recent}")
 
 
 def store_columns(run: Run, cols: EventColumns) -> IngestResult:
@@ -228,6 +264,8 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
             return result
         new = cols if result.duplicates == 0 else cols.select(fresh)
         block_id = _insert_block(run, new)
+        if connection.vendor != "postgresql" and block_id % KEY_MERGE_BLOCKS == 0:
+            _merge_recent_keys()
         keys, inverse = _group_keys(new)
         counts = np.bincount(inverse, minlength=len(keys))
         with connection.cursor() as cursor:  # raw: the ORM costs ~50 µs per object here

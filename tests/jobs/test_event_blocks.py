@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from fabricmon.jobs import services
 from fabricmon.jobs.columns import columns_from_rows, decode_block, encode_block, id_hashes
 from fabricmon.jobs.fastparse import parse_ndjson_columns
-from fabricmon.jobs.models import Run, TrafficMatrix
+from fabricmon.jobs.models import EventKey, RecentEventKey, Run, TrafficMatrix
 from fabricmon.jobs.validation import parse_ndjson
 
 T0 = 1_795_987_668_367_402_543
@@ -100,3 +100,31 @@ def test_id_hash_does_not_depend_on_the_batch() -> None:
     alone = id_hashes(["x7"])[0]
     assert id_hashes(["a-much-longer-event-id", "x7"])[1] == alone
     assert len(set(id_hashes(["x7", "x7\x00", "x70", "7x", "é7"]).tolist())) == 5
+
+
+def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) -> None:
+    """SQLite keeps the newest keys in RecentEventKey and moves them to EventKey every
+    KEY_MERGE_BLOCKS blocks: a re-post must be caught whichever table holds its keys, a run's
+    keys must not stop another run's identical ids, and deleting the run empties both."""
+    monkeypatch.setattr(services, "KEY_MERGE_BLOCKS", 2)
+    owner = get_user_model().objects.create_user("k")
+    run, other = Run.objects.create(owner=owner, name="r"), Run.objects.create(owner=owner, name="o")
+    batches = [b"\n".join(json.dumps(_event(i)).encode() for i in range(k * 4, k * 4 + 4)) for k in range(5)]
+    for body in batches:
+        assert services.ingest_ndjson(run, body).stored == 4
+    assert EventKey.objects.filter(run=run).exists() and RecentEventKey.objects.filter(run=run).exists()
+    for body in batches:  # every batch again: keys now in either table
+        again = services.ingest_ndjson(run, body)
+        assert (again.stored, again.duplicates) == (0, 4)
+    mixed = b"\n".join(json.dumps(_event(i)).encode() for i in (0, 19, 20, 20, 21))  # old, old, new twice, new
+    res = services.ingest_ndjson(run, mixed)
+    assert (res.stored, res.duplicates) == (2, 3)
+    assert services.ingest_ndjson(other, batches[0]).stored == 4  # same ids, another run
+    assert services.event_count(run) == 22 and sorted(services.event_ids(run)) == sorted(
+        f"x{i}" for i in range(22)
+    )
+    keys = EventKey.objects.filter(run=run).count() + RecentEventKey.objects.filter(run=run).count()
+    assert keys == 22
+    run.delete()
+    assert not EventKey.objects.filter(run_id=run.pk).exists()
+    assert not RecentEventKey.objects.filter(run_id=run.pk).exists()
