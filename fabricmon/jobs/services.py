@@ -192,7 +192,7 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     if connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
         with _pg_cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%s::bigint[]) "
+                f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[]) "
                 "ON CONFLICT DO NOTHING RETURNING id_hash",
                 [run_id, todo.tolist()],
             )
@@ -428,7 +428,7 @@ def _add_to_matrices(
             with _pg_cursor() as pg:
                 pg.execute(
                     f"UPDATE {table} SET n_ranks = v.n_ranks, sent = v.sent, received = v.received, "
-                    f"calls = v.calls FROM unnest({', '.join(f'%s::{_PG_TYPES[c]}[]' for c in cols_)}) "
+                    f"calls = v.calls FROM unnest({', '.join(f'%b::{_PG_TYPES[c]}[]' for c in cols_)}) "
                     f"AS v({', '.join(cols_)}) WHERE {table}.id = v.id",
                     [list(col) for col in zip(*updates, strict=True)],
                 )
@@ -460,14 +460,14 @@ def _marks(n_rows: int, n_cols: int) -> str:
 def _insert_many(
     cursor: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], *, scalars: bool = False
 ) -> None:
-    """Multi-row INSERT: on PostgreSQL one ``unnest`` of one array per column (binary
-    parameters); on SQLite rows of numbers and text (``scalars``) as one JSON parameter read by
-    json_each (parsing a VALUES list costs ~2 µs a row), others 500 rows a statement
-    (executemany is one statement per row)."""
+    """Multi-row INSERT: on PostgreSQL one ``unnest`` of one array per column (``%b``: arrays
+    dumped in binary — the text dumper regex-checks and escapes every element); on SQLite rows
+    of numbers and text (``scalars``) as one JSON parameter read by json_each (parsing a VALUES
+    list costs ~2 µs a row), other rows 500 a statement (executemany is a statement per row)."""
     if not rows:
         return
     if connection.vendor == "postgresql":
-        arrays = ", ".join(f"%s::{_PG_TYPES[c]}[]" for c in columns)
+        arrays = ", ".join(f"%b::{_PG_TYPES[c]}[]" for c in columns)
         with _pg_cursor() as pg:
             pg.execute(
                 f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays})",
