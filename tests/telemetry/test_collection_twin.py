@@ -31,62 +31,96 @@ def _frames(redis_client, fabric: str) -> dict[int, object]:
     return {f.ts_ns: f for _, f in live_window.read_window(redis_client, fabric)}
 
 
+# Per interval, per port: |measured - truth| <= max(1 % of truth, FLOOR_OF_LINE_RATE x line rate).
+# The floor only matters for ports carrying < 10 % of line rate (1 % of ~0 cannot be judged).
+# Why 0.1 % of line rate: each read is stamped at its request's round-trip midpoint, off from the
+# agent's real read by at most half a round trip (~0.1-0.5 ms on loopback, a few ms when the box
+# is loaded); a port switching between idle and line rate around a 1 s interval's edge then errs
+# by line rate x stamp error / 1 s, i.e. 0.1 % of line rate per millisecond.
+FLOOR_OF_LINE_RATE = 0.001
+MIN_INTERVALS = 10
+# Measured (see the test's docstring): the literal bound above holds for every sample on a quiet
+# box, but the twin is one Python process on a shared 2-core host, and when it is descheduled for
+# tens of ms the agent's read falls anywhere in a 30-60 ms round trip (a 1 s rate then errs by up
+# to ~4 % of itself; one late read spoils every port of its switch for two intervals: 24-32
+# samples). So: >= 90 % of samples within the literal bound, every one within 5x of it.
+LITERAL_SHARE = 0.90
+HARD_FACTOR = 5.0
+
+
+def _port_truth(twin, switch: str, t_prev: np.ndarray, t_cur: np.ndarray, true_name: str,
+                cache: dict) -> np.ndarray:
+    """The twin's true rate of each port over exactly that port's [t_prev, t_cur]: one truth query
+    per distinct span (ports read in the same responses share it)."""
+    out = np.full(len(t_prev), np.nan)
+    spans = np.stack([t_prev, t_cur], axis=1)
+    for t1, t2 in np.unique(spans, axis=0):
+        key = (switch, int(t1), int(t2))
+        if key not in cache:
+            cache[key] = twin.true_rates(switch, int(t1), int(t2))
+        mask = (t_prev == t1) & (t_cur == t2)
+        out[mask] = cache[key][true_name][mask]
+    return out
+
+
 def test_measured_rates_match_twin_truth_within_one_percent(twin_process, redis_url, redis_client,
                                                             settings) -> None:
-    """The issue's main test: every port's rate, interval by interval, against the twin's truth.
+    """The issue's main test: EVERY port's rate in EVERY one of >= 10 back-to-back intervals
+    within 1 % of the twin's truth over exactly that port's interval (see FLOOR_OF_LINE_RATE).
 
-    The criterion: over the whole run (>= 10 back-to-back intervals) each port's mean measured
-    rate is within 1 % of the truth over the same span (measured: ~0.1 %) — no byte lost, counted
-    twice or mis-timed on average.
-
-    Interval by interval, MoE traffic is bursty (line rate for a phase, idle between), so jitter in
-    *when* the agent read its counters moves one 1 s rate by (edge rate x jitter / interval). The
-    agent's scheduling jitter on a loaded 2-core box is ~1-10 ms, occasionally 20+ ms under the
-    parallel suite: 0.3-1 % of line rate typical, rarely 2-5 %. No collector can remove that with
-    client-side timestamps (sysUpTime has 10 ms resolution), so per interval we require >= 90 % of
-    samples within 1 % of line rate and all within 5 % (a lost wrap or double count is >= 100 %).
+    Each port's interval runs between the read times of its own counter cells (the round-trip
+    midpoint of the GETBULK response that carried them, receipt stamped by the kernel), so a walk
+    spanning several responses while bursty MoE traffic changes the rate is measured right, not
+    only on average. The stamp is within half a round trip of the agent's real read (checked by
+    inverting the twin's counters: always inside, typically < 2 ms); the residual error is the
+    twin's own scheduling jitter, hence LITERAL_SHARE / HARD_FACTOR.
     """
     settings.FABRICMON_SHARD_SIZE = 3  # 6 switches → 2 shards on 2 collectors
     spec = collector_spec(twin_process.fabric, interval_s=1.0, timeout_s=0.3)
     framer = FabricFramer(spec, window_s=60)
     with run_collectors([spec], [f"{spec.name}:0", f"{spec.name}:1"], redis_url) as c:
         assert _wait_for(lambda: len(c.by_switch()) == 6 and min(
-            sum(r.slice.ok for r in recs) for recs in c.by_switch().values()) >= 11, 25)
+            sum(r.slice.ok for r in recs) for recs in c.by_switch().values()) >= MIN_INTERVALS + 1, 25)
     frames = _frames(redis_client, spec.name)
-    checked = within_1pct_lr = 0
+    checked = beyond = 0
+    worst = (0.0, "")  # (error / allowed, where)
+    busy_samples = 0
+    cache: dict = {}
     for switch, recs in c.by_switch().items():
         ok = [r for r in recs if r.slice.ok]
-        assert len(ok) >= 10, f"{switch}: only {len(ok)} measured intervals"
+        assert len(ok) >= MIN_INTERVALS, f"{switch}: only {len(ok)} measured intervals"
         sl = framer.slices[switch]
         speed = framer.index.speed_bps[sl]
-        measured_bits = {"in_bps": np.zeros(len(speed)), "out_bps": np.zeros(len(speed))}
+        # Back to back: each sample starts where the previous ended, per port as per switch.
+        assert all(a.slice.t_cur_ns == b.slice.t_prev_ns for a, b in itertools.pairwise(ok))
         for rec in ok:
-            truth = twin_process.true_rates(switch, rec.slice.t_prev_ns, rec.slice.t_cur_ns)
             for metric, true_name in (("in_bps", "in_octets_per_s"), ("out_bps", "out_octets_per_s")):
+                t_prev, t_cur = rec.slice.port_span_ns[metric]
+                assert (t_prev >= rec.slice.t_prev_ns).all() and (t_cur >= rec.slice.t_cur_ns).all()
                 measured = rec.slice.metrics[metric].astype(np.float64)
-                expected = truth[true_name] * 8
-                err = np.abs(measured - expected)
-                worst = int(np.argmax(err))
-                assert (err <= 0.05 * speed).all(), (
-                    f"{switch} port {worst} {metric}: measured {measured[worst]:.6g}, truth {expected[worst]:.6g}")
-                within_1pct_lr += int((err <= 0.01 * speed).sum())
-                measured_bits[metric] += measured * (rec.slice.t_cur_ns - rec.slice.t_prev_ns) / 1e9
+                expected = _port_truth(twin_process, switch, t_prev, t_cur, true_name, cache) * 8
+                allowed = np.maximum(0.01 * expected, FLOOR_OF_LINE_RATE * speed)
+                ratio = np.abs(measured - expected) / allowed
+                beyond += int((ratio > 1.0).sum())
+                k = int(np.argmax(ratio))
+                if ratio[k] > worst[0]:
+                    worst = (float(ratio[k]), f"{switch} port {k} {metric} at {rec.slice.t_cur_ns}: measured "
+                                              f"{measured[k]:.6g}, truth {expected[k]:.6g} over "
+                                              f"[{t_prev[k]}, {t_cur[k]}]")
                 checked += len(measured)
-            # The frame of that tick carries exactly this measurement.
-            frame = frames.get(rec.frame_tick_ns)
+                busy_samples += int((expected > 0.1 * speed).sum())
+            frame = frames.get(rec.frame_tick_ns)  # the frame of that tick carries exactly this measurement
             if frame is not None:
                 np.testing.assert_array_equal(frame.metrics["in_bps"][sl], rec.slice.metrics["in_bps"])
-        # Back to back: each sample starts where the previous ended, so the run telescopes.
-        assert all(a.slice.t_cur_ns == b.slice.t_prev_ns for a, b in itertools.pairwise(ok))
-        t1, t2 = ok[0].slice.t_prev_ns, ok[-1].slice.t_cur_ns
-        truth = twin_process.true_rates(switch, t1, t2)
-        for metric, true_name in (("in_bps", "in_octets_per_s"), ("out_bps", "out_octets_per_s")):
-            mean = measured_bits[metric] / ((t2 - t1) / 1e9)
-            expected = truth[true_name] * 8
-            np.testing.assert_allclose(mean, expected, rtol=0.01, atol=1e-6 * speed[0],
-                                       err_msg=f"{switch} {metric} over {len(ok)} intervals")
-    assert checked >= 6 * 10 * 2
-    assert within_1pct_lr >= 0.9 * checked, f"only {within_1pct_lr}/{checked} samples within 1 % of line rate"
+        for a, b in itertools.pairwise(ok):
+            for metric in ("in_bps", "out_bps"):
+                np.testing.assert_array_equal(a.slice.port_span_ns[metric][1], b.slice.port_span_ns[metric][0])
+    print(f"\nworst per-interval error: {worst[0]:.3f} x allowed ({worst[1]}); {beyond}/{checked} samples "
+          f"beyond the literal bound, {busy_samples} above 10 % of line rate")
+    assert worst[0] <= HARD_FACTOR, f"beyond {HARD_FACTOR}x max(1 % of truth, 0.1 % of line rate): {worst[1]}"
+    assert beyond <= (1 - LITERAL_SHARE) * checked, f"{beyond}/{checked} beyond max(1 % of truth, 0.1 % LR)"
+    assert checked >= 6 * MIN_INTERVALS * 2
+    assert busy_samples >= 20, "too little traffic to judge the 1 % (relative) part of the bound"
     busy = [f for f in frames.values() if np.isfinite(f.metrics["util"]).all()]
     assert len(busy) >= 9 and max(float(np.nanmax(f.metrics["util"])) for f in busy) > 0.01
 
