@@ -7,6 +7,7 @@ YAML with the actual SNMP ports, and serves the control API (see :mod:`twin.cont
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -47,11 +48,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="write the fabric (with actual SNMP ports) as YAML here")
     ap.add_argument("--control-port", type=int, default=0,
                     help="control API port on 127.0.0.1 (0 = ephemeral)")
-    return ap.parse_args(argv)
+    ap.add_argument("--report-url", help="post the MoE job's phase events to this fabricmon (jobs API), "
+                                         "e.g. http://127.0.0.1:8000")
+    ap.add_argument("--report-token-file", type=Path, help="file holding the jobs API token (needed with --report-url)")
+    ap.add_argument("--run-name", default="twin-moe", help="name of the reported run")
+    ap.add_argument("--report-every-steps", type=int, default=1, help="report every k-th training step")
+    ap.add_argument("--report-skew-ns", type=int, default=0, help="shift reported event times (a wrong host clock)")
+    args = ap.parse_args(argv)
+    if args.report_url and not args.report_token_file:
+        ap.error("--report-url needs --report-token-file")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    token = None
+    if args.report_url:
+        try:
+            token = args.report_token_file.read_text().strip()
+        except OSError as exc:
+            print(f"twin: cannot read --report-token-file: {exc}", file=sys.stderr)
+            return 2
+        if not token:
+            print(f"twin: --report-token-file {args.report_token_file} is empty", file=sys.stderr)
+            return 2
     cfg = TwinConfig(
         name=args.name,
         servers=args.servers,
@@ -68,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         lossy=args.lossy,
         gnmi=args.gnmi,
         gnmi_port_base=args.gnmi_port_base,
+        report_url=args.report_url,
+        report_token=token,
+        run_name=args.run_name,
+        report_skew_ns=args.report_skew_ns,
+        report_every_steps=args.report_every_steps,
     )
     twin = Twin(cfg).start()
     stop = threading.Event()
@@ -82,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         f"twin {cfg.name}: {twin.fabric.description}; {len(twin.ports)} ports; SNMP v{cfg.snmp_version} on "
         f"127.0.0.1:{port_text} ({len(ports)} switches); control http://127.0.0.1:{control_port}/status"
         + (f"; gNMI on 127.0.0.1:{','.join(map(str, twin.gnmi_ports.values()))}" if args.gnmi else "")
-        + (f"; topology {args.write_topology}" if args.write_topology else ""),
+        + (f"; topology {args.write_topology}" if args.write_topology else "")
+        + (f"; reporting the job to {args.report_url}" if args.report_url else ""),
         flush=True,
     )
     stop.wait()

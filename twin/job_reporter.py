@@ -50,6 +50,23 @@ class RecordedPhase:
     hot_gpu: int = -1
 
 
+def rank_map_entries(fabric: FabricSpec, coverage: float = 1.0) -> list[dict[str, Any]]:
+    """Rank r = GPU r of the fabric (host order, as twin.routing.Wiring numbers GPUs): host, local
+    GPU, NIC and the leaf switch port it is cabled to. ``coverage`` < 1 keeps only the first ranks."""
+    out: list[dict[str, Any]] = []
+    for host in fabric.hosts:
+        for g in sorted(host.gpus, key=lambda g: g.index):
+            out.append({"rank": len(out), "host": host.name, "local_rank": g.index, "gpu": f"gpu{g.index}",
+                        "nic": g.nic, "switch": g.switch, "switch_port": g.port})
+    keep = int(round(coverage * len(out)))
+    return out[:keep]
+
+
+def rank_hosts(fabric: FabricSpec) -> list[str]:
+    """Host name of every rank, rank order."""
+    return [h.name for h in fabric.hosts for _ in h.gpus]
+
+
 class TwinJobRecording:
     """``duration_s`` of the twin's job from ``t0_ns``, recorded without running agents."""
 
@@ -106,17 +123,11 @@ class TwinJobRecording:
 
     def rank_map(self, coverage: float = 1.0) -> list[dict[str, Any]]:
         """Rank r = GPU r of the fabric (host order); ``coverage`` < 1 keeps only the first ranks."""
-        out: list[dict[str, Any]] = []
-        for host in self.fabric.hosts:
-            for g in sorted(host.gpus, key=lambda g: g.index):
-                out.append({"rank": len(out), "host": host.name, "local_rank": g.index, "gpu": f"gpu{g.index}",
-                            "nic": g.nic, "switch": g.switch, "switch_port": g.port})
-        keep = int(round(coverage * len(out)))
-        return out[:keep]
+        return rank_map_entries(self.fabric, coverage)
 
     def events(self, *, skew_ns_by_host: dict[int, int] | None = None, id_prefix: str = "twin") -> Iterator[dict[str, Any]]:
         """Per-rank phase events of every phase; ranks on a skewed host stamp times off by its skew."""
-        hosts = [h.name for h in self.fabric.hosts for _ in h.gpus]
+        hosts = rank_hosts(self.fabric)
         shift = np.zeros(self.world_size, dtype=np.int64)
         for h, skew in (skew_ns_by_host or {}).items():
             shift[self.wiring.gpu_host == h] = skew

@@ -70,10 +70,19 @@ class TwinConfig:
     job: MoeConfig = field(default_factory=MoeConfig)
     gnmi: bool = False  # also serve gNMI (queues, ECN, PFC, watermark) per switch; see .gnmi_ports
     gnmi_port_base: int = 0  # 0 = ephemeral ports
+    # Live job reporting (twin/live_reporter.py): post the job's phase events to the jobs API at
+    # report_url like a real job with the probe. None = off.
+    report_url: str | None = None
+    report_token: str | None = field(default=None, repr=False)
+    run_name: str = "twin-moe"
+    report_skew_ns: int = 0  # shift event times: a wrong host clock (gate tests)
+    report_every_steps: int = 1  # report every k-th training step (load on a small demo server)
 
     def __post_init__(self) -> None:
         if self.tick_hz < 10.0:
             raise ValueError(f"tick_hz must be ≥ 10 (counters move every ≤ 100 ms), got {self.tick_hz}")
+        if self.report_url and not self.report_token:
+            raise ValueError("report_url needs report_token (a jobs API token)")
         if self.snmp_version not in ("2c", "3"):
             raise ValueError(f"snmp_version must be '2c' or '3', got {self.snmp_version!r}")
 
@@ -128,6 +137,7 @@ class Twin:
         self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
         self.gnmi: GnmiFabric | None = None
         self.gnmi_ports: dict[str, int] = {}  # switch → gNMI port on 127.0.0.1 (cfg.gnmi)
+        self.reporter: Any = None  # twin.live_reporter.LiveJobReporter with cfg.report_url
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -150,6 +160,8 @@ class Twin:
             lossy=cfg.lossy,
             buffer_bytes=cfg.buffer_bytes,
         )
+        if cfg.report_url:
+            self._start_reporter()
         if cfg.gnmi:
             self.queues = FabricQueues(
                 self.timeline, self.ports, peer_positions(self.wiring.link, len(self.ports)), self.t0_ns,
@@ -185,6 +197,17 @@ class Twin:
                 self.stop()
                 raise
         return self
+
+    def _start_reporter(self) -> None:
+        from twin.live_reporter import LiveJobReporter  # job_reporter imports this module
+
+        cfg = self.cfg
+        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}", f"fabric={self.fabric.name}"]
+        self.reporter = LiveJobReporter(self.fabric, cfg.report_url, cfg.report_token, run_name=cfg.run_name,
+                                        tags=tags, skew_ns=cfg.report_skew_ns,
+                                        every_steps=cfg.report_every_steps)
+        self.timeline.on_phase = self.reporter.on_phase
+        self.reporter.start()
 
     def _start_gnmi(self) -> None:
         assert self.queues is not None
@@ -229,6 +252,8 @@ class Twin:
         if self._thread is not None:
             self._thread.join(10)
         self._thread = None
+        if self.reporter is not None:  # after the ticker: no phase is placed any more; ends the run
+            self.reporter.stop()
 
     def __enter__(self) -> Twin:
         return self.start()
@@ -435,4 +460,5 @@ class Twin:
                 }
                 for sw in self.fabric.switches
             },
+            "report": self.reporter.status() if self.reporter is not None else None,
         }

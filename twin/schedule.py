@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +75,9 @@ class JobTimeline:
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
         # the twin's ticker and its gNMI targets (another thread) both extend and read the deques
         self._lock = threading.RLock()
+        # called with (phase, its rank×rank bytes matrix) as each phase is placed — the timeline
+        # keeps port bytes only; a live job reporter (twin/live_reporter.py) needs the matrix
+        self.on_phase: Callable[[Phase, FloatArray], None] | None = None
 
     def _place(self, step: int, layer: int, kind: PhaseKind, matrix: FloatArray, hot_gpu: int) -> None:
         pb = self.router.route(matrix)
@@ -92,6 +96,8 @@ class JobTimeline:
                    float(pb.in_bytes[self.host_facing].sum()))
         self.phases.append(ph)
         self.recent_events.append(ph.event())
+        if self.on_phase is not None:
+            self.on_phase(ph, matrix)
 
     def _generate_step(self) -> None:
         cfg = self.traffic.cfg

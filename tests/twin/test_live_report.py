@@ -1,0 +1,80 @@
+"""The running twin reports its MoE job live through the probe client path to a real fabricmon
+(pytest-django's live server): run, tags and rank map exist, and every stored per-(step, layer,
+phase) matrix equals the twin's own phase matrix (replayed from the same seed). With the server
+down the twin keeps serving, and the lost phases are counted in /status."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from fabricmon.jobs.models import Run, TrafficMatrix
+from fabricmon.jobs.tokens import issue_token
+from twin.moe import MoeTraffic
+from twin.runtime import Twin, TwinConfig
+
+pytestmark = [pytest.mark.integration]
+
+SMALL = {"servers": 2, "gpus_per_server": 4, "spines": 2}
+
+
+def _wait(pred, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twin_reports_its_phases_live_and_matrices_match(live_server, django_user_model) -> None:
+    user = django_user_model.objects.create_user("twinjob")
+    _, token = issue_token(user)
+    cfg = TwinConfig(name="livejob", **SMALL, report_url=live_server.url, report_token=token, run_name="twin-live")
+    with Twin(cfg) as tw:
+        _wait(lambda: tw.status()["report"]["phases_reported"] >= 3 * 2 * cfg.job.layers)
+        # the twin keeps serving while it reports
+        assert tw.ticks > 0
+    report = tw.status()["report"]
+    assert report["state"] == "ended", report
+    run = Run.objects.get(pk=report["run_id"])
+    assert run.name == "twin-live" and run.state == Run.State.FINISHED and run.world_size == 8
+    assert {"twin", "moe", "routing=pxn", "ep=8"} <= set(run.tags)
+    ranks = {e.rank: e for e in run.ranks.all()}
+    assert sorted(ranks) == list(range(8))
+    assert (ranks[5].host, ranks[5].switch, ranks[5].switch_port) == (
+        tw.fabric.hosts[1].name, *next((g.switch, g.port) for g in tw.fabric.hosts[1].gpus if g.index == 1))
+    assert report["events_dropped"] == 0 and report["events_rejected"] == 0 and report["phases_dropped"] == 0
+    assert report["events_posted"] == report["phases_reported"] * 8
+
+    stored = {(m.step, m.layer, m.phase): m for m in TrafficMatrix.objects.filter(run=run, source="twin")}
+    assert len(stored) == report["phases_reported"]
+    replay = MoeTraffic(cfg.job, 8, seed=cfg.seed)
+    truth: dict[tuple[int, int, str], np.ndarray] = {}
+    while len(truth) < 2 * cfg.job.layers * (max(s for s, _, _ in stored) + 1):
+        for lt in replay.next_step():
+            truth[(lt.step, lt.layer, "dispatch")] = lt.dispatch_bytes
+            truth[(lt.step, lt.layer, "combine")] = lt.combine_bytes
+    for key, m in stored.items():
+        want = np.rint(truth[key]).astype(np.int64)
+        assert np.array_equal(m.sent_array(), want), key
+        assert np.array_equal(m.received_array(), want), key
+
+
+def test_server_down_twin_keeps_running_and_counts_drops() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = TwinConfig(name="nojob", **SMALL, report_url=f"http://127.0.0.1:{port}", report_token="t" * 20)
+    with Twin(cfg) as tw:
+        tw.reporter.retry_s = 0.05
+        _wait(lambda: tw.status()["report"]["phases_dropped"] >= 4)
+        st = tw.status()["report"]
+        assert st["state"] == "connecting" and st["run_id"] is None and "create run" in st["error"]
+        ticks = tw.ticks
+        _wait(lambda: tw.ticks > ticks + 3)  # still ticking: counters move, agents answer
+        t = time.time_ns()
+        assert tw.true_rates(None, t - 500_000_000, t - 100_000_000)["out_octets_per_s"].sum() >= 0
+    assert tw.status()["report"]["state"] == "ended" or tw.status()["report"]["state"] == "failed"

@@ -1,0 +1,205 @@
+"""The running twin's MoE job reporting itself live, like a real job with the probe:
+
+::
+
+    JobTimeline._place ──on_phase(phase, matrix)──▶ pending (bounded deque; full → dropped, counted)
+                                                       │ reporter thread, every 100 ms:
+                                                       │ phases whose end_ns ≤ now (real time)
+                                                       ▼
+        collectors.probe.events_from_matrix ──▶ EventPoster ──▶ POST /jobs/api/runs/<id>/events
+
+Before the first phase it creates a run (``POST /jobs/api/runs``, tags twin, moe, routing=…, ep=N),
+uploads the rank map (rank → host, GPU, NIC → leaf port, from the twin's fabric) and lets the
+poster measure the clock offset. Run creation retries until the API answers (bounded by
+``connect_timeout_s``, logged) so a twin may start before the web server. Nothing here blocks or
+raises into the twin: a full queue, a down server or a refused batch drops events and counts them
+(``status()``, shown under ``report`` in the twin's /status). ``stop()`` ends the run.
+
+``skew_ns`` shifts every event's times — a host clock that was wrong when the events were
+stamped, which the probe's offset exchange cannot see (the phases gates must catch it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from collectors.probe import EventPoster, IngestClient, events_from_matrix
+from fabricmon.core.topology import FabricSpec
+from twin.job_reporter import rank_hosts, rank_map_entries
+from twin.schedule import Phase
+
+log = logging.getLogger(__name__)
+
+# Pending matrices are kept until their phase ends (the timeline places phases up to one step
+# ahead of the clock). Bound them in bytes so a 256-GPU fabric (512 KiB per matrix) stays small.
+PENDING_BYTES = 64 << 20
+
+
+class LiveJobReporter:
+    """Posts the twin's completed phases through the probe client path; see the module doc."""
+
+    def __init__(
+        self,
+        fabric: FabricSpec,
+        base_url: str,
+        token: str,
+        *,
+        run_name: str,
+        tags: list[str],
+        skew_ns: int = 0,
+        every_steps: int = 1,
+        connect_timeout_s: float = 120.0,
+        retry_s: float = 1.0,
+        max_buffer_events: int = 20_000,
+    ) -> None:
+        if every_steps < 1:
+            raise ValueError(f"report every_steps must be ≥ 1, got {every_steps}")
+        self.fabric = fabric
+        self.client = IngestClient(base_url, token, timeout_s=5.0)
+        self.run_name, self.tags = run_name, tags
+        self.skew_ns, self.every_steps = int(skew_ns), every_steps
+        self.connect_timeout_s, self.retry_s = connect_timeout_s, retry_s
+        self.max_buffer_events = max_buffer_events
+        self.hosts = rank_hosts(fabric)
+        self.world_size = len(self.hosts)
+        self.max_pending = max(64, PENDING_BYTES // max(1, 8 * self.world_size**2))
+        self.run_id: int | None = None
+        self.state = "starting"  # starting → connecting → reporting → ended | failed
+        self.error = ""
+        self.poster: EventPoster | None = None
+        self.phases_seen = 0
+        self.phases_reported = 0
+        self.phases_dropped = 0  # queue full, or no run (server never answered)
+        self.events_dropped_no_run = 0
+        self._pending: deque[tuple[int, int, str, int, int, np.ndarray]] = deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="twin-job-reporter", daemon=True)
+
+    # -- the timeline's hook (twin loop thread): O(1), never blocks -----------------------------
+    def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
+        if ph.step % self.every_steps:
+            return
+        with self._lock:
+            self.phases_seen += 1
+            if len(self._pending) >= self.max_pending or self.state in ("failed", "ended"):
+                self.phases_dropped += 1
+                return
+            self._pending.append((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns, matrix))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> LiveJobReporter:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def status(self) -> dict[str, Any]:
+        st = self.poster.stats if self.poster is not None else None
+        return {
+            "url": self.client.base_url, "run_id": self.run_id, "state": self.state, "error": self.error,
+            "every_steps": self.every_steps, "skew_ns": self.skew_ns,
+            "phases_seen": self.phases_seen, "phases_reported": self.phases_reported,
+            "phases_dropped": self.phases_dropped, "pending_phases": len(self._pending),
+            "events_queued": st.queued if st else 0, "events_posted": st.posted if st else 0,
+            "events_rejected": st.rejected if st else 0,
+            "events_dropped": (st.dropped if st else 0) + self.events_dropped_no_run,
+            "failed_posts": st.failed_posts if st else 0,
+            "clock_offset_ns": self.poster.clock_offset_ns if self.poster else None,
+        }
+
+    # -- reporter thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            if self._connect():
+                self._report_loop()
+        except Exception as exc:  # never take the twin down; say why reporting stopped
+            log.exception("twin job reporter crashed")
+            self.state, self.error = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            self._finish()
+
+    def _connect(self) -> bool:
+        self.state = "connecting"
+        deadline = time.monotonic() + self.connect_timeout_s
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            try:
+                self.run_id = self.client.create_run(self.run_name, self.tags, fabric=self.fabric.name,
+                                                     world_size=self.world_size)
+                break
+            except (OSError, RuntimeError, ValueError) as exc:
+                self.error = f"create run (attempt {attempt}): {exc}"
+                if time.monotonic() >= deadline or "401" in str(exc) or "403" in str(exc):
+                    log.error("twin job reporter: giving up: %s", self.error)
+                    self.state = "failed"
+                    return False
+                log.warning("twin job reporter: %s; retrying in %.1fs", self.error, self.retry_s)
+                self._drop_pending()  # phases of this wait are not kept: memory stays bounded
+                self._stop.wait(self.retry_s)
+        if self.run_id is None:
+            return False
+        try:
+            status, body = self.client.post_rank_map(self.run_id, rank_map_entries(self.fabric))
+            if status >= 300:
+                self.error = f"rank map rejected: {status} {body}"
+                log.warning("twin job reporter: %s", self.error)
+        except OSError as exc:
+            self.error = f"rank map: {exc}"
+            log.warning("twin job reporter: %s", self.error)
+        self.poster = EventPoster(self.client, self.run_id, batch_size=2_000,
+                                  max_buffer=self.max_buffer_events, measure_clock=True)
+        self.state = "reporting"
+        log.info("twin job reporter: run %s on %s", self.run_id, self.client.base_url)
+        return True
+
+    def _drop_pending(self) -> None:
+        with self._lock:
+            n = len(self._pending)
+            self._pending.clear()
+            self.phases_dropped += n
+            self.events_dropped_no_run += n * self.world_size
+
+    def _report_loop(self) -> None:
+        assert self.poster is not None
+        while not self._stop.wait(0.1):
+            self._post_completed(time.time_ns())
+        self._post_completed(time.time_ns())
+
+    def _post_completed(self, now_ns: int) -> None:
+        assert self.poster is not None
+        while True:
+            with self._lock:
+                if not self._pending or self._pending[0][4] > now_ns:
+                    return
+                step, layer, kind, start_ns, end_ns, matrix = self._pending.popleft()
+            for ev in events_from_matrix(matrix, step=step, layer=layer, phase=kind,
+                                         start_ns=start_ns + self.skew_ns, end_ns=end_ns + self.skew_ns,
+                                         id_prefix=f"twin{self.run_id}", hosts=self.hosts):
+                self.poster.submit(ev)
+            self.phases_reported += 1
+
+    def _finish(self) -> None:
+        if self.state in ("failed",) and self.poster is None:
+            self._drop_pending()
+            return
+        if self.poster is not None:
+            self.poster.close(timeout_s=5.0)
+        if self.run_id is not None:
+            try:
+                self.client.request("POST", f"/jobs/api/runs/{self.run_id}/end", b"{}")
+            except OSError as exc:
+                log.warning("twin job reporter: ending run %s failed: %s", self.run_id, exc)
+        if self.state != "failed":
+            self.state = "ended"
+        with self._lock:  # what is left had not ended at stop: phases that never completed
+            self._pending.clear()
