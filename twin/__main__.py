@@ -50,10 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="control API port on 127.0.0.1 (0 = ephemeral)")
     ap.add_argument("--report-url", help="post the MoE job's phase events to this fabricmon (jobs API), "
                                          "e.g. http://127.0.0.1:8000")
-    ap.add_argument("--report-token-file", type=Path, help="file holding the jobs API token (needed with --report-url)")
+    ap.add_argument("--report-token-file", type=Path,
+                    help="file holding the jobs API token (needed with --report-url)")
     ap.add_argument("--run-name", default="twin-moe", help="name of the reported run")
     ap.add_argument("--report-every-steps", type=int, default=1, help="report every k-th training step")
-    ap.add_argument("--report-skew-ns", type=int, default=0, help="shift reported event times (a wrong host clock)")
+    ap.add_argument("--report-skew-ns", type=int, default=0,
+                    help="shift reported event times (a wrong host clock)")
     args = ap.parse_args(argv)
     if args.report_url and not args.report_token_file:
         ap.error("--report-url needs --report-token-file")

@@ -199,10 +199,13 @@ class Twin:
         return self
 
     def _start_reporter(self) -> None:
-        from twin.live_reporter import LiveJobReporter  # job_reporter imports this module
+        # imported here: twin.job_reporter (which the reporter uses) imports this module
+        from twin.live_reporter import LiveJobReporter  # noqa: PLC0415
 
         cfg = self.cfg
-        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}", f"fabric={self.fabric.name}"]
+        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
+                f"fabric={self.fabric.name}"]
+        assert cfg.report_url and cfg.report_token  # checked in TwinConfig.__post_init__
         self.reporter = LiveJobReporter(self.fabric, cfg.report_url, cfg.report_token, run_name=cfg.run_name,
                                         tags=tags, skew_ns=cfg.report_skew_ns,
                                         every_steps=cfg.report_every_steps)

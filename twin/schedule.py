@@ -75,7 +75,7 @@ class JobTimeline:
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
         # the twin's ticker and its gNMI targets (another thread) both extend and read the deques
         self._lock = threading.RLock()
-        # called with (phase, its rank×rank bytes matrix) as each phase is placed — the timeline
+        # called with (phase, its rank x rank bytes matrix) as each phase is placed — the timeline
         # keeps port bytes only; a live job reporter (twin/live_reporter.py) needs the matrix
         self.on_phase: Callable[[Phase, FloatArray], None] | None = None
 
