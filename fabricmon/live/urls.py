@@ -12,5 +12,7 @@ urlpatterns = [
     path("fabric/<str:fabric>/port/<int:position>.json", views.port_json, name="port_json"),
     path("fabric/<str:fabric>/switches/", views.switches, name="switches"),
     path("fabric/<str:fabric>/health.json", views.health_json, name="health"),
+    path("fabric/<str:fabric>/runs.json", views.runs_json, name="runs"),
+    path("fabric/<str:fabric>/runs/<int:run_id>/markers.json", views.markers_json, name="markers"),
     re_path(r"^static/(?P<path>.+)$", views.static, name="static"),
 ]

@@ -110,3 +110,30 @@ def static(request: HttpRequest, path: str) -> HttpResponse:
     """Static files from the finders, so ``daphne`` alone serves a working dashboard (a deployment
     behind a web server would ``collectstatic`` and serve STATIC_ROOT there instead)."""
     return serve(request, path, insecure=True)
+
+
+@operator_required
+def runs_json(request: HttpRequest, fabric: str) -> HttpResponse:
+    """Runs of this fabric that are active or recent: the run selector beside the heatmap."""
+    from fabricmon.phases import services as phases  # noqa: PLC0415
+
+    return JsonResponse({"runs": phases.fabric_runs(fabric)})
+
+
+@operator_required
+def markers_json(request: HttpRequest, fabric: str, run_id: int) -> HttpResponse:
+    """Phase markers of one run for the heatmap's time axis, from ``since_ns`` on (the browser
+    passes its window start, then the newest marker it holds minus a look-back)."""
+    from fabricmon.jobs.models import Run  # noqa: PLC0415
+    from fabricmon.phases import services as phases  # noqa: PLC0415
+
+    run = Run.objects.filter(pk=run_id, fabric=fabric).first()
+    if run is None:
+        raise Http404(f"no run {run_id} on fabric {fabric!r}")
+    try:
+        since_ns = int(request.GET.get("since_ns", "0"))
+    except ValueError:
+        return JsonResponse(
+            {"error": "since_ns must be an integer (Unix-epoch ns)", "field": "since_ns"}, status=400
+        )
+    return JsonResponse(phases.phase_markers(run, since_ns))
