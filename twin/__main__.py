@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="file holding the jobs API token (needed with --report-url)")
     ap.add_argument("--run-name", default="twin-moe", help="name of the reported run")
     ap.add_argument("--report-every-steps", type=int, default=1, help="report every k-th training step")
+    ap.add_argument("--report-connect-timeout-s", type=float, default=300.0,
+                    help="retry creating the run (token file, server) this long, then stop reporting")
     ap.add_argument("--report-skew-ns", type=int, default=0,
                     help="shift reported event times (a wrong host clock)")
     args = ap.parse_args(argv)
@@ -65,16 +67,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    token = None
-    if args.report_url:
-        try:
-            token = args.report_token_file.read_text().strip()
-        except OSError as exc:
-            print(f"twin: cannot read --report-token-file: {exc}", file=sys.stderr)
-            return 2
-        if not token:
-            print(f"twin: --report-token-file {args.report_token_file} is empty", file=sys.stderr)
-            return 2
     cfg = TwinConfig(
         name=args.name,
         servers=args.servers,
@@ -92,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         gnmi=args.gnmi,
         gnmi_port_base=args.gnmi_port_base,
         report_url=args.report_url,
-        report_token=token,
+        # read by the reporter, retried: under compose the migrate service writes it after we start
+        report_token_file=str(args.report_token_file) if args.report_token_file else None,
+        report_connect_timeout_s=args.report_connect_timeout_s,
         run_name=args.run_name,
         report_skew_ns=args.report_skew_ns,
         report_every_steps=args.report_every_steps,

@@ -41,6 +41,15 @@ log = logging.getLogger(__name__)
 PENDING_BYTES = 64 << 20
 
 
+def _read_token(path: str) -> str:
+    """The token file's content; OSError while it does not exist yet or is still empty."""
+    with open(path) as f:
+        token = f.read().strip()
+    if not token:
+        raise OSError(f"token file {path} is empty")
+    return token
+
+
 class LiveJobReporter:
     """Posts the twin's completed phases through the probe client path; see the module doc."""
 
@@ -50,6 +59,7 @@ class LiveJobReporter:
         base_url: str,
         token: str,
         *,
+        token_file: str | None = None,
         run_name: str,
         tags: list[str],
         skew_ns: int = 0,
@@ -62,6 +72,7 @@ class LiveJobReporter:
             raise ValueError(f"report every_steps must be ≥ 1, got {every_steps}")
         self.fabric = fabric
         self.client = IngestClient(base_url, token, timeout_s=5.0)
+        self.token_file = token_file  # read when connecting if ``token`` is empty
         self.run_name, self.tags = run_name, tags
         self.skew_ns, self.every_steps = int(skew_ns), every_steps
         self.connect_timeout_s, self.retry_s = connect_timeout_s, retry_s
@@ -69,6 +80,8 @@ class LiveJobReporter:
         self.hosts = rank_hosts(fabric)
         self.world_size = len(self.hosts)
         self.max_pending = max(64, PENDING_BYTES // max(1, 8 * self.world_size**2))
+        # an event carries 2N per-peer counts (~12 bytes each as JSON): keep a batch near 2 MB
+        self.batch_events = max(16, min(2_000, 2_000_000 // (24 * self.world_size)))
         self.run_id: int | None = None
         self.state = "starting"  # starting → connecting → reporting → ended | failed
         self.error = ""
@@ -134,6 +147,8 @@ class LiveJobReporter:
         while not self._stop.is_set():
             attempt += 1
             try:
+                if not self.client.token and self.token_file:
+                    self.client.token = _read_token(self.token_file)
                 self.run_id = self.client.create_run(self.run_name, self.tags, fabric=self.fabric.name,
                                                      world_size=self.world_size)
                 break
@@ -156,7 +171,7 @@ class LiveJobReporter:
         except OSError as exc:
             self.error = f"rank map: {exc}"
             log.warning("twin job reporter: %s", self.error)
-        self.poster = EventPoster(self.client, self.run_id, batch_size=2_000,
+        self.poster = EventPoster(self.client, self.run_id, batch_size=self.batch_events,
                                   max_buffer=self.max_buffer_events, measure_clock=True)
         self.state = "reporting"
         log.info("twin job reporter: run %s on %s", self.run_id, self.client.base_url)

@@ -74,15 +74,17 @@ class TwinConfig:
     # report_url like a real job with the probe. None = off.
     report_url: str | None = None
     report_token: str | None = field(default=None, repr=False)
+    report_token_file: str | None = None  # or read the token here (retried: it may appear later)
     run_name: str = "twin-moe"
     report_skew_ns: int = 0  # shift event times: a wrong host clock (gate tests)
     report_every_steps: int = 1  # report every k-th training step (load on a small demo server)
+    report_connect_timeout_s: float = 120.0  # retry run creation this long (server starting later)
 
     def __post_init__(self) -> None:
         if self.tick_hz < 10.0:
             raise ValueError(f"tick_hz must be ≥ 10 (counters move every ≤ 100 ms), got {self.tick_hz}")
-        if self.report_url and not self.report_token:
-            raise ValueError("report_url needs report_token (a jobs API token)")
+        if self.report_url and not (self.report_token or self.report_token_file):
+            raise ValueError("report_url needs report_token or report_token_file (a jobs API token)")
         if self.snmp_version not in ("2c", "3"):
             raise ValueError(f"snmp_version must be '2c' or '3', got {self.snmp_version!r}")
 
@@ -205,10 +207,12 @@ class Twin:
         cfg = self.cfg
         tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
                 f"fabric={self.fabric.name}"]
-        assert cfg.report_url and cfg.report_token  # checked in TwinConfig.__post_init__
-        self.reporter = LiveJobReporter(self.fabric, cfg.report_url, cfg.report_token, run_name=cfg.run_name,
+        assert cfg.report_url  # the caller checked
+        self.reporter = LiveJobReporter(self.fabric, cfg.report_url, cfg.report_token or "",
+                                        token_file=cfg.report_token_file, run_name=cfg.run_name,
                                         tags=tags, skew_ns=cfg.report_skew_ns,
-                                        every_steps=cfg.report_every_steps)
+                                        every_steps=cfg.report_every_steps,
+                                        connect_timeout_s=cfg.report_connect_timeout_s)
         self.timeline.on_phase = self.reporter.on_phase
         self.reporter.start()
 
