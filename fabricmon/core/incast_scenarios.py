@@ -60,6 +60,7 @@ class Scenario:
     onset: int  # first window of the event (len(windows) for balanced)
     moving_onset: int  # first migration (moving only; else −1)
     hot_truth: list[tuple[int, ...]] = field(default_factory=list)  # per window: true hot ports
+    moved: tuple[bool, ...] = ()  # per window: the true hot set moved in this window (if known)
 
     @property
     def n_windows(self) -> int:
