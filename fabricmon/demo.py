@@ -9,7 +9,9 @@ Runs, as child processes with logs under ``var/log/``:
     beat       celery -A fabricmon.celery beat
     web        daphne fabricmon.asgi:application
 
-and before them ``migrate``, ``load_topology`` of the twin's fabric and a demo login. The service
+and before them ``migrate``, a demo login with an API token (``var/twin-api-token``, 0600) with
+which the twin reports its MoE job's phase events to the jobs API, and ``load_topology`` of the
+twin's fabric. The service
 commands live in :data:`SERVICE_COMMANDS`; ``docker-compose.yml`` runs the same ones (a test
 checks they agree). Django is not imported here: children get their settings from the
 environment this module prepares.
@@ -39,6 +41,9 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "--servers", "{servers}", "--gpus-per-server", "{gpus}", "--spines", "{spines}",
         "--snmp-port-base", "{snmp_port_base}",
         "--write-topology", "{topology_file}", "--control-port", "{twin_control_port}",
+        # the twin's MoE job reports its phase events to the jobs API, like a real job with the probe
+        "--report-url", "{report_url}", "--report-token-file", "{report_token_file}",
+        "--run-name", "twin-moe", "--report-every-steps", "{report_every_steps}",
     ],
     "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
@@ -93,11 +98,12 @@ class Supervisor:
         self.children.append((name, proc))
         return proc
 
-    def run(self, name: str, argv: list[str]) -> None:
-        """A one-shot step; its failure stops the demo with the step's own output."""
+    def run(self, name: str, argv: list[str]) -> str:
+        """A one-shot step; its failure stops the demo with the step's own output. Returns stdout."""
         result = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise SystemExit(f"demo: step '{name}' failed:\n{result.stdout}{result.stderr}")
+        return result.stdout
 
     def dead(self) -> list[str]:
         return [name for name, proc in self.children if proc.poll() is not None]
@@ -181,15 +187,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: Redis {env['REDIS_URL']}; database {env.get('DATABASE_URL') or var_dir / 'fabricmon.sqlite3'}")
         sup.run("migrate", [*manage, "migrate", "--noinput"])
 
+        password = secrets.token_urlsafe(9)
+        sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
+        # The twin reports its job with a token of the demo user; printed once, kept owner-only.
+        token = sup.run("api_token", [*manage, "create_api_token", "demo", "--name", "demo twin job"]).strip()
+        token_file = var_dir / "twin-api-token"
+        write_secret(token_file, token)
+
         topology_file = var_dir / "twin-topology.yaml"
         topology_file.unlink(missing_ok=True)
         web_port = free_port(args.port)
+        gpus = args.servers * args.gpus_per_server
         values = {
             "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
             "spines": str(args.spines), "snmp_port_base": "0", "topology_file": str(topology_file),
             "twin_control_port": str(free_port()), "worker_concurrency": "4",
             "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
             "web_port": str(web_port),
+            # the web starts after the twin: the twin's reporter retries run creation until it answers
+            "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
+            # every k-th step only: 256 GPUs x 16 phases per step is ~4k events, a lot for a laptop
+            "report_every_steps": str(max(1, gpus // 8)),
         }
         env["FABRICMON_TWIN_URL"] = f"http://127.0.0.1:{values['twin_control_port']}"
         print("demo: starting the fabric twin …")
@@ -198,8 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         sup.run("load_topology", [*manage, "load_topology", str(topology_file)])
         fabric = fabric_name(topology_file)
         forget_live_state(env["REDIS_URL"], fabric)
-        password = secrets.token_urlsafe(9)
-        sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
         for name in ("worker", "beat", "web"):
             sup.start(name, fill(SERVICE_COMMANDS[name], values))
         print(BANNER.format(port=web_port, password=password, log_dir=log_dir))
@@ -250,8 +266,32 @@ def watch(sup: Supervisor, env: dict[str, str], args: argparse.Namespace, fabric
                 return 0
             frames = count_frames(env["REDIS_URL"], fabric)
             print(f"demo: {frames} frames in the live window of fabric '{fabric}' after {elapsed:.0f}s")
-            return 0 if frames > 0 else 1
+            report = twin_report(env["FABRICMON_TWIN_URL"])
+            print(f"demo: twin job run {report.get('run_id')} ({report.get('state')}): "
+                  f"{report.get('events_posted', 0)} events posted, {report.get('events_dropped', 0)} dropped"
+                  + (f"; {report['error']}" if report.get("error") else ""))
+            return 0 if frames > 0 and report.get("events_posted", 0) > 0 else 1
         time.sleep(0.5)
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write ``text`` readable by the owner only (created 0600, never world-readable meanwhile)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+
+
+def twin_report(twin_url: str) -> dict:
+    """The twin's job reporter status from its control API (``{}`` if it does not answer)."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(twin_url + "/status", timeout=5) as resp:
+            return json.loads(resp.read()).get("report") or {}
+    except (OSError, ValueError):
+        return {}
 
 
 def forget_live_state(redis_url: str, fabric: str) -> None:

@@ -2,7 +2,7 @@
 
 No Docker engine runs here, so the compose file is checked against the demo's command table and
 the demo itself is run end to end (real Redis, twin, Celery worker and beat, Daphne) until frames
-reach the live window.
+reach the live window and the twin's job has reported its phase events to the jobs API.
 """
 
 from __future__ import annotations
@@ -68,3 +68,22 @@ def test_demo_starts_everything_and_frames_flow(tmp_path: Path, redis_url: str) 
     assert "fabricmon demo is running" in output
     frames = int(re.search(r"demo: (\d+) frames", output).group(1))
     assert frames >= 5, output
+    # the twin's MoE job reported itself live: the demo's run holds its events and rank map
+    m = re.search(r"demo: twin job run (\d+) \((\w+)\): (\d+) events posted, (\d+) dropped", output)
+    assert m and int(m.group(3)) > 0, output
+    assert oct((tmp_path / "twin-api-token").stat().st_mode & 0o777) == "0o600"
+    counted = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", COUNT_SNIPPET.format(run_id=m.group(1))],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    found = re.search(r"^COUNT (\d+) (\d+) (\S+)$", counted.stdout, re.M)
+    assert found, counted.stdout + counted.stderr
+    events, ranks, tags = found.groups()
+    assert int(events) >= int(m.group(3)) > 0 and int(ranks) == 16, counted.stdout + counted.stderr
+    assert "twin" in tags and "routing=pxn" in tags
+
+
+COUNT_SNIPPET = (
+    "from fabricmon.jobs import services; from fabricmon.jobs.models import Run; "
+    "r = Run.objects.get(pk={run_id}); print('COUNT', services.event_count(r), r.ranks.count(), ','.join(r.tags))"
+)
