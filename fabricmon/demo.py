@@ -20,6 +20,7 @@ environment this module prepares.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -284,9 +286,6 @@ def write_secret(path: Path, text: str) -> None:
 
 def twin_report(twin_url: str) -> dict:
     """The twin's job reporter status from its control API (``{}`` if it does not answer)."""
-    import json
-    import urllib.request
-
     try:
         with urllib.request.urlopen(twin_url + "/status", timeout=5) as resp:
             return json.loads(resp.read()).get("report") or {}
