@@ -12,6 +12,11 @@ With ``TwinConfig(gnmi=True)`` every switch also serves gNMI (``tw.gnmi_ports[na
 model of twin/fabric_queues.py (ECN, PFC, watermark, drops); truth via ``true_queue`` and
 ``true_watermark``.
 
+With ``TwinConfig(report_url=…, report_token=… | report_token_file=…)`` the MoE job reports
+itself to fabricmon's jobs API as a real job would with the probe: a run (tags twin, moe,
+routing=…, ep=N), its rank map, and each completed phase's per-peer bytes as events
+(twin/live_reporter.py; counts under ``report`` in ``status()``, run ended on ``stop()``).
+
 Everything runs on one background thread with its own asyncio loop (ticker + agents), so counter
 updates and agent reads never interleave mid-PDU; other threads read through the clock's lock.
 """
