@@ -135,14 +135,22 @@ def _per_seed_max(x: FloatArray, s: int) -> FloatArray:
 class _StackedQueues:
     """The fabric_queues model for S seeds at once: queue axis = seeds × ports."""
 
-    def __init__(self, tf: TwinFabric, n_seeds: int, *, lossy: bool) -> None:
+    def __init__(self, tf: TwinFabric, n_seeds: int, router: Router, *, lossy: bool) -> None:
         p = len(tf.ports)
         self.s, self.p, self.lossy = n_seeds, p, lossy
         speed = np.tile(tf.ports.speed_bps.astype(np.float64), n_seeds)
-        self.cfg = QueueConfig.for_ports(speed, lossless=not lossy, buffer_bytes=16e6, pkt_bytes=PKT_BYTES)
+        # Only queues the routing can ever feed are stepped (PXN: host-facing ports only — a third
+        # of the fabric); the others provably stay empty, so skipping them changes nothing.
+        live = np.zeros(p, np.bool_)
+        live[router.first_hop] = live[router.last_hop] = True
+        if len(router.cross):
+            live[tf.wiring.link[router.up, 1]] = live[tf.wiring.link[router.down, 3]] = True
+        self.live = np.flatnonzero(np.tile(live, n_seeds))
+        self.cfg = QueueConfig.for_ports(speed[self.live], lossless=not lossy, buffer_bytes=16e6,
+                                         pkt_bytes=PKT_BYTES)
         self.cap = speed / 8.0
-        self.q = np.zeros(n_seeds * p)
-        self.paused = np.zeros(n_seeds * p, np.bool_)
+        self.q = np.zeros(len(self.live))
+        self.paused = np.zeros(len(self.live), np.bool_)
         sw = np.asarray(tf.ports.switch_of)
         self.group_starts = np.flatnonzero(np.r_[True, sw[1:] != sw[:-1]])
         self.group_of = np.cumsum(np.r_[0, (sw[1:] != sw[:-1]).astype(np.int64)])
@@ -155,30 +163,33 @@ class _StackedQueues:
         """The NIC behind ``port`` drains at ``factor`` × line rate from now on (PCIe/host
         back-pressure): the egress queue facing it can only send that fast."""
         rate = self.cfg.line_rate_bytes_ps.copy()
-        rate[seed_idx * self.p + port] *= factor
+        rate[np.searchsorted(self.live, seed_idx * self.p + port)] *= factor
         self.cfg = replace(self.cfg, line_rate_bytes_ps=rate)
 
     def reset_window(self) -> None:
         n = self.s * self.p
         self.acc = {k: np.zeros(n) for k in ("tx", "drop", "ecn", "pfc_tx_s", "pfc_tx_fr", "pfc_rx_s",
                                              "pfc_rx_fr")}
-        self.peak = self.q.copy()
+        self.peak = np.zeros(n)
+        self.peak[self.live] = self.q
 
     def push(self, dur_s: FloatArray, lam: FloatArray, in_active: npt.NDArray[np.bool_]) -> FloatArray:
         """Advance every queue; ``dur_s`` per seed. Returns the admitted bytes."""
-        t = np.repeat(np.maximum(dur_s, 0.0), self.p)
-        res = advance(self.cfg, self.q, self.paused, lam, t)
+        live = self.live
+        t = np.repeat(np.maximum(dur_s, 0.0), self.p)[live]
+        res = advance(self.cfg, self.q, self.paused, lam[live], t)
         a = self.acc
-        a["tx"] += res.tx_bytes
-        a["drop"] += res.dropped_bytes
-        a["ecn"] += res.ecn_marked_bytes
+        a["tx"][live] += res.tx_bytes
+        a["drop"][live] += res.dropped_bytes
+        a["ecn"][live] += res.ecn_marked_bytes
         if res.pause_s.any():
             # as FabricQueues: a switch's active ingress ports are paused as long as its
             # longest-paused queue; the peer switch port receives those frames
             s, p = self.s, self.p
-            sw_pause = np.maximum.reduceat(res.pause_s.reshape(s, p), self.group_starts, axis=1)[:, self.group_of]
-            sw_fr = np.maximum.reduceat(res.pause_frames.reshape(s, p), self.group_starts, axis=1)[
-                :, self.group_of]
+            pause_s, pause_fr = np.zeros(s * p), np.zeros(s * p)
+            pause_s[live], pause_fr[live] = res.pause_s, res.pause_frames
+            sw_pause = np.maximum.reduceat(pause_s.reshape(s, p), self.group_starts, axis=1)[:, self.group_of]
+            sw_fr = np.maximum.reduceat(pause_fr.reshape(s, p), self.group_starts, axis=1)[:, self.group_of]
             act = in_active.reshape(s, p)
             tx_s, tx_fr = np.where(act, sw_pause, 0.0), np.where(act, sw_fr, 0.0)
             rx_s, rx_fr = np.zeros((s, p)), np.zeros((s, p))
@@ -187,9 +198,12 @@ class _StackedQueues:
             a["pfc_tx_fr"] += tx_fr.ravel()
             a["pfc_rx_s"] += rx_s.ravel()
             a["pfc_rx_fr"] += rx_fr.ravel()
-        np.maximum(self.peak, res.peak_bytes, out=self.peak)
+        np.maximum(self.peak[live], res.peak_bytes, out=res.peak_bytes)
+        self.peak[live] = res.peak_bytes
         self.q, self.paused = res.q_bytes, res.paused
-        return res.admitted_bytes
+        admitted = np.zeros(self.s * self.p)
+        admitted[live] = res.admitted_bytes
+        return admitted
 
     def phase(self, gap_s: FloatArray, phases: Sequence[Phase], host_facing: npt.NDArray[np.bool_]) -> None:
         """One phase per seed (same position in each seed's step), as FabricQueues._add_phase."""
@@ -208,7 +222,9 @@ class _StackedQueues:
         held = zeros if self.lossy else np.maximum(offered - admitted, 0.0)
         if not self.lossy and self.paused.any():
             # a queue still paused at the burst's end drains to Xon first, nothing arriving
-            pre = np.where(self.paused, np.maximum(self.q - self.cfg.xon_bytes, 0.0) / self.cap, 0.0)
+            pre = np.zeros(s * p)
+            pre[self.live] = np.where(self.paused, np.maximum(self.q - self.cfg.xon_bytes, 0.0)
+                                      / self.cfg.line_rate_bytes_ps, 0.0)
             pre_s = np.clip(_per_seed_max(pre, s), 0.0, np.maximum(rest - 1e-9, 0.0))
             self.push(pre_s, zeros, in_active)
             rest = rest - pre_s
@@ -274,7 +290,7 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
         tl = JobTimeline(traffic, router, tf.ports.speed_bps, tf.ports.host_facing, 0, keep_s=0.5)
         onset = int(rng.integers(10, 20)) if kind != "balanced" else w_total
         runs.append(_Seed(seed, traffic, tl, rng, onset))
-    queues = _StackedQueues(tf, s, lossy=False)
+    queues = _StackedQueues(tf, s, router, lossy=False)
     metrics = {k: np.zeros((s, w_total, p), np.float32) for k in (
         "util", "in_bps", "out_bps", "ecn_marked_ps", "pfc_pause_ps", "pfc_paused_fraction",
         "watermark_bytes", "drops_ps")}

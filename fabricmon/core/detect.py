@@ -47,9 +47,9 @@ class DetectConfig:
     ecn_min_ps: float = 1_000.0  # ECN-marked packets/s that count as pressure
     pfc_min_ps: float = 100.0  # pause frames/s that count as pressure
     load_min: float = 0.95  # absolute egress load that is incast-worthy on its own
-    rel_load_min: float = 2.0  # … or this many times the mean load of its peer ports
+    rel_load_min: float = 1.6  # … or this many times the mean load of its peer ports (twin: see below)
     top_m: int = 16  # cap the hot set to the top-m ports by WM·F
-    jaccard_max: float = 0.5  # J_max: at or below, the hot set's identity changed
+    jaccard_max: float = 0.34  # J_max: at or below, the hot set's identity changed (twin: see below)
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
     storm_min_ports: int = 1

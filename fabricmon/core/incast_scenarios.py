@@ -17,7 +17,7 @@ realistic trap for a detector that looks at queues alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,6 +179,7 @@ class ScenarioResult:
     firing: list[frozenset[str]]
     first_firing: dict[str, int]
     windows_with_hot: int
+    hot_sets: list[tuple[int, ...]] = field(default_factory=list)  # H(w) per window
 
 
 def evaluate(
@@ -193,29 +194,50 @@ def evaluate(
     firing: list[frozenset[str]] = []
     first: dict[str, int] = {}
     with_hot = 0
+    hot_sets: list[tuple[int, ...]] = []
     for t in range(scn.n_windows):
         frame = {k: v[t] for k, v in scn.metrics.items()}
         state, found = detect_window(frame, scn.geo, state, cfg, ts_ns=t * NS, fan_in=scn.fan_in[t])
         with_hot += int(found.incast)
+        hot_sets.append(tuple(int(p) for p in found.hot_ports))
         slots, _ = advance(slots, conditions(found, scn.geo), t * NS, fabric="scn", config=lifecycle)
         kinds = frozenset(s.kind for s in slots.values() if s.state == "firing")
         for k in kinds:
             first.setdefault(k, t)
         firing.append(kinds)
-    return ScenarioResult(firing, first, with_hot)
+    return ScenarioResult(firing, first, with_hot, hot_sets)
 
 
-def score(seeds: int = 20, **make_kw: int) -> dict[str, object]:
-    """Confusion table (scenario kind × alert kinds fired) and moving-incast quality figures."""
+Batch = Callable[[str, Sequence[int]], list[Scenario]]
+
+
+def score(
+    seeds: int = 20, *, batch: Batch | None = None, cfg: DetectConfig | None = None, **make_kw: int
+) -> dict[str, object]:
+    """Confusion table (scenario kind × alert kinds fired) and moving-incast quality figures.
+
+    ``batch(kind, seeds)`` supplies the scenarios (e.g. the twin's runner, twin/scenarios.py);
+    by default this module's standalone generator makes them one by one."""
+    make: Batch = batch or (lambda kind, ss: [make_scenario(kind, x, **make_kw) for x in ss])
     alert_kinds = ("incast", "moving_incast", "pfc_storm", "ecmp_imbalance", "none")
     table = {k: dict.fromkeys(alert_kinds, 0) for k in KINDS}
     latency: dict[str, list[int]] = {k: [] for k in KINDS}
     tp = fp = fn = 0
     win_tp = win_fp = win_fn = 0
+    hot_hit = hot_total = 0
+    bal_windows = bal_alert_windows = 0
     for kind in KINDS:
-        for seed in range(seeds):
-            scn = make_scenario(kind, seed, **make_kw)
-            res = evaluate(scn)
+        for scn in make(kind, range(seeds)):
+            res = evaluate(scn, cfg)
+            if kind == "balanced":
+                bal_windows += scn.n_windows
+                bal_alert_windows += sum(bool(k) for k in res.firing)
+            if kind in ("static", "moving"):
+                # hot-port identity: after the allowed delay, is the true hot port in H(w)?
+                for t in range(scn.onset + 2, scn.n_windows):
+                    if scn.hot_truth[t]:
+                        hot_total += 1
+                        hot_hit += bool(set(scn.hot_truth[t]) & set(res.hot_sets[t]))
             fired = set(res.first_firing) & set(alert_kinds)
             for k in fired or {"none"}:
                 table[kind][k] += 1
@@ -244,6 +266,9 @@ def score(seeds: int = 20, **make_kw: int) -> dict[str, object]:
         "moving_precision": tp / max(tp + fp, 1),
         "moving_window_recall": win_tp / max(win_tp + win_fn, 1),
         "moving_window_precision": win_tp / max(win_tp + win_fp, 1),
+        "hot_port_hit_rate": hot_hit / max(hot_total, 1),
+        "balanced_windows": bal_windows,
+        "balanced_alert_windows": bal_alert_windows,
     }
 
 
@@ -265,6 +290,11 @@ def format_table(result: Mapping[str, object]) -> str:
         f"window-recall={result['moving_window_recall']:.3f} "
         f"window-precision={result['moving_window_precision']:.3f}"
     )
+    if "hot_port_hit_rate" in result:
+        lines.append(
+            f"hot port identified (static+moving, after 2 windows): {result['hot_port_hit_rate']:.3f}; "
+            f"balanced: {result['balanced_alert_windows']} alert windows in {result['balanced_windows']}"
+        )
     return "\n".join(lines)
 
 
