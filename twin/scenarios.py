@@ -85,6 +85,7 @@ def twin_fabric(servers: int = 8, gpus: int = 8, spines: int = 4) -> TwinFabric:
 # the default job. Background skew σ = 0.3 as in the twin's default; balanced: σ = 0 (no skew).
 BASE_JOB = MoeConfig(layers=2, regime_shift_prob=0.0, hot_boost=0.0)
 HOT_BOOST = {"static": 1.5, "moving": 1.5, "pfc": 3.0}
+HOT_RATIO = 3.0  # truth: the hot GPU received ≥ this × a GPU's mean dispatch bytes (nominal 4.5×)
 SLOW_NIC_FACTOR = 0.25  # PFC storm: the hot GPU's NIC drains at a quarter of line rate
 
 
@@ -121,11 +122,14 @@ class _Seed:
     traffic: ScenarioTraffic
     timeline: JobTimeline
     rng: np.random.Generator
-    onset: int
+    onset: int  # truth: first window of the event (static/moving: first truly hot window)
+    script_onset: int  # when the script switches the event on
     hot_gpu: int = -1
     next_jump: int = -1
     moving_onset: int = -1
     truth_ports: tuple[int, ...] = ()
+    seen_hot: bool = False
+    last_hot: int = -1
 
 
 def _per_seed_max(x: FloatArray, s: int) -> FloatArray:
@@ -274,7 +278,7 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
     if kind not in KINDS:
         raise ValueError(f"unknown scenario kind {kind!r} (use one of {', '.join(KINDS)})")
     tf = twin_fabric()
-    w_total = windows or (600 if kind == "balanced" else 60)
+    w_total = windows or {"balanced": 600, "moving": 60}.get(kind, 40)
     mode: RoutingMode = "ecmp" if kind == "ecmp" else "pxn"
     router = tf.routers[mode]
     job = replace(BASE_JOB, sigma=0.0) if kind == "balanced" else BASE_JOB
@@ -289,7 +293,7 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
         traffic = ScenarioTraffic(job, ng, seed=int(rng.integers(1 << 31)))
         tl = JobTimeline(traffic, router, tf.ports.speed_bps, tf.ports.host_facing, 0, keep_s=0.5)
         onset = int(rng.integers(10, 20)) if kind != "balanced" else w_total
-        runs.append(_Seed(seed, traffic, tl, rng, onset))
+        runs.append(_Seed(seed, traffic, tl, rng, onset, onset))
     queues = _StackedQueues(tf, s, router, lossy=False)
     metrics = {k: np.zeros((s, w_total, p), np.float32) for k in (
         "util", "in_bps", "out_bps", "ecn_marked_ps", "pfc_pause_ps", "pfc_paused_fraction",
@@ -303,13 +307,13 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
         phases: list[list[Phase]] = []
         in_bytes = np.zeros((s, p))
         for i, r in enumerate(runs):
-            _script(kind, r, t, tf, router, moved[i])
-            if kind == "pfc" and t == r.onset:  # the hot GPU's NIC stops keeping up: a PFC storm
+            _script(kind, r, t, tf, router)
+            if kind == "pfc" and t == r.script_onset:  # the hot GPU's NIC stops keeping up: a PFC storm
                 queues.slow_receiver(i, int(tf.wiring.nic_pos[r.hot_gpu]), SLOW_NIC_FACTOR)
-            truth[i][t] = r.truth_ports
             start = r.timeline.cursor_ns
             step_start[i] = start
             r.timeline.ensure(start + 1)  # exactly one training step
+            truth[i][t] = _truth(kind, r, tf, t, moved[i])
             phs = [ph for ph in r.timeline.phases if ph.start_ns >= start]
             phases.append(phs)
             in_bytes[i] = sum(ph.in_bytes for ph in phs)
@@ -342,24 +346,47 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
     return out
 
 
-def _script(kind: str, r: _Seed, t: int, tf: TwinFabric, router: Router, moved: npt.NDArray[np.bool_]) -> None:
-    """What the scenario does to the job before window ``t``; updates the truth of ``r``."""
+def _truth(kind: str, r: _Seed, tf: TwinFabric, t: int, moved: npt.NDArray[np.bool_]) -> tuple[int, ...]:
+    """Ground truth of the step just generated, from the job's own traffic (never from detection).
+
+    Incast kinds: the hot expert's GPU port is hot when that GPU received ≥ HOT_RATIO × the mean
+    dispatch bytes of a GPU in this step — a freshly drawn regime can leave the "hot" expert
+    barely above its peers (its latent is resampled too), and that is no incast. The first such
+    window is the onset; a hot port different from the previous window's hot port is a move.
+    """
+    if kind in ("ecmp", "pfc"):
+        return r.truth_ports if t >= r.onset else ()
+    if r.hot_gpu < 0:
+        return ()
+    recv = sum(lt.dispatch_bytes.sum(axis=0) for lt in r.traffic.last)
+    if recv[r.hot_gpu] < HOT_RATIO * recv.mean():
+        r.last_hot = -1  # the incast paused: a hot port after the gap is a new incast, not a move
+        return ()
+    port = int(tf.wiring.nic_pos[r.hot_gpu])
+    if not r.seen_hot:
+        r.seen_hot, r.onset = True, t
+    elif r.last_hot >= 0 and port != r.last_hot:
+        moved[t] = True
+        if r.moving_onset < 0:
+            r.moving_onset = t
+    r.last_hot = port
+    return (port,)
+
+
+def _script(kind: str, r: _Seed, t: int, tf: TwinFabric, router: Router) -> None:
+    """What the scenario does to the job before window ``t``."""
     ng = tf.wiring.n_gpus
-    if kind in ("static", "moving", "pfc") and t == r.onset:
+    if kind in ("static", "moving", "pfc") and t == r.script_onset:
         r.hot_gpu = int(r.rng.integers(ng))
         r.traffic.set_hot(r.hot_gpu * r.traffic.cfg.experts_per_gpu, HOT_BOOST[kind])
         r.next_jump = t + int(r.rng.integers(2, 5))
+        r.truth_ports = (int(tf.wiring.nic_pos[r.hot_gpu]),)
     elif kind == "moving" and t == r.next_jump:
         # the hot expert jumps to another GPU (any leaf, any rail): a regime shift
         r.hot_gpu = int((r.hot_gpu + r.rng.integers(1, ng)) % ng)
         r.traffic.set_hot(r.hot_gpu * r.traffic.cfg.experts_per_gpu, HOT_BOOST[kind])
         r.next_jump = t + int(r.rng.integers(2, 5))
-        moved[t] = True
-        if r.moving_onset < 0:
-            r.moving_onset = t
-    elif kind == "ecmp" and t == r.onset:
+    elif kind == "ecmp" and t == r.script_onset:
         extra, uplink = _elephants(router, r.rng, ng)
         r.traffic.extra = extra
         r.truth_ports = (uplink,)
-    if r.hot_gpu >= 0:
-        r.truth_ports = (int(tf.wiring.nic_pos[r.hot_gpu]),)
