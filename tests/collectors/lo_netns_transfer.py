@@ -240,22 +240,30 @@ async def _measure(engine: str, n_bytes: int, workdir: Path) -> dict[str, object
         snmp_bytes_per_poll = (k1[0] - k0[0]) / CALIBRATION_POLLS
         snmp_pkts_per_poll = (k1[1] - k0[1]) / CALIBRATION_POLLS
 
-        async def next_fresh(last: int) -> tuple[int, int, int]:
-            """snmpd caches the interface table ~3 s: poll until the value moves; count polls."""
-            deadline, polls = time.monotonic() + 15, 0
+        async def next_fresh(last: int, at_least: int = 0) -> tuple[int, int, int]:
+            """Poll until snmpd's interface cache (reloaded every ~3 s) gives a value that moved
+            from ``last`` and is >= ``at_least``; return it, its in-pkts and the polls it took."""
+            deadline, polls, octets = time.monotonic() + 15, 0, last
             while time.monotonic() < deadline:
                 octets, pkts = await read()
                 polls += 1
-                if octets != last:
+                if octets != last and octets >= at_least:
                     return octets, pkts, polls
                 await asyncio.sleep(0.05)
-            raise RuntimeError("ifHCInOctets of lo never changed in 15 s")
+            raise RuntimeError(f"ifHCInOctets of lo: {octets} after 15 s, wanted a fresh value >= {at_least}")
 
         v0, p0, _ = await next_fresh((await read())[0])
+        t0 = time.monotonic()
         k_before = _kernel_lo_rx()
         transfer = await asyncio.to_thread(_send_over_loopback, n_bytes)
         k_after = _kernel_lo_rx()
-        v1, p1, polls = await next_fresh(v0)
+        t_transfer = time.monotonic()
+        # A changed value alone is not enough: under CPU load snmpd's reload timer and an on-demand
+        # reload can fire back to back, so the next change may predate the transfer (seen once:
+        # a window of ~150 kB). A fresh namespace's lo starts at 0, so snmpd's ifHCInOctets is the
+        # kernel's rx byte count itself: a value >= the count at the transfer's end was read after it.
+        v1, p1, polls = await next_fresh(v0, at_least=k_after[0])
+        t1 = time.monotonic()
     finally:
         close_loop_context()
         agent.stop()
@@ -274,6 +282,8 @@ async def _measure(engine: str, n_bytes: int, workdir: Path) -> dict[str, object
         "kernel_transfer_rx_bytes": k_after[0] - k_before[0],  # diagnostics only
         "kernel_transfer_rx_pkts": k_after[1] - k_before[1],
         "kernel_transfer_rx_drops": k_after[2] - k_before[2],  # not counted in rx bytes
+        "transfer_s": round(t_transfer - t0, 3),
+        "window_s": round(t1 - t0, 3),
     }
 
 

@@ -115,4 +115,5 @@ def test_loopback_transfer_is_measured_through_ifHCInOctets_within_2_percent(
     )  # TCP_INFO read right
     # Payload + resent payload + 52 B of TCP/IP header per TCP packet + the SNMP polls' own bytes.
     expected = lo_netns_transfer.expected_octets(result)
+    print(f"lo netns {engine}: measured - expected = {result['measured_octets'] - expected:+.0f} B", result)
     assert abs(result["measured_octets"] - expected) <= 0.02 * n_bytes, (expected, result)
