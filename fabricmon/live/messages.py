@@ -15,6 +15,10 @@ draws it when the last one arrives.
 A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`` means *no data*
 (failed poll, stale switch) and is drawn as such, never as zero. ``frontend/static/live/protocol.js``
 mirrors these constants; tests/live/test_protocol.py keeps the two in step.
+
+A selected run's phase markers do not travel on this socket: they are few, arrive late (ranks
+report after the collective) and change as more ranks report, so the page polls
+``runs/<id>/markers.json`` (fabricmon/live/views.py) and the binary column path stays as above.
 """
 
 from __future__ import annotations

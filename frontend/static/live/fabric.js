@@ -3,6 +3,7 @@
 // rows or the zoom change — never per update.
 
 import { CanvasHeatmap, LUT_CSS } from "./heatmap.js";
+import { PhaseStrip, colourOf } from "./phasemarkers.js";
 import {
   CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, FLAG_LAST, KIND_WINDOW, decodeBinary, dequantise, formatValue,
 } from "./protocol.js";
@@ -30,7 +31,11 @@ const state = {
   lastColumnAt: 0, columns: 0, bytes: 0, highlight: -1,
   draws: [], // {seq, ts, at} per drawn column, for the latency benchmark
 };
-window.fabricmon = { state, heatmap, portLabel, peerOf };
+const strip = new PhaseStrip($("phase-strip"), heatmap, {
+  markersUrl: (run) => root.dataset.markers.replace(/\/runs\/0\//, `/runs/${run}/`),
+  onInfo: showPhaseInfo,
+});
+window.fabricmon = { state, heatmap, strip, portLabel, peerOf };
 $("window").value = String(state.windowS);
 
 // ---------- layout and rows ----------------------------------------------------------------------
@@ -138,6 +143,7 @@ function sizeCanvases() {
   const height = Math.max(200, window.innerHeight - heatCanvas.getBoundingClientRect().top - 60);
   heatmap.resize(Math.max(200, area.width), height);
   heatmap.redraw();
+  strip.resize(); strip.redraw();
   drawLabels(); drawTimeAxis(); drawLegend();
 }
 
@@ -206,10 +212,12 @@ function handleBinary(buf) {
     windowParts.push(m);
     if (m.flags & FLAG_LAST) {
       heatmap.loadWindow(concat(windowParts.map((p) => p.ts), Float64Array), concat(windowParts.map((p) => p.codes), Uint8Array));
+      strip.redraw();
       windowParts = [];
     }
   } else {
     heatmap.appendColumn(m.ts[0], m.codes);
+    strip.follow();
     state.columns++;
     state.draws.push({ seq: m.seq, ts: m.ts[0], at: Date.now(), bytes: buf.byteLength });
     if (state.draws.length > 5000) state.draws.splice(0, 2500);
@@ -371,6 +379,60 @@ function jumpTo(port) {
 window.fabricmon.jumpTo = jumpTo;
 
 function escapeHtml(s) { return s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
+
+// ---------- phase markers of a selected run --------------------------------------------------------
+async function loadRuns() {
+  const resp = await fetch(root.dataset.runs, { credentials: "same-origin" });
+  if (!resp.ok) return;
+  const { runs } = await resp.json();
+  const sel = $("run"), chosen = sel.value || state.run;
+  sel.innerHTML = "";
+  sel.add(new Option("none", ""));
+  for (const r of runs) sel.add(new Option(`${r.name} (#${r.id}, ${r.state})`, String(r.id), false, String(r.id) === chosen));
+  if (chosen && !runs.some((r) => String(r.id) === chosen)) sel.add(new Option(`run #${chosen}`, chosen, false, true));
+}
+function selectRun(run) {
+  state.run = run;
+  const params = new URLSearchParams(location.search);
+  if (run) params.set("run", run); else params.delete("run");
+  history.replaceState(null, "", `?${params}`);
+  $("phase-strip").hidden = !run;
+  $("phase-info").hidden = !run;
+  strip.resize();
+  strip.select(run);
+}
+function showPhaseInfo(info) {
+  const el = $("phase-info");
+  if (!info) { el.textContent = ""; el.className = "phase-info"; return; }
+  if (info.error) { el.textContent = info.error; el.className = "phase-info withhold"; return; }
+  const keys = ["dispatch", "combine", "allreduce"].map((p) => `<span class="key" style="background:${colourOf(p)}"></span>${p}`).join("");
+  const ns = info.clock?.error_bound_ns;
+  const bound = info.clock ? `clock error ≤ ${ns < 1e6 ? `${(ns / 1e3).toFixed(0)} µs` : `${(ns / 1e6).toFixed(1)} ms`}` +
+    (info.clock.offset_known ? " (offset exchanged)" : " (no offset exchanged)") : "";
+  const head = info.verdict === "pass"
+    ? `${escapeHtml(info.name)}: ${info.count} phase markers, aligned · ${bound}`
+    : `${escapeHtml(info.name)}: ${info.count} phase markers NOT ALIGNED (${info.verdict}) — ${escapeHtml(info.reason || "")}${bound ? ` · ${bound}` : ""}`;
+  el.innerHTML = `${head}${keys}<span class="key" style="background:#7f7f7f"></span>other`;
+  el.className = `phase-info ${info.verdict}`;
+  el.dataset.verdict = info.verdict;
+}
+state.run = new URLSearchParams(location.search).get("run") || "";
+$("run").addEventListener("change", (ev) => selectRun(ev.target.value));
+$("phase-strip").addEventListener("mousemove", (ev) => {
+  const x = ev.offsetX * ($("phase-strip").width / $("phase-strip").clientWidth);
+  const hits = strip.pick(x);
+  if (!hits.length) { tooltip.hidden = true; return; }
+  const rows = hits.slice(0, 8).map((m) => `<div><span class="key" style="display:inline-block;width:8px;height:8px;background:${colourOf(m.phase)}"></span> ` +
+    `step ${m.step} · layer ${m.layer} · ${m.phase} · ${(m.end_ms - m.start_ms).toFixed(1)} ms</div>`).join("");
+  const warn = strip.verdict === "pass" ? "" : `<div class="muted">not aligned: ${escapeHtml(strip.reason || "")}</div>`;
+  tooltip.innerHTML = rows + (hits.length > 8 ? `<div class="muted">+${hits.length - 8} more</div>` : "") + warn;
+  tooltip.hidden = false;
+  tooltip.style.left = `${Math.min(ev.pageX + 14, window.innerWidth - 380)}px`;
+  tooltip.style.top = `${ev.pageY + 10}px`;
+});
+$("phase-strip").addEventListener("mouseleave", () => { tooltip.hidden = true; });
+loadRuns().then(() => { if (state.run) selectRun(state.run); });
+setInterval(loadRuns, 30_000);
 
 window.addEventListener("resize", () => { if (state.hello) sizeCanvases(); });
 connect();
