@@ -242,10 +242,8 @@ def _fan_in(router: Router, layers: Sequence[LayerTraffic], n_ports: int) -> Flo
     this step (from the job's own matrices and the routing's incidence lists)."""
     w = router.wiring
     total = sum(lt.dispatch_bytes + lt.combine_bytes for lt in layers)
-    if router.mode == "ecmp":
-        source = total
-    else:
-        source = np.add.reduceat(total, np.asarray(w.host_start), axis=0)
+    # PXN folds a server's senders onto its proxy NIC: sources are per-host sums
+    source = total if router.mode == "ecmp" else np.add.reduceat(total, np.asarray(w.host_start), axis=0)
     flat = source.ravel()[router.pair_source]
     port = [router.last_hop]
     weight = [flat]
