@@ -34,6 +34,7 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
             status=400,
         )
     data = services.phase_views(run, routing)
+    data["state"] = run.state  # the page keeps polling while the run is running
     if request.GET.get("fold") == "1":
         data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}
     return JsonResponse(data, status=200)

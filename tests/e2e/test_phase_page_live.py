@@ -1,0 +1,96 @@
+"""The phase page follows a running run without a reload: the twin's job reported in two halves to
+a real Daphne server, the page opened in Chromium after the first; the second half's columns
+appear in place (same document), and when the run ends the page says the view is final.
+
+Screenshot: test-output/phases-live-update.png."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from collectors.probe import EventPoster, IngestClient
+from fabricmon.telemetry import live_window
+from twin.job_reporter import TwinJobRecording
+from twin.runtime import TwinConfig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+T0_NS = 1_800_000_000_000_000_000
+USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
+
+
+def post(client: IngestClient, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
+    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
+    for ev in events:
+        poster.submit(ev)
+    stats = poster.close(timeout_s=300)
+    assert stats.posted > 0 and stats.rejected == 0 and stats.dropped == 0, stats
+
+
+@pytest.fixture
+def running_run(daphne_server, redis_client, fabric_name):  # type: ignore[no-untyped-def]
+    """A running run of the e2e user with the first half of the twin's 40 s job; the counters of all
+    40 s in the live window. Yields (run id, client, recording)."""
+    rec = TwinJobRecording(TwinConfig(name=fabric_name, servers=4, gpus_per_server=4, spines=2), 40.0, T0_NS)
+    out = daphne_server.manage(
+        "shell",
+        "-c",
+        "\n".join(
+            [
+                "from django.contrib.auth import get_user_model",
+                "from fabricmon.core.railgen import rail_optimized",
+                "from fabricmon.jobs import services as jobs",
+                "from fabricmon.jobs.tokens import issue_token",
+                "from fabricmon.topology.services import import_fabric",
+                f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))",
+                f"u = get_user_model().objects.get(username={USER!r})",
+                f"run = jobs.create_run(u, 'live', fabric={fabric_name!r}, world_size={rec.world_size})",
+                "print(repr((run.pk, issue_token(u)[1])))",
+            ]
+        ),
+    )
+    run_id, token = ast.literal_eval(out.strip().splitlines()[-1])
+    for frame in rec.counter_frames(1.0):
+        live_window.append(redis_client, frame, max_frames=10_000)
+    client = IngestClient(daphne_server.url, token)
+    status, body = client.post_rank_map(run_id, rec.rank_map())
+    assert status < 300, body
+    yield run_id, client, rec
+    daphne_server.forget_fabric(fabric_name)
+    redis_client.delete(live_window.frames_key(fabric_name))
+
+
+def test_phase_page_updates_in_place_while_the_run_runs(
+    page, daphne_server, running_run, log_in, screenshot
+) -> None:  # type: ignore[no-untyped-def]
+    run_id, client, rec = running_run
+    split_ns = T0_NS + 20_000_000_000
+    events = list(rec.events())
+    post(client, run_id, (e for e in events if e["start_ns"] < split_ns))
+    log_in(f"/phases/runs/{run_id}/")
+    page.wait_for_function("document.getElementById('heatmap').dataset.drawn === '1'", timeout=60_000)
+    first = int(page.eval_on_selector("#heatmap", "el => el.dataset.columns"))
+    assert page.inner_text("#banner").startswith("projected")
+    assert page.inner_text("#live").startswith("run running — live: updated")
+    page.evaluate("window.sameDocument = true")  # gone if the page reloads
+
+    post(client, run_id, (e for e in events if e["start_ns"] >= split_ns))
+    page.wait_for_function(
+        f"Number(document.getElementById('heatmap').dataset.columns) > {first}", timeout=60_000
+    )
+    assert page.evaluate("window.sameDocument === true")
+    assert page.inner_text("#banner") == "projected — all gates pass"
+    assert {page.get_attribute(f"#gates .gate[data-gate={g}]", "class") for g in ("clock_alignment",)} == {
+        "gate pass"
+    }
+    screenshot("phases-live-update")
+
+    daphne_server.manage(
+        "shell",
+        "-c",
+        f"from fabricmon.jobs import services as j; from fabricmon.jobs.models import Run; j.end_run(Run.objects.get(pk={run_id}))",
+    )
+    page.wait_for_function("document.getElementById('live').dataset.state === 'finished'", timeout=60_000)
+    assert page.inner_text("#live").startswith("run finished — final view")
+    assert page.evaluate("window.sameDocument === true")
