@@ -108,8 +108,14 @@ class ScenarioTraffic(MoeTraffic):
     def next_step(self) -> list[LayerTraffic]:
         out = super().next_step()
         if self.extra is not None:
-            out = [replace(lt, dispatch_bytes=lt.dispatch_bytes + self.extra,
-                           combine_bytes=lt.combine_bytes + self.extra.T) for lt in out]
+            out = [
+                replace(
+                    lt,
+                    dispatch_bytes=lt.dispatch_bytes + self.extra,
+                    combine_bytes=lt.combine_bytes + self.extra.T,
+                )
+                for lt in out
+            ]
         self.last = out
         return out
 
@@ -150,8 +156,9 @@ class _StackedQueues:
         if len(router.cross):
             live[tf.wiring.link[router.up, 1]] = live[tf.wiring.link[router.down, 3]] = True
         self.live = np.flatnonzero(np.tile(live, n_seeds))
-        self.cfg = QueueConfig.for_ports(speed[self.live], lossless=not lossy, buffer_bytes=16e6,
-                                         pkt_bytes=PKT_BYTES)
+        self.cfg = QueueConfig.for_ports(
+            speed[self.live], lossless=not lossy, buffer_bytes=16e6, pkt_bytes=PKT_BYTES
+        )
         self.cap = speed / 8.0
         self.q = np.zeros(len(self.live))
         self.paused = np.zeros(len(self.live), np.bool_)
@@ -172,8 +179,9 @@ class _StackedQueues:
 
     def reset_window(self) -> None:
         n = self.s * self.p
-        self.acc = {k: np.zeros(n) for k in ("tx", "drop", "ecn", "pfc_tx_s", "pfc_tx_fr", "pfc_rx_s",
-                                             "pfc_rx_fr")}
+        self.acc = {
+            k: np.zeros(n) for k in ("tx", "drop", "ecn", "pfc_tx_s", "pfc_tx_fr", "pfc_rx_s", "pfc_rx_fr")
+        }
         self.peak = np.zeros(n)
         self.peak[self.live] = self.q
 
@@ -227,8 +235,9 @@ class _StackedQueues:
         if not self.lossy and self.paused.any():
             # a queue still paused at the burst's end drains to Xon first, nothing arriving
             pre = np.zeros(s * p)
-            pre[self.live] = np.where(self.paused, np.maximum(self.q - self.cfg.xon_bytes, 0.0)
-                                      / self.cfg.line_rate_bytes_ps, 0.0)
+            pre[self.live] = np.where(
+                self.paused, np.maximum(self.q - self.cfg.xon_bytes, 0.0) / self.cfg.line_rate_bytes_ps, 0.0
+            )
             pre_s = np.clip(_per_seed_max(pre, s), 0.0, np.maximum(rest - 1e-9, 0.0))
             self.push(pre_s, zeros, in_active)
             rest = rest - pre_s
@@ -293,9 +302,19 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
         onset = int(rng.integers(10, 20)) if kind != "balanced" else w_total
         runs.append(_Seed(seed, traffic, tl, rng, onset, onset))
     queues = _StackedQueues(tf, s, router, lossy=False)
-    metrics = {k: np.zeros((s, w_total, p), np.float32) for k in (
-        "util", "in_bps", "out_bps", "ecn_marked_ps", "pfc_pause_ps", "pfc_paused_fraction",
-        "watermark_bytes", "drops_ps")}
+    metrics = {
+        k: np.zeros((s, w_total, p), np.float32)
+        for k in (
+            "util",
+            "in_bps",
+            "out_bps",
+            "ecn_marked_ps",
+            "pfc_pause_ps",
+            "pfc_paused_fraction",
+            "watermark_bytes",
+            "drops_ps",
+        )
+    }
     fan = np.zeros((s, w_total, p), np.float32)
     truth: list[list[tuple[int, ...]]] = [[() for _ in range(w_total)] for _ in range(s)]
     moved = np.zeros((s, w_total), np.bool_)
@@ -339,8 +358,19 @@ def run_batch(kind: str, seeds: Sequence[int], *, windows: int | None = None) ->
         metrics["drops_ps"][:, t] = a["drop"] / PKT_BYTES / dur
     out: list[Scenario] = []
     for i, r in enumerate(runs):
-        out.append(Scenario(kind, r.seed, tf.geo, {k: v[i] for k, v in metrics.items()}, fan[i], r.onset,
-                            r.moving_onset, truth[i], moved=tuple(bool(x) for x in moved[i])))
+        out.append(
+            Scenario(
+                kind,
+                r.seed,
+                tf.geo,
+                {k: v[i] for k, v in metrics.items()},
+                fan[i],
+                r.onset,
+                r.moving_onset,
+                truth[i],
+                moved=tuple(bool(x) for x in moved[i]),
+            )
+        )
     return out
 
 
@@ -388,3 +418,12 @@ def _script(kind: str, r: _Seed, t: int, tf: TwinFabric, router: Router) -> None
         extra, uplink = _elephants(router, r.rng, ng)
         r.traffic.extra = extra
         r.truth_ports = (uplink,)
+
+
+if __name__ == "__main__":
+    # python -m twin.scenarios [seeds]: the issue-7 confusion table on the twin's scenarios
+    import sys
+
+    from fabricmon.core.incast_scenarios import format_table, score
+
+    print(format_table(score(int(sys.argv[1]) if len(sys.argv) > 1 else 20, batch=run_batch)))

@@ -29,12 +29,25 @@ def test_stacked_queues_match_fabric_queues_on_the_same_timeline() -> None:
     job = replace(BASE_JOB, hot_boost=1.5)  # with an incast, so PFC and ECN are exercised too
 
     def timeline() -> JobTimeline:
-        return JobTimeline(ScenarioTraffic(job, tf.wiring.n_gpus, seed=3), router, ports.speed_bps,
-                           ports.host_facing, 0, keep_s=5.0)
+        return JobTimeline(
+            ScenarioTraffic(job, tf.wiring.n_gpus, seed=3),
+            router,
+            ports.speed_bps,
+            ports.host_facing,
+            0,
+            keep_s=5.0,
+        )
 
     ref_tl, tl = timeline(), timeline()
-    ref = FabricQueues(ref_tl, ports, peer_positions(tf.wiring.link, len(ports)), 0, buffer_bytes=16e6,
-                       pkt_bytes=PKT_BYTES, keep_s=5.0)
+    ref = FabricQueues(
+        ref_tl,
+        ports,
+        peer_positions(tf.wiring.link, len(ports)),
+        0,
+        buffer_bytes=16e6,
+        pkt_bytes=PKT_BYTES,
+        keep_s=5.0,
+    )
     mine = _StackedQueues(tf, 1, router, lossy=False)
     before = ref.counters_at(0)
     cursor = 0.0
