@@ -47,9 +47,14 @@ class DetectConfig:
     ecn_min_ps: float = 1_000.0  # ECN-marked packets/s that count as pressure
     pfc_min_ps: float = 100.0  # pause frames/s that count as pressure
     load_min: float = 0.95  # absolute egress load that is incast-worthy on its own
-    rel_load_min: float = 1.6  # … or this many times the mean load of its peer ports (twin: see below)
+    # … or this many times the mean load of its peer ports. 1.6, not 2.0: on the twin's traffic the
+    # balanced combine all-to-all that follows each dispatch dilutes a 4.5× hot expert to ~2×
+    # port load (5th percentile 1.5×), while warm experts of σ = 0.3 skew stay ≤ ~1.6×.
+    rel_load_min: float = 1.6
     top_m: int = 16  # cap the hot set to the top-m ports by WM·F
-    jaccard_max: float = 0.34  # J_max: at or below, the hot set's identity changed (twin: see below)
+    # J_max: at or below, the hot set's identity changed. 0.34, not 0.5: one warm port joining a
+    # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
+    jaccard_max: float = 0.34
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
     storm_min_ports: int = 1
