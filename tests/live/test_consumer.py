@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pytest
 import redis.asyncio as aioredis
-from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
 from django.test import Client
@@ -52,6 +51,14 @@ def hottest(codes: np.ndarray) -> int:
     return int(np.argmax(np.where(codes == messages.NO_DATA, -1, codes.astype(np.int16))))
 
 
+def run(coro):
+    """Drive a scenario on a fresh event loop in this thread. Not asgiref's async_to_sync: under
+    xdist its per-thread executor machinery once deadlocked here (a refused socket's loop waiting
+    forever to cancel a task whose thread-sensitive work went to a stale executor). Thread-
+    sensitive database work of the app then runs in asgiref's single sync thread instead."""
+    return asyncio.run(coro)
+
+
 def communicator(fabric: str, *, origin: bytes | None = GOOD_ORIGIN, cookie: bytes | None = None, query: str = ""):
     headers = [(b"host", b"127.0.0.1")]
     if origin is not None:
@@ -69,20 +76,20 @@ async def open_socket(comm: WebsocketCommunicator) -> tuple[bool, int | None]:
 
 
 def test_unauthenticated_socket_is_refused(fabric_name: str) -> None:
-    connected, code = async_to_sync(open_socket)(communicator(fabric_name))
+    connected, code = run(open_socket(communicator(fabric_name)))
     assert not connected and code == messages.CLOSE_UNAUTHENTICATED
 
 
 @pytest.mark.parametrize("origin", [b"http://evil.example", b"null", b"", None, b"http://127.0.0.1.evil.example"])
 def test_foreign_or_missing_origin_is_refused_even_when_logged_in(fabric_name: str, origin: bytes | None) -> None:
     cookie = session_cookie("op")
-    connected, _ = async_to_sync(open_socket)(communicator(fabric_name, origin=origin, cookie=cookie))
+    connected, _ = run(open_socket(communicator(fabric_name, origin=origin, cookie=cookie)))
     assert not connected
 
 
 def test_user_without_a_role_is_refused(fabric_name: str) -> None:
     cookie = session_cookie("nobody", role=None)
-    connected, code = async_to_sync(open_socket)(communicator(fabric_name, cookie=cookie))
+    connected, code = run(open_socket(communicator(fabric_name, cookie=cookie)))
     assert not connected and code == messages.CLOSE_FORBIDDEN
 
 
@@ -113,7 +120,7 @@ def test_operator_gets_window_then_one_column_per_frame(fabric_name: str, redis_
         assert hottest(codes[0]) == 11 and codes[0, 7] == messages.NO_DATA
         await comm.disconnect()
 
-    async_to_sync(scenario)()
+    run(scenario())
 
 
 def test_slow_client_gets_the_newest_frame_and_older_ones_are_dropped(fabric_name: str, redis_client) -> None:
@@ -139,7 +146,7 @@ def test_slow_client_gets_the_newest_frame_and_older_ones_are_dropped(fabric_nam
         assert await comm.receive_nothing(timeout=0.3)  # …and the dropped ones never follow
         await comm.disconnect()
 
-    async_to_sync(scenario)()
+    run(scenario())
 
 
 def test_subscribe_switches_metric_with_a_new_window(fabric_name: str, redis_client) -> None:
@@ -161,7 +168,7 @@ def test_subscribe_switches_metric_with_a_new_window(fabric_name: str, redis_cli
         assert err["type"] == "error" and "nonsense" in err["message"]
         await comm.disconnect()
 
-    async_to_sync(scenario)()
+    run(scenario())
 
 
 def test_first_frame_of_an_empty_fabric_resynchronises(fabric_name: str, redis_client) -> None:
@@ -180,7 +187,7 @@ def test_first_frame_of_an_empty_fabric_resynchronises(fabric_name: str, redis_c
         assert kind == messages.KIND_WINDOW and codes.shape == (1, N_PORTS)
         await comm.disconnect()
 
-    async_to_sync(scenario)()
+    run(scenario())
 
 
 def test_a_client_that_stops_acknowledging_is_closed_and_costs_one_pending_frame(fabric_name, redis_client, redis_url) -> None:
@@ -208,4 +215,4 @@ def test_a_client_that_stops_acknowledging_is_closed_and_costs_one_pending_frame
         assert len(sent) == MAX_IN_FLIGHT  # the window + one column; everything else was dropped
         await r.aclose()
 
-    async_to_sync(scenario)()
+    run(scenario())
