@@ -21,22 +21,14 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+# The ECMP hash model is the product's (core) so the twin and projection route alike by design.
+from fabricmon.core.projection import splitmix64
 from fabricmon.core.topology import FabricSpec, PortIndex
 
 RoutingMode = Literal["pxn", "ecmp"]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _splitmix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A deterministic, well-mixed 64-bit hash (vectorized); uint64 arithmetic wraps on purpose."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return (z ^ (z >> np.uint64(31))) & _MASK64
 
 
 @dataclass(frozen=True)
@@ -165,8 +157,8 @@ class Router:
                 raise ValueError("traffic between leaves but the fabric has no leaf–spine links")
             c = self.cross
             key = (src[c].astype(np.uint64) << np.uint64(32)) | dst[c].astype(np.uint64)
-            h1 = _splitmix64(key ^ np.uint64(self.seed))
-            h2 = _splitmix64(h1)
+            h1 = splitmix64(key ^ np.uint64(self.seed))
+            h2 = splitmix64(h1)
             self.up = self._choose(w.link[:, 0], l1[c], l2[c], h1, via_spine=False)
             self.down = self._choose(w.link[:, 2], w.link[self.up, 2], l2[c], h2, via_spine=True)
 
