@@ -188,6 +188,8 @@ class _StackedQueues:
     def push(self, dur_s: FloatArray, lam: FloatArray, in_active: npt.NDArray[np.bool_]) -> FloatArray:
         """Advance every queue; ``dur_s`` per seed. Returns the admitted bytes."""
         live = self.live
+        if not lam.any() and not self.q.any() and not self.paused.any():
+            return np.zeros(self.s * self.p)  # empty queues, nothing arriving: exactly nothing happens
         t = np.repeat(np.maximum(dur_s, 0.0), self.p)[live]
         res = advance(self.cfg, self.q, self.paused, lam[live], t)
         a = self.acc
