@@ -57,12 +57,18 @@ class Episode(models.Model):
     # [{ts_ns, ports, hosts, gpus, ranks, leaf_jump, rail_jump}], one entry per hot-set change
     trajectory = models.JSONField(default=list)
     migrations = models.PositiveIntegerField(default=0)
+    # attribution.Attribution.as_json() of the first attributed alert: run, rank, layer, phase
+    attribution = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ("-opened_at",)
 
     def __str__(self) -> str:
         return f"episode {self.pk} on {self.fabric}"
+
+    @property
+    def attribution_line(self) -> str:
+        return str(self.attribution.get("line") or "unknown")
 
 
 class Alert(models.Model):
@@ -82,6 +88,8 @@ class Alert(models.Model):
     state = models.CharField(max_length=16, choices=State.choices)
     summary = models.TextField(default="")
     details = models.JSONField(default=dict, blank=True)
+    # attribution.Attribution.as_json() when it fired: run, rank, (layer, phase); {"line": "unknown"}
+    attribution = models.JSONField(default=dict, blank=True)
     episode = models.ForeignKey(Episode, null=True, on_delete=models.SET_NULL, related_name="alerts")
     active_since = models.DateTimeField()
     last_true = models.DateTimeField()
@@ -98,6 +106,10 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key} ({self.state})"
+
+    @property
+    def attribution_line(self) -> str:
+        return str(self.attribution.get("line") or "unknown")
 
 
 class AlertTransition(models.Model):

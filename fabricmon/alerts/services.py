@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fabricmon.alerts.attribution import attribute_ports
 from fabricmon.alerts.models import (
     Alert,
     AlertTransition,
@@ -156,6 +157,12 @@ def record_window(
                 )
             alert.fired_at = now
             alert.episode = episode
+            found = attribute_ports(
+                fabric, _port_names(geo, ch.condition.ports) or [alert.key], alert.active_since, now
+            )
+            alert.attribution = found.as_json()
+            if found.known and not episode.attribution.get("run_name"):
+                episode.attribution = alert.attribution
             if ch.kind not in episode.kinds:
                 episode.kinds = [*episode.kinds, ch.kind]
         elif ch.to_state == "resolved":
@@ -187,6 +194,11 @@ def record_window(
     return stored
 
 
+def _port_names(geo: FabricGeometry, ports: tuple[int, ...]) -> list[str]:
+    idx = geo.index
+    return [f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}" for p in ports[:4]]
+
+
 def _message(
     row: AlertTransition, alert: Alert, episode: Episode | None, receiver: Receiver, link_base: str
 ) -> Message:
@@ -204,6 +216,7 @@ def _message(
         starts_at=alert.active_since.isoformat(),
         ends_at=alert.resolved_at.isoformat() if alert.resolved_at else "",
         run_name=alert.run_name,
+        attribution=alert.attribution_line,
         link=f"{link_base}/alerts/episodes/{episode.pk}/" if (episode and link_base) else "",
         details=details,
     )

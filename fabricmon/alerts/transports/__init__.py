@@ -44,6 +44,8 @@ class Message:
     starts_at: str  # RFC 3339
     ends_at: str = ""
     run_name: str = ""
+    # "run X · layer L dispatch · rank R (nodeNNN gpuG)" or "unknown" (alerts.attribution)
+    attribution: str = ""
     link: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -58,6 +60,8 @@ class Message:
             out.append(("Until", self.ends_at))
         if self.run_name:
             out.append(("Run", self.run_name))
+        if self.attribution:
+            out.append(("Attributed to", self.attribution))
         traj = self.details.get("trajectory")
         if traj:
             out.append(("Moved", " → ".join(traj[-6:])))

@@ -1,0 +1,135 @@
+"""Attribute an alert on a hot port to the training run, layer and phase behind it.
+
+For an alert window [t1, t2] on a port ``switch:port`` of a fabric:
+
+1. the runs on that fabric active during the window whose rank map puts a NIC on that port
+   (only host-facing ports have one, so spine/uplink ports come out "unknown");
+2. that rank's phase events whose [start_ns, end_ns] overlap the window;
+3. the (layer, phase) in which the rank received the most bytes: its own ``bytes_recv`` where
+   it reported them, else what its peers reported sending to it (``send_peer == rank``).
+
+Event times are already on the server's clock: ingest adds each event's ``clock_offset_ns``
+(``jobs.fastparse``), so the window is compared with ``start_ns``/``end_ns`` as stored. All sums
+are numpy over event columns (``np.unique`` + ``np.bincount``), no per-event Python loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from django.db.models import Q
+
+from fabricmon.jobs import services as jobs
+from fabricmon.jobs.columns import EventColumns
+from fabricmon.jobs.models import PHASES, RankMapEntry
+
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who was behind a hot port in an alert window; ``run_name == ""`` means unknown."""
+
+    run_name: str = ""
+    run_id: int | None = None
+    rank: int | None = None
+    host: str = ""
+    gpu: str = ""
+    layer: int | None = None  # None: the rank's events had no layer, or none overlapped
+    phase: str = ""
+    recv_bytes: int = 0
+    phases: tuple[str, ...] = ()  # every "layer L phase" of the rank overlapping the window
+
+    @property
+    def known(self) -> bool:
+        return bool(self.run_name)
+
+    @property
+    def line(self) -> str:
+        """One line for lists and chat: ``run X · layer L dispatch · rank R (node003 gpu2)``."""
+        if not self.known:
+            return UNKNOWN
+        where = f"layer {self.layer} {self.phase}" if self.layer is not None else (self.phase or "phase unknown")
+        node = " ".join(v for v in (self.host, f"gpu{self.gpu}" if self.gpu else "") if v)
+        rank = f"rank {self.rank}" + (f" ({node})" if node else "")
+        return f"run {self.run_name} · {where} · {rank}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "phases": list(self.phases), "line": self.line}
+
+
+def _ns(dt: datetime) -> int:
+    return int(dt.timestamp() * 1e9)
+
+
+def received_by_layer_phase(
+    cols: EventColumns, rank: int, t1_ns: int, t2_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes ``rank`` received per (layer, phase code) in events overlapping [t1, t2].
+
+    Returns (layer, phase_code, bytes) arrays, one entry per pair seen, bytes descending."""
+    live = (cols.start_ns <= t2_ns) & (cols.end_ns >= t1_ns)
+    own = live & (cols.rank == rank)
+    # What the rank says it received; where it gave no total (-1), what peers say they sent it.
+    recv = np.where(own & (cols.bytes_recv > 0), cols.bytes_recv, 0)
+    peer_ev = cols.peer_event_index("send")
+    to_rank = (cols.send_peer == rank) & live[peer_ev] & (cols.rank[peer_ev] != rank)
+    sent_to = np.bincount(peer_ev[to_rank], weights=cols.send_bytes[to_rank], minlength=len(cols))
+    # Per (layer, phase): prefer the receiver's own report; fall back to peers' sends.
+    key = cols.layer.astype(np.int64) * (len(PHASES) + 1) + cols.phase
+    touched = own | (sent_to > 0)
+    if not touched.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys, inv = np.unique(key[touched], return_inverse=True)
+    by_recv = np.bincount(inv, weights=recv[touched], minlength=len(keys))
+    by_sent = np.bincount(inv, weights=sent_to[touched], minlength=len(keys))
+    total = np.where(by_recv > 0, by_recv, by_sent).astype(np.int64)
+    order = np.argsort(-total, kind="stable")
+    keys, total = keys[order], total[order]
+    return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
+
+
+def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Attribution:
+    """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
+
+    Unknown (``Attribution()``) when no active run of the fabric maps a rank to that port."""
+    entries = (
+        RankMapEntry.objects.select_related("run")
+        .filter(run__fabric=fabric, switch=switch, switch_port=port, run__started_at__lte=t2)
+        .filter(Q(run__ended_at=None) | Q(run__ended_at__gte=t1))
+        .order_by("-run__started_at")
+    )
+    t1_ns, t2_ns = _ns(t1), _ns(t2)
+    first: Attribution | None = None
+    for entry in entries[:4]:  # a port is one NIC: several runs only when one replaced another
+        base = dict(run_name=entry.run.name, run_id=entry.run_id, rank=entry.rank, host=entry.host, gpu=entry.gpu)
+        layers, phases, nbytes = received_by_layer_phase(jobs.event_columns(entry.run), entry.rank, t1_ns, t2_ns)
+        if not len(nbytes):
+            first = first or Attribution(**base)
+            continue
+        names = tuple(
+            f"layer {la} {PHASES[p]}" if la >= 0 else PHASES[p]
+            for la, p in zip(layers.tolist(), phases.tolist(), strict=True)
+        )
+        return Attribution(
+            **base,
+            layer=int(layers[0]) if layers[0] >= 0 else None,
+            phase=PHASES[int(phases[0])],
+            recv_bytes=int(nbytes[0]),
+            phases=names[:8],
+        )
+    return first or Attribution()
+
+
+def attribute_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Attribution:
+    """The first known ``attribute_port`` among ``switch:port`` names (a moving incast's hot set)."""
+    for name in ports[:4]:
+        switch, sep, port = name.partition(":")
+        if sep:
+            found = attribute_port(fabric, switch, port, t1, t2)
+            if found.known:
+                return found
+    return Attribution()
