@@ -52,8 +52,11 @@ class Attribution:
         """One line for lists and chat: ``run X · layer L dispatch · rank R (node003 gpu2)``."""
         if not self.known:
             return UNKNOWN
-        where = f"layer {self.layer} {self.phase}" if self.layer is not None else (self.phase or "phase unknown")
-        node = " ".join(v for v in (self.host, f"gpu{self.gpu}" if self.gpu else "") if v)
+        where = self.phase or "phase unknown"
+        if self.layer is not None:
+            where = f"layer {self.layer} {self.phase}"
+        gpu = self.gpu if not self.gpu or self.gpu.lower().startswith("gpu") else f"gpu{self.gpu}"
+        node = " ".join(v for v in (self.host, gpu) if v)
         rank = f"rank {self.rank}" + (f" ({node})" if node else "")
         return f"run {self.run_name} · {where} · {rank}"
 
@@ -105,8 +108,16 @@ def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: dateti
     t1_ns, t2_ns = _ns(t1), _ns(t2)
     first: Attribution | None = None
     for entry in entries[:4]:  # a port is one NIC: several runs only when one replaced another
-        base = dict(run_name=entry.run.name, run_id=entry.run_id, rank=entry.rank, host=entry.host, gpu=entry.gpu)
-        layers, phases, nbytes = received_by_layer_phase(jobs.event_columns(entry.run), entry.rank, t1_ns, t2_ns)
+        run = entry.run
+        base: dict[str, Any] = {
+            "run_name": run.name,
+            "run_id": run.pk,
+            "rank": entry.rank,
+            "host": entry.host,
+            "gpu": entry.gpu,
+        }
+        cols = jobs.event_columns(run)
+        layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, t1_ns, t2_ns)
         if not len(nbytes):
             first = first or Attribution(**base)
             continue

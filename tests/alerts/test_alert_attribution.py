@@ -1,0 +1,145 @@
+"""Attribution of a port alert to the run, rank and (layer, phase) behind the port.
+
+Real database rows (run, rank map, event blocks through the jobs ingest) and the real lifecycle:
+a hot host-facing port fires, and the alert names the layer/phase in which the rank on that port
+received the most bytes during the alert window."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from fabricmon.alerts import services
+from fabricmon.alerts.attribution import attribute_port, received_by_layer_phase
+from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
+from fabricmon.alerts.transports import Message, Target
+from fabricmon.alerts.transports.slack import Transport as Slack
+from fabricmon.jobs import services as jobs
+from fabricmon.jobs.models import PHASES, Run
+from tests.alerts.test_alert_services import T0, geo, windows  # noqa: F401 (geo is a fixture)
+
+pytestmark = pytest.mark.django_db
+T0_NS = int(T0.timestamp() * 1e9)
+S = 1_000_000_000
+
+
+def _port(g, p: int) -> tuple[str, str]:
+    idx = g.index
+    return idx.switch_names[idx.switch_of[p]], idx.port_names[p]
+
+
+def _ev(
+    i: int, rank: int, layer: int, phase: str, start_ns: int, recv: dict | None = None, send=None
+) -> dict:
+    return {
+        "id": f"e{i}",
+        "rank": rank,
+        "step": 1,
+        "layer": layer,
+        "phase": phase,
+        "start_ns": start_ns,
+        "end_ns": start_ns + S // 10,
+        "source": "probe",
+        "send_bytes_per_peer": send or {},
+        "recv_bytes_per_peer": recv or {},
+    }
+
+
+@pytest.fixture
+def run_on_port(geo, django_user_model):  # noqa: F811
+    """Rank 5 of run "moe-7b" sits behind the first host-facing port. In the alert window it
+    receives 4 MB in layer 3 dispatch, 1 KB in layer 3 combine; before the window, 9 GB in
+    layer 7 dispatch (must not count); rank 6 receives 8 GB in layer 2 combine (another rank)."""
+    owner = django_user_model.objects.create_user("bob", password="pw")
+    run = jobs.create_run(owner, "moe-7b", fabric="su1", world_size=8)
+    Run.objects.filter(pk=run.pk).update(started_at=T0 - timedelta(hours=1))
+    port = int(np.flatnonzero(geo.is_leaf_host)[0])
+    switch, name = _port(geo, port)
+    stored, errors = jobs.store_rank_map(
+        run,
+        [
+            {
+                "rank": 5,
+                "host": "node003",
+                "local_rank": 1,
+                "gpu": "1",
+                "switch": switch,
+                "switch_port": name,
+            },
+            {
+                "rank": 6,
+                "host": "node004",
+                "local_rank": 0,
+                "gpu": "0",
+                "switch": "elsewhere",
+                "switch_port": "x",
+            },
+        ],
+    )
+    assert stored == 2 and not errors
+    events = [
+        _ev(1, 5, 3, "dispatch", T0_NS + S // 2, recv={"0": 3_000_000, "1": 1_000_000}),
+        _ev(2, 5, 3, "combine", T0_NS + S // 2, recv={"0": 1_000}),
+        _ev(3, 5, 7, "dispatch", T0_NS - 600 * S, recv={"0": 9_000_000_000}),
+        _ev(4, 6, 2, "combine", T0_NS + S // 2, recv={"0": 8_000_000_000}),
+    ]
+    result = jobs.ingest_events(run, events)
+    assert result.stored == 4, result
+    return run, port
+
+
+def test_alert_on_the_ranks_port_names_its_busiest_layer_and_phase(geo, run_on_port) -> None:  # noqa: F811
+    _run, port = run_on_port
+    Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
+    windows(geo, [[port]] * 3, fabric="su1", run_name="moe-7b")
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    a = alert.attribution
+    assert (a["run_name"], a["rank"], a["layer"], a["phase"]) == ("moe-7b", 5, 3, "dispatch")
+    assert a["recv_bytes"] == 4_000_000
+    line = "run moe-7b · layer 3 dispatch · rank 5 (node003 gpu1)"
+    assert a["line"] == line and alert.attribution_line == line
+    assert Episode.objects.get().attribution_line == line
+    payload = Outbox.objects.get(transition__to_state="firing").payload
+    assert payload["attribution"] == line
+    slack = Slack(Target("ops", "http://127.0.0.1:9/o"), services.policy()).payload(Message(**payload))
+    assert any(line in f["text"] for b in slack["blocks"] for f in b.get("fields", []))
+
+
+def test_port_without_a_rank_map_is_unknown(geo, run_on_port) -> None:  # noqa: F811
+    other = int(np.flatnonzero(geo.is_leaf_host)[2])
+    Receiver.objects.create(name="ops", kind="webhook", url="http://127.0.0.1:9/o")
+    windows(geo, [[other]] * 3, fabric="su1")
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    assert alert.attribution["line"] == "unknown" and alert.attribution["run_name"] == ""
+    assert Outbox.objects.get(transition__to_state="firing").payload["attribution"] == "unknown"
+
+
+def test_window_and_fabric_bound_the_attribution(geo, run_on_port) -> None:  # noqa: F811
+    run, port = run_on_port
+    switch, name = _port(geo, port)
+    # before the window only layer 7 dispatch was received
+    early = attribute_port("su1", switch, name, T0 - timedelta(seconds=601), T0 - timedelta(seconds=599))
+    assert (early.layer, early.phase, early.recv_bytes) == (7, "dispatch", 9_000_000_000)
+    # same port name on another fabric: no run there
+    assert not attribute_port("su9", switch, name, T0, T0 + timedelta(seconds=2)).known
+    # a run that ended before the window does not own the port any more
+    Run.objects.filter(pk=run.pk).update(ended_at=T0 - timedelta(minutes=1))
+    assert attribute_port("su1", switch, name, T0, T0 + timedelta(seconds=2)).line == "unknown"
+
+
+def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> None:
+    run, _ = run_on_port
+    jobs.ingest_events(
+        run,
+        [
+            _ev(10, 0, 4, "dispatch_bwd", T0_NS + 5 * S, send={"5": 700, "6": 1}),
+            _ev(11, 1, 4, "dispatch_bwd", T0_NS + 5 * S, send={"5": 300}),
+            _ev(12, 1, 4, "combine", T0_NS + 5 * S, send={"5": 999}),
+        ],
+    )
+    cols = jobs.event_columns(run)
+    layers, phases, nbytes = received_by_layer_phase(cols, 5, T0_NS + 4 * S, T0_NS + 6 * S)
+    assert nbytes.tolist() == [1000, 999] and layers.tolist() == [4, 4]
+    assert [PHASES[p] for p in phases] == ["dispatch_bwd", "combine"]
