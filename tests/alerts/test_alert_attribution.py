@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fabricmon.alerts import services
-from fabricmon.alerts.attribution import attribute_port, received_by_layer_phase
+from fabricmon.alerts.attribution import attribute_port, received_by_layer_phase, window_columns
 from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
 from fabricmon.alerts.transports import Message, Target
 from fabricmon.alerts.transports.slack import Transport as Slack
@@ -143,3 +143,20 @@ def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> 
     layers, phases, nbytes = received_by_layer_phase(cols, 5, T0_NS + 4 * S, T0_NS + 6 * S)
     assert nbytes.tolist() == [1000, 999] and layers.tolist() == [4, 4]
     assert [PHASES[p] for p in phases] == ["dispatch_bwd", "combine"]
+
+
+def test_only_blocks_near_the_window_are_read(run_on_port) -> None:
+    run, _ = run_on_port
+    assert jobs.ingest_events(run, [_ev(20, 5, 9, "dispatch", T0_NS - 3600 * S, recv={"0": 5})]).stored == 1
+    near = window_columns(run, T0_NS, T0_NS + 2 * S)
+    assert sorted(near.event_id) == ["e1", "e2", "e3", "e4"]  # the fixture's batch, not e20's
+    assert window_columns(run, T0_NS - 3600 * S, T0_NS - 3599 * S).event_id == ["e20"]
+
+
+def test_list_and_episode_pages_show_the_attribution(geo, run_on_port, client, django_user_model) -> None:  # noqa: F811
+    _run, port = run_on_port
+    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    windows(geo, [[port]] * 3, fabric="su1", run_name="moe-7b")
+    line = "run moe-7b · layer 3 dispatch · rank 5 (node003 gpu1)"
+    assert line in client.get("/alerts/").content.decode()
+    assert line in client.get(f"/alerts/episodes/{Episode.objects.get().pk}/").content.decode()
