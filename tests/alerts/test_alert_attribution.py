@@ -15,6 +15,7 @@ from fabricmon.alerts import services
 from fabricmon.alerts.attribution import attribute_port, received_by_layer_phase, window_columns
 from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
 from fabricmon.alerts.transports import Message, Target
+from fabricmon.alerts.transports.alertmanager import Transport as Alertmanager
 from fabricmon.alerts.transports.slack import Transport as Slack
 from fabricmon.jobs import services as jobs
 from fabricmon.jobs.models import PHASES, Run
@@ -105,6 +106,8 @@ def test_alert_on_the_ranks_port_names_its_busiest_layer_and_phase(geo, run_on_p
     assert payload["attribution"] == line
     slack = Slack(Target("ops", "http://127.0.0.1:9/o"), services.policy()).payload(Message(**payload))
     assert any(line in f["text"] for b in slack["blocks"] for f in b.get("fields", []))
+    am = Alertmanager(Target("am", "http://127.0.0.1:9"), services.policy()).payload(Message(**payload))
+    assert am[0]["annotations"]["attribution"] == line and "attribution" not in am[0]["labels"]
 
 
 def test_port_without_a_rank_map_is_unknown(geo, run_on_port) -> None:  # noqa: F811

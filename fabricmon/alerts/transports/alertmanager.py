@@ -20,7 +20,11 @@ class Transport(HttpTransport):
             labels["run"] = msg.run_name
         alert: dict[str, Any] = {
             "labels": labels,
-            "annotations": {"summary": msg.summary, "fingerprint": msg.fingerprint},
+            "annotations": {
+                "summary": msg.summary,
+                **({"attribution": msg.attribution} if msg.attribution else {}),
+                "fingerprint": msg.fingerprint,
+            },
             "startsAt": msg.starts_at,
         }
         if msg.ends_at:

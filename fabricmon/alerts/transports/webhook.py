@@ -30,7 +30,10 @@ def alertmanager_v4(msg: Message, receiver: str) -> dict[str, Any]:
     alert = {
         "status": "resolved" if msg.status == "resolved" else "firing",
         "labels": labels,
-        "annotations": {"summary": msg.summary},
+        "annotations": {
+            "summary": msg.summary,
+            **({"attribution": msg.attribution} if msg.attribution else {}),
+        },
         "startsAt": msg.starts_at,
         "endsAt": msg.ends_at or "0001-01-01T00:00:00Z",
         "generatorURL": msg.link,
