@@ -4,7 +4,7 @@ Why a namespace: on the host's ``lo`` every other test (Redis, Daphne, twin agen
 adds megabytes while the transfer is measured, so a 2 % check is flaky. A fresh namespace has
 its own ``lo`` that carries only what this script puts on it::
 
-    pytest worker ──▶ unshare --net [--map-root-user] python lo_netns_transfer.py …   (or ip netns exec)
+    pytest worker ──▶ unshare --net [--map-root-user] python -m tests.collectors.lo_netns_transfer …
                         │ private netns:  lo (ifindex 1, only our traffic)
                         ├── snmpd on udp:127.0.0.1:<port>  (collectors.snmp.netsnmp.start_snmpd)
                         ├── SnmpPoller(engine) ──UDP──▶ snmpd         reads lo's ifHCInOctets
@@ -21,16 +21,21 @@ on ``lo`` as its IP length (no link header; checked: a 100-byte UDP datagram add
 * TCP/IP headers: every TCP packet of the transfer (data segments, ACKs, handshake, FIN) costs
   20 (IPv4) + 32 (TCP + timestamps option) = 52 bytes beyond its payload. Their number is both
   ends' ``tcpi_segs_out`` (``TCP_INFO``) + the receiver's FIN.
-* Retransmitted payload: lo counts resent segments again. Under CPU load the receiver's queue
-  gets pruned and the sender resends (seen: 0.8 MB on a 50 MiB transfer); the sender's
-  ``tcpi_bytes_retrans`` says how much.
+* Retransmitted payload: lo counts resent segments again. They happen even on lo, most under
+  CPU load (seen: 0 - 0.4 MB per 200 MiB, once 0.8 MB on 50 MiB; cause not investigated); the
+  sender's ``tcpi_bytes_retrans`` says how much.
 * The SNMP exchange itself (the only other traffic): its bytes and packets per poll are
   calibrated against the kernel's own lo counters (/proc/net/dev) over a few polls with nothing
   else on the wire, then multiplied by the number of polls in the measured window.
 
 All these come from the kernel, none from the SNMP reads under test. Headers are ~0.09 % of the
 payload at lo's 64 KiB MTU, the SNMP exchange ~2 kB per poll (~100 kB per window), so the
-accounting leaves ~0.001 % unexplained on a quiet machine and the 2 % bound stays literal.
+accounting leaves < 0.001 % unexplained (0.4 - 1.7 kB, about one poll's worth at the window's
+edges) and the 2 % bound stays literal.
+
+The window runs from one snmpd cache reload (~every 3 s) to a later one: the first read whose
+value moved, then the first read taken after the transfer ended, recognised by a value >= the
+kernel's lo rx byte count at that moment (same counter: a new namespace's lo starts at 0).
 """
 
 from __future__ import annotations
@@ -175,11 +180,8 @@ def _tcp_info(sock: socket.socket) -> dict[str, int]:
 
 
 def _send_over_loopback(n_bytes: int) -> TcpTransfer:
-    """Send n_bytes over one TCP connection on 127.0.0.1 and account every packet it caused.
-
-    Retransmissions happen even on lo: under CPU load the receiver's queue gets pruned (the
-    kernel counts it in TcpExtRcvPruned) and the sender resends, and lo counts those bytes again.
-    """
+    """Send n_bytes over one TCP connection on 127.0.0.1 and account every packet it caused
+    (retransmissions happen even on lo, and lo counts those bytes again)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
