@@ -145,6 +145,10 @@ class ShardCollector:
         self.history_sink, self.history_step_ns = history_sink, round(history_step_s * 1e9)
         self.report = ShardReport(shard.shard_id, acquired=True)
         self.fabric = framer.fabric
+        # Loops also check this flag, not only cancellation: on Python 3.11 asyncio.wait_for can
+        # swallow a cancel that races with its inner task finishing, and a `while True` loop would
+        # then outlive its lease (seen in CI as a shard that never handed back).
+        self._stopping = False
         old = live_window.read_health(r, self.fabric)
         self.health = {
             name: _Health.resume(shard.shard_id, framer.spec.switch(name).snmp.interval_s, old.get(name))
@@ -160,14 +164,21 @@ class ShardCollector:
             [gnmi_part.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
         for n in self.gnmi_names:
             tasks.append(asyncio.create_task(gnmi_part.gnmi_switch_loop(
-                spec.switch(n), self.gnmi.sessions[n], self.framer, self._deliver, self._record_gnmi)))
+                spec.switch(n), self.gnmi.sessions[n], self.framer, self._deliver, self._record_gnmi,
+                running=lambda: not self._stopping)))
         tasks.append(asyncio.create_task(self._deadline_loop()))
         try:
             self.report.ended = await self._supervise()
         finally:
+            self._stopping = True
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Bounded: a loop that missed its cancel still sees _stopping within one interval.
+            grace_s = max(self.framer.interval_ns.values(), default=0) / 1e9 + 2.0
+            _done, pending = await asyncio.wait(tasks, timeout=grace_s)
+            if pending:
+                log.warning("shard %s: %d loop(s) ignored cancellation; left behind", self.shard.shard_id,
+                            len(pending))
             if self.gnmi is not None:
                 await self.gnmi.stop()
         return self.report
@@ -199,7 +210,7 @@ class ShardCollector:
         keep_read_ms = max(60_000, 10 * interval_ns // 1_000_000)
         max_baseline_ns = MAX_BASELINE_INTERVALS * interval_ns
         prev = self._load_read(sw.name)
-        while True:
+        while not self._stopping:
             scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
             await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
             started = time.time_ns()
@@ -296,7 +307,7 @@ class ShardCollector:
         f = self.framer
         tick = f.frame_tick(time.time_ns()) + f.frame_ns
         deadline_ns = round(f.deadline_s * 1e9)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(max(0.0, (tick + deadline_ns - time.time_ns()) / 1e9))
             frame = f.build(self.r, tick, at_deadline=True)
             if frame is not None:

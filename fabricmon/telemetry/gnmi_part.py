@@ -68,12 +68,13 @@ async def gnmi_switch_loop(
     sw: SwitchSpec, session: GnmiSession, framer: FabricFramer,
     deliver: Callable[[str, int, SwitchSlice], None],
     record: Callable[[str, int, SwitchSlice, dict[str, Any]], None],
+    running: Callable[[], bool] = lambda: True,
 ) -> None:
     """Every tick of the switch's interval: take the interval's metrics, deliver, record health."""
     sl = framer.slices[sw.name]
     taker = IntervalTaker(session.arrays, framer.index.speed_bps[sl])
     interval_ns = framer.interval_ns[sw.name]
-    while True:
+    while running():
         scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
         await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
         part = take_slice(sw.name, taker, time.time_ns())
