@@ -27,7 +27,8 @@ class SwitchForm(forms.ModelForm):
         fields = (
             "fabric", "name", "role", "rail", "mgmt_address", "collector", "snmp_version", "snmp_port",
             "snmp_community", "interval_s", "timeout_s", "retries", "v3_user", "v3_auth_protocol",
-            "v3_auth_key", "v3_priv_protocol", "v3_priv_key", "v3_context",
+            "v3_auth_key", "v3_priv_protocol", "v3_priv_key", "v3_context", "gnmi_port",
+            "gnmi_sample_interval_s",
         )
         widgets = {f: forms.PasswordInput(render_value=False) for f in SECRET_FIELDS}
 
@@ -96,6 +97,7 @@ class SwitchAdmin(admin.ModelAdmin):
         ("SNMP v3 (USM)", {"fields": ("v3_user", "v3_auth_protocol", "v3_auth_key", "clear_v3_auth_key",
                                       "v3_priv_protocol", "v3_priv_key", "clear_v3_priv_key",
                                       "v3_context")}),
+        ("gNMI", {"fields": ("gnmi_port", "gnmi_sample_interval_s")}),
     )
 
 

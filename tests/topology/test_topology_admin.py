@@ -66,6 +66,8 @@ def _switch_post(sw: Switch, **changes: str) -> dict[str, str]:
         "timeout_s": str(sw.timeout_s), "retries": str(sw.retries), "v3_user": sw.v3_user,
         "v3_auth_protocol": sw.v3_auth_protocol, "v3_auth_key": "", "v3_priv_protocol": sw.v3_priv_protocol,
         "v3_priv_key": "", "v3_context": sw.v3_context,
+        "gnmi_port": "" if sw.gnmi_port is None else str(sw.gnmi_port),
+        "gnmi_sample_interval_s": str(sw.gnmi_sample_interval_s),
         "ports-TOTAL_FORMS": "0", "ports-INITIAL_FORMS": "0", "ports-MIN_NUM_FORMS": "0",
         "ports-MAX_NUM_FORMS": "1000",
     }
