@@ -298,9 +298,14 @@ def forget_live_state(redis_url: str, fabric: str) -> None:
     for this fabric so the heatmap does not splice two unrelated runs together."""
     import redis
 
+    # The telemetry app's own key names (these modules import no Django at load time).
+    from fabricmon.telemetry.collector import read_key
+    from fabricmon.telemetry.framing import latest_key
+    from fabricmon.telemetry.live_window import frames_key, health_key
+
     r = redis.Redis.from_url(redis_url)
-    keys = [f"fm:frames:{fabric}", f"fm:health:{fabric}", f"fm:latest:{fabric}"]
-    keys += list(r.scan_iter(match=f"fm:read:{fabric}:*", count=1000))
+    keys = [frames_key(fabric), health_key(fabric), latest_key(fabric)]
+    keys += list(r.scan_iter(match=read_key(fabric, "*"), count=1000))
     r.delete(*keys)
 
 
