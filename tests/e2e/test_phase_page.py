@@ -7,47 +7,20 @@ routing mismatch (the fabric ran PXN, the page is switched to ECMP)."""
 
 from __future__ import annotations
 
-import ast
-
 import pytest
+from twin_runs import twin_job_runs
 
-from collectors.probe import IngestClient
 from fabricmon.telemetry import live_window
-from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-T0_NS = 1_800_000_000_000_000_000
 CASES = ("clean", "half-rank-map", "skewed-clock")
-USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
 
 
 @pytest.fixture
 def phase_runs(daphne_server, redis_client, fabric_name):  # type: ignore[no-untyped-def]
     """The twin's 40 s job reported three times (clean, half rank map, skewed host) as runs of the
     e2e user on the server's own database; 1 s counter frames for that time in Redis."""
-    rec = TwinJobRecording(TwinConfig(name=fabric_name, servers=4, gpus_per_server=4, spines=2), 40.0, T0_NS)
-    out = daphne_server.manage(
-        "shell",
-        "-c",
-        "\n".join(
-            [
-                "from django.contrib.auth import get_user_model",
-                "from fabricmon.core.railgen import rail_optimized",
-                "from fabricmon.jobs import services as jobs",
-                "from fabricmon.jobs.tokens import issue_token",
-                "from fabricmon.topology.services import import_fabric",
-                f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))",
-                f"u = get_user_model().objects.get(username={USER!r})",
-                f"runs = [jobs.create_run(u, n, fabric={fabric_name!r}, world_size={rec.world_size}).pk for n in {CASES!r}]",
-                "print(repr((runs, issue_token(u)[1])))",
-            ]
-        ),
-    )
-    runs, token = ast.literal_eval(out.strip().splitlines()[-1])
-    for frame in rec.counter_frames(1.0):
-        live_window.append(redis_client, frame, max_frames=10_000)
-    client = IngestClient(daphne_server.url, token)
+    rec, runs, client = twin_job_runs(daphne_server, redis_client, fabric_name, CASES)
     faults = ({}, {"coverage": 0.5}, {"skew_ns_by_host": {1: 500_000_000}})
     for run_id, kw in zip(runs, faults, strict=True):
         stats = rec.report(client, run_id, **kw)

@@ -6,18 +6,13 @@ Screenshot: test-output/phases-live-update.png."""
 
 from __future__ import annotations
 
-import ast
-
 import pytest
+from twin_runs import T0_NS, twin_job_runs
 
 from collectors.probe import EventPoster, IngestClient
 from fabricmon.telemetry import live_window
-from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-T0_NS = 1_800_000_000_000_000_000
-USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
 
 
 def post(client: IngestClient, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
@@ -32,28 +27,7 @@ def post(client: IngestClient, run_id: int, events) -> None:  # type: ignore[no-
 def running_run(daphne_server, redis_client, fabric_name):  # type: ignore[no-untyped-def]
     """A running run of the e2e user with the first half of the twin's 40 s job; the counters of all
     40 s in the live window. Yields (run id, client, recording)."""
-    rec = TwinJobRecording(TwinConfig(name=fabric_name, servers=4, gpus_per_server=4, spines=2), 40.0, T0_NS)
-    out = daphne_server.manage(
-        "shell",
-        "-c",
-        "\n".join(
-            [
-                "from django.contrib.auth import get_user_model",
-                "from fabricmon.core.railgen import rail_optimized",
-                "from fabricmon.jobs import services as jobs",
-                "from fabricmon.jobs.tokens import issue_token",
-                "from fabricmon.topology.services import import_fabric",
-                f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))",
-                f"u = get_user_model().objects.get(username={USER!r})",
-                f"run = jobs.create_run(u, 'live', fabric={fabric_name!r}, world_size={rec.world_size})",
-                "print(repr((run.pk, issue_token(u)[1])))",
-            ]
-        ),
-    )
-    run_id, token = ast.literal_eval(out.strip().splitlines()[-1])
-    for frame in rec.counter_frames(1.0):
-        live_window.append(redis_client, frame, max_frames=10_000)
-    client = IngestClient(daphne_server.url, token)
+    rec, (run_id,), client = twin_job_runs(daphne_server, redis_client, fabric_name, ("live",))
     status, body = client.post_rank_map(run_id, rec.rank_map())
     assert status < 300, body
     yield run_id, client, rec
