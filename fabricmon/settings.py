@@ -197,6 +197,10 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# A run's phase-view socket looks for new events and counters this often even when ingest sends
+# no "run changed" nudge (fabricmon/phases/stream.py); an unchanged run costs two small queries.
+FABRICMON_PHASES_TICK_S = env_float("FABRICMON_PHASES_TICK_S", 2.0)
+
 # --- Alerts ------------------------------------------------------------------------------------
 # Host names, IPs or CIDRs that notifications may reach although the SSRF guard refuses
 # loopback/private/link-local addresses (e.g. an on-prem Alertmanager: "10.0.0.5,am.internal").
