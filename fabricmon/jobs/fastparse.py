@@ -10,6 +10,8 @@ may only ever be *stricter* than the careful one; ``tests/jobs`` checks both giv
 
 from __future__ import annotations
 
+import warnings
+from itertools import compress
 from operator import attrgetter
 from typing import Annotated, Any, Literal
 
@@ -71,8 +73,6 @@ class _Line(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(_Line)
 _NULL = b"null"
 _DIGITS = b"0123456789"
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
-_MAX_DIGITS = 18  # any 18-digit number fits int64
 _DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError)
 
 
@@ -83,55 +83,90 @@ def _skeleton(k: int, spaced: bool) -> bytes:
     return b"{" + (b'"": , ' if spaced else b'"":,') * (k - 1) + (b'"": }' if spaced else b'"":}')
 
 
-_COMPACT = [_skeleton(k, False) for k in range(1025)]
+_COMPACT = [*(_skeleton(k, False) for k in range(1025)), b"null"]  # [-1]: an absent map
+
+
+# a compact peer map with its quotes and braces blanked and its colons made commas: the numbers
+# of a batch's maps joined by "," read as one comma-separated list (numpy's text reader, in C)
+_TO_NUMBERS = bytes(32 if c in b'{"}' else 44 if c == ord(":") else c for c in range(256))
+_BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
 def _peer_columns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Raw JSON peer maps (``None`` = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
     absent map; ok[i] false sends line i to the careful path (anything but plain
-    {"digits": digits} maps); peers/bytes are flat for the ok maps, in order. All maps of the
-    batch are scanned as one byte array: digit runs alternate key, value inside each map."""
+    {"digits": digits} maps with distinct keys and values below 10**18); peers/bytes are flat for
+    the ok maps, in order. The maps' shape is checked on the batch's bytes at once (digits removed,
+    what is left must be the compact or json.dumps skeleton of as many entries as the map has
+    colons), then all their numbers are read in one C call."""
     n = len(raws)
     texts = [_NULL if r is None else r for r in raws]
     joined, bounds, a = _joined(texts)
     first = a[bounds[:-1]]
     not_object = (first != ord("{")) & (first != ord("n"))  # a list, number, string… (n: null)
-    if not_object.any():  # scanned as null, then rejected: digit runs must not cross maps
+    if not_object.any():
         texts = [_NULL if bad else t for t, bad in zip(texts, not_object.tolist(), strict=True)]
         joined, bounds, a = _joined(texts)
     is_null = a[bounds[:-1]] == ord("n")
-    digit = ((a - 48) < 10).view(np.int8)  # no map starts or ends with a digit
-    step = digit[1:] - digit[:-1]
-    run_start, run_end = np.flatnonzero(step == 1) + 1, np.flatnonzero(step == -1) + 1
-    run_map = np.searchsorted(bounds, run_start, side="right") - 1
-    runs_per_map = np.bincount(run_map, minlength=n)
-    lens = run_end - run_start
-    k = runs_per_map // 2
-    map_ok = (runs_per_map % 2 == 0) & (np.bincount(run_map, weights=lens > _MAX_DIGITS, minlength=n) == 0)
+    # entries per map = its colons (true for every map the skeleton check below accepts)
+    colon_map = np.searchsorted(bounds, np.flatnonzero(a == ord(":")), side="right") - 1
+    k = np.bincount(colon_map, minlength=n)
+    k_list, null_list = k.tolist(), is_null.tolist()
+    map_ok = ~not_object
     skel = joined.translate(None, _DIGITS)
-    k_list = k.tolist()
-    null_list = is_null.tolist()
     if not (
-        map_ok.all()
-        and max(k_list) < len(_COMPACT)
-        and skel == b"".join([b"null" if null_list[j] else _COMPACT[kj] for j, kj in enumerate(k_list)])
-    ):
-        # not one compact batch: check map by map (json.dumps spacing is fine too)
+        max(k_list) < len(_COMPACT) - 1  # the last entry of _COMPACT is "null" (index -1)
+        and skel == b"".join(map(_COMPACT.__getitem__, np.where(is_null, -1, k).tolist()))
+    ):  # not one compact batch: check map by map (json.dumps spacing is fine too)
         for j, text in enumerate(texts):
             s = bytes(text).translate(None, _DIGITS)
             if not (null_list[j] or s in (_skeleton(k_list[j], False), _skeleton(k_list[j], True))):
                 map_ok[j] = False
-    # digits → values for every run (a run too long for int64 only ever belongs to a rejected map)
-    digit_pos = np.flatnonzero(digit)
-    place = np.minimum(np.repeat(run_end - 1, lens) - digit_pos, _MAX_DIGITS)
-    weighted = (a[digit_pos].astype(np.int64) - 48) * _POW10[place]
-    values = np.add.reduceat(weighted, np.cumsum(lens) - lens) if len(lens) else np.zeros(0, np.int64)
-    if not map_ok.all():
-        values = values[map_ok[run_map]]
-    counts = np.where(is_null, NONE, k)
-    counts[~map_ok] = NONE
-    map_ok &= ~not_object
-    return counts, map_ok, values[0::2], values[1::2]
+    if b'""' in joined:  # an empty key ("" is no rank; non-empty keys hold digits)
+        for j, text in enumerate(texts):
+            if b'""' in bytes(text):
+                map_ok[j] = False
+    has = map_ok & ~is_null & (k > 0)
+    numbers = _numbers(texts, has, k)
+    if numbers is None:
+        map_ok[has] = False
+        numbers = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    peers, nbytes = numbers
+    if len(peers):
+        owner = np.repeat(np.flatnonzero(has), k[has])
+        big = (peers >= _BIG) | (nbytes >= _BIG)
+        # a repeated key: JSON keeps its last value, so the careful path decides (maps are
+        # usually in rank order: one comparison; otherwise a sort finds the repeats)
+        rising = peers[1:] > peers[:-1]
+        new_map = owner[1:] != owner[:-1]
+        bad = owner[big]
+        if not (rising | new_map).all():
+            order = np.lexsort((peers, owner))
+            same = (peers[order][1:] == peers[order][:-1]) & (owner[order][1:] == owner[order][:-1])
+            bad = np.concatenate([bad, owner[order][1:][same]])
+        if len(bad):
+            map_ok[bad] = False
+            keep = map_ok[owner]
+            peers, nbytes = peers[keep], nbytes[keep]
+    counts = np.where(is_null | ~map_ok, NONE, k)
+    return counts, map_ok, peers, nbytes
+
+
+def _numbers(texts: list[Any], has: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(keys, values) of the maps where ``has`` is true, whose skeletons are already checked;
+    None if the text reader disagrees (then the careful path reads those maps)."""
+    if not has.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    numbers = b",".join(compress(texts, has.tolist())).translate(_TO_NUMBERS)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a short read warns: make it an error, never a pass
+            values = np.fromstring(numbers, dtype=np.int64, sep=",")
+    except (DeprecationWarning, ValueError):
+        return None
+    if len(values) != 2 * int(k[has].sum()):
+        return None
+    return values[0::2], values[1::2]
 
 
 def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -165,6 +200,8 @@ def _or(values: tuple[Any, ...], default: str) -> list[str]:
 def _opt(values: tuple[Any, ...]) -> np.ndarray:
     if None not in values:
         return np.array(values, dtype=np.int64)
+    if values.count(None) == len(values):
+        return np.full(len(values), NONE, dtype=np.int64)
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
@@ -179,7 +216,11 @@ def _fast_columns(structs: list[_Line], clock_offset_ns: int) -> tuple[EventColu
     ok = send_ok & recv_ok
     start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)
     ok &= end >= start
-    off = np.array([clock_offset_ns if v is None else v for v in g["clock_offset_ns"]], dtype=np.int64)
+    offsets = g["clock_offset_ns"]
+    if offsets.count(None) == n:  # the usual batch: the request's offset for every line
+        off = np.full(n, clock_offset_ns, dtype=np.int64)
+    else:
+        off = np.array([clock_offset_ns if v is None else v for v in offsets], dtype=np.int64)
     totals = {}
     for counts, nbytes, key in (
         (send_n, send_bytes, "bytes_sent"),
@@ -191,7 +232,11 @@ def _fast_columns(structs: list[_Line], clock_offset_ns: int) -> tuple[EventColu
         has_map = counts >= 0
         ok &= fits & ~(has_map & (given != NONE) & (given != sums))
         totals[key] = np.where(has_map, sums, given)
-    raw_pg = [_NULL if r is None else bytes(r) for r in g["pg_ranks"]]
+    raw_pg = (
+        list(map(bytes, g["pg_ranks"]))
+        if None not in g["pg_ranks"]
+        else [_NULL if r is None else bytes(r) for r in g["pg_ranks"]]
+    )
     pg_text = {raw: _pg_ranks_text(raw) for raw in set(raw_pg)}  # few distinct groups per batch
     pg_ranks = list(map(pg_text.__getitem__, raw_pg))
     if None in pg_text.values():

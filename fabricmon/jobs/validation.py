@@ -79,12 +79,14 @@ def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
     values = value.values()
     if (
         all(map(str.isdigit, value))
+        and "".join(value).isascii()  # str.isdigit is true for "²" and "٣" too
+        and max(map(len, value), default=0) <= 18  # any 18-digit rank fits int64
         and all(type(v) is int for v in values)
-        and (not value or min(values) >= 0)
+        and (not value or (min(values) >= 0 and max(values) <= INT64_MAX))
     ):
         return value
     for peer, nbytes in value.items():
-        if not peer.isdigit():
+        if not (peer.isascii() and peer.isdigit()):
             raise _FieldError(key, f"peer key {peer!r} is not a global rank")
         if type(nbytes) is not int or nbytes < 0:
             raise _FieldError(key, f"bytes for peer {peer} must be a non-negative integer, got {nbytes!r}")
@@ -168,6 +170,8 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         and recv
         and all(map(str.isdigit, send))
         and all(map(str.isdigit, recv))
+        and "".join(send).isascii()
+        and "".join(recv).isascii()
         and all(type(v) is int for v in sv)
         and all(type(v) is int for v in rv)
         and min(sv) >= 0

@@ -4,13 +4,14 @@ stored blocks read back as the same events, and matrices add up across batches."
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import numpy as np
 from django.contrib.auth import get_user_model
 from django.db import connection
 
 from fabricmon.jobs import services
-from fabricmon.jobs.columns import columns_from_rows, decode_block, encode_block, id_hashes
+from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
 from fabricmon.jobs.fastparse import parse_ndjson_columns
 from fabricmon.jobs.models import EventKey, RecentEventKey, Run, TrafficMatrix
 from fabricmon.jobs.validation import parse_ndjson
@@ -77,6 +78,67 @@ def test_fast_parser_agrees_with_the_careful_validator() -> None:
             assert np.array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name))), name
 
 
+def _line(i: int, send: str, recv: str = "null", **over) -> bytes:
+    """One event line with per-peer maps given as raw JSON text (repeated keys are expressible)."""
+    e = {**_event(i), **over}
+    e.pop("send_bytes_per_peer"), e.pop("recv_bytes_per_peer")
+    head = json.dumps(e, separators=(",", ":"))[:-1]
+    return f'{head},"send_bytes_per_peer":{send},"recv_bytes_per_peer":{recv}}}'.encode()
+
+
+def _assert_same_columns(body: bytes) -> None:
+    cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns=3)
+    old = parse_ndjson(body, clock_offset_ns=3)
+    assert lines == old.lines
+    assert [e.as_dict() for e in errors] == [e.as_dict() for e in old.errors]
+    want = columns_from_rows(old.rows, old.peers)
+    got = cols.take(np.argsort(np.array(cols.event_id), kind="stable"))
+    want = want.take(np.argsort(np.array(want.event_id), kind="stable"))
+    for f in fields(EventColumns):
+        assert np.array_equal(np.asarray(getattr(got, f.name)), np.asarray(getattr(want, f.name))), f.name
+
+
+PEER_MAPS = [
+    '{"0":1,"1":2,"2":3}',
+    '{"1":5,"1":6}',  # a repeated key: JSON keeps the last value
+    '{"2":1,"0":4,"1":9}',  # not in rank order
+    '{"2":1,"0":4,"2":9}',  # repeated, not adjacent
+    '{"":5}',  # an empty key is no rank
+    '{"007":5,"7":1}',  # leading zeros: two keys, one rank
+    '{"1":1000000000000000000,"2":9223372036854775807}',  # large but int64
+    '{"1":9223372036854775808}',  # beyond int64
+    '{"99999999999999999999":1}',  # rank beyond int64
+    '{"9223372036854775807":1}',  # the largest int64 rank
+    '{"\\u00b2":1}',  # "²": str.isdigit says yes, int() says no
+    '{"\\u0663":1}',  # Arabic-Indic three: a digit, but not an ASCII one
+    '{"1":{"2":3}}',
+    '{"1":"2"}',
+    '{"1":2.5}',
+    '{"1":2e3}',
+    "{}",
+    "null",
+    "[]",
+    '{"0": 1, "1": 2}',  # json.dumps spacing
+    '{ "0":1 }',
+    "{" + ",".join(f'"{d}":{d + 1}' for d in range(1500)) + "}",  # more entries than the skeleton table
+]
+
+
+def test_fast_parser_reads_peer_maps_like_the_careful_validator() -> None:
+    """Every peer-map shape, alone in a batch, mixed with plain lines, and as the receive map."""
+    plain = '{"0":1,"1":2,"2":3}'
+    for n, text in enumerate(PEER_MAPS):
+        total = None
+        _assert_same_columns(_line(n, text))
+        _assert_same_columns(_line(n, plain, text))
+        _assert_same_columns(b"\n".join([_line(100, plain), _line(n, text, text), _line(101, plain, plain)]))
+        if text.startswith("{") and '""' not in text and "{" not in text[1:]:
+            total = 12  # a given total that disagrees with most sums
+        _assert_same_columns(_line(n, text, bytes_sent=total))
+    everything = b"\n".join(_line(i, t, PEER_MAPS[-1 - i]) for i, t in enumerate(PEER_MAPS))
+    _assert_same_columns(everything)
+
+
 def test_blocks_read_back_and_matrices_add_across_batches(db) -> None:
     run = Run.objects.create(owner=get_user_model().objects.create_user("c"), name="r")
     events = [_event(i) for i in range(12)]
@@ -119,7 +181,9 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
     for body in batches:  # every batch again: keys now in either table
         again = services.ingest_ndjson(run, body)
         assert (again.stored, again.duplicates) == (0, 4)
-    mixed = b"\n".join(json.dumps(_event(i)).encode() for i in (0, 19, 20, 20, 21))  # old, old, new twice, new
+    mixed = b"\n".join(
+        json.dumps(_event(i)).encode() for i in (0, 19, 20, 20, 21)
+    )  # old, old, new twice, new
     res = services.ingest_ndjson(run, mixed)
     assert (res.stored, res.duplicates) == (2, 3)
     assert services.ingest_ndjson(other, batches[0]).stored == 4  # same ids, another run
@@ -131,3 +195,14 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
     run.delete()
     assert not EventKey.objects.filter(run_id=run.pk).exists()
     assert not RecentEventKey.objects.filter(run_id=run.pk).exists()
+
+
+def test_importer_validation_names_bad_peer_keys() -> None:
+    """The row-by-row validator (importers) refuses non-ASCII digits and out-of-range ranks with a
+    reason instead of failing on int()."""
+    from fabricmon.jobs.validation import validate_dicts  # noqa: PLC0415
+
+    bad = [{"\u00b2": 1}, {"\u0663": 1}, {"99999999999999999999": 1}, {"1": 2**63}]
+    batch = validate_dicts([_event(i, send_bytes_per_peer=m) for i, m in enumerate(bad)] + [_event(9)])
+    assert len(batch.rows) == 1 and batch.rows[0][0] == "x9"
+    assert [(e.line, e.field) for e in batch.errors] == [(n, "send_bytes_per_peer") for n in range(1, 5)]
