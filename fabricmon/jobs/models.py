@@ -7,7 +7,7 @@
      ├──< EventBlock          one ingested batch of phase events as compact numpy columns
      │     └──< EventBlockKey (source, step, layer, phase) held by the block: the lookup index
      ├──< EventKey            64-bit hash of each stored event id: the idempotency key
-     ├──< RecentEventKey      the newest such hashes (SQLite), merged into EventKey in bulk
+     ├──< RecentKeyBatch      the newest such hashes (SQLite), a blob per batch, merged into EventKey
      └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
 
 Events are many (millions per run) and arrive in batches of ~1,000, so a batch is stored as one
@@ -163,22 +163,23 @@ class EventKey(models.Model):
         return f"{self.run_id}:{self.id_hash:x}"
 
 
-class RecentEventKey(models.Model):
-    """The newest claimed event-id hashes (SQLite only): a small table in front of ``EventKey``.
-    A batch's 1,000 random keys inserted straight into the big key B-tree dirty ~1 page each,
-    and every dirty page is written at commit; here they dirty the few pages of a small tree,
-    and every ``services.KEY_MERGE_BLOCKS`` blocks the whole set moves to ``EventKey`` in key
-    order (each big-tree page written once per merge, not once per batch). A key is stored in
-    exactly one of the two tables; a claim checks both. ``WITHOUT ROWID`` (migration 0005)."""
+class RecentKeyBatch(models.Model):
+    """The id hashes one recent batch claimed (SQLite only), sorted, as one little-endian int64
+    blob: the small level in front of ``EventKey``. A batch's 1,000 random keys inserted straight
+    into a key B-tree dirty ~1 page each, and every dirty page is written at commit (and the
+    ``RETURNING`` rows cost as much again); here they are one append of 8 KB, and a claim checks
+    the run's recent blobs with a binary search in numpy. Every ``services.KEY_MERGE_BLOCKS``
+    blocks all recent keys move to ``EventKey`` in key order (each big-tree page written once per
+    merge, not once per batch). A key is stored in exactly one place; a claim checks both. No
+    index: the table holds at most a few dozen rows."""
 
-    pk = models.CompositePrimaryKey("run_id", "id_hash")
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
     )
-    id_hash = models.BigIntegerField()
+    hashes = models.BinaryField()
 
     def __str__(self) -> str:
-        return f"{self.run_id}:{self.id_hash:x} (recent)"
+        return f"{len(self.hashes) // 8} recent keys of run {self.run_id}"
 
 
 class TrafficMatrix(models.Model):

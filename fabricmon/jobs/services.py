@@ -2,11 +2,12 @@
 batches or importer output) and keep the per-(step, layer, phase) traffic matrices current.
 
 Ingest speed matters (millions of events per run, ≥ 50,000 events/s per core): a batch is parsed
-into numpy columns (``fastparse``), its event ids are claimed as 64-bit hashes (``INSERT … ON
-CONFLICT DO NOTHING RETURNING``; on SQLite into a small recent-key table in front of the big one,
-merged in bulk — see ``models.RecentEventKey``), the new events are stored as one compact
-``EventBlock`` row, and the matrices are updated once per (source, step, layer, phase) touched,
-from one vectorized scatter-add. Reading: ``iter_events`` (dicts), ``event_columns`` (numpy).
+into numpy columns (``fastparse``), its event ids are claimed as 64-bit hashes (PostgreSQL:
+``INSERT … ON CONFLICT DO NOTHING RETURNING``; SQLite: a read-only lookup in the big key table and
+one sorted blob per batch in front of it, merged in bulk — see ``models.RecentKeyBatch``), the new
+events are stored as one compact ``EventBlock`` row, and the matrices are updated once per
+(source, step, layer, phase) touched, from one vectorized scatter-add.
+Reading: ``iter_events`` (dicts), ``event_columns`` (numpy).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from fabricmon.jobs.models import (
     EventBlockKey,
     EventKey,
     RankMapEntry,
-    RecentEventKey,
+    RecentKeyBatch,
     Run,
     TraceUpload,
     TrafficMatrix,
@@ -182,10 +183,10 @@ def store_batch(run: Run, batch: ParsedBatch) -> IngestResult:
 
 
 def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
-    """Claim each event's id hash for the run; true where the claim is new. The database's
-    primary key decides (so concurrent posts of one batch store it once), and a repeat inside
-    the batch keeps its first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring
-    inserts land on the same B-tree pages."""
+    """Claim each event's id hash for the run; true where the claim is new. The database decides
+    (so concurrent posts of one batch store it once), and a repeat inside the batch keeps its
+    first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring inserts land on the
+    same B-tree pages."""
     todo, first = np.unique(hashes, return_index=True)
     table = connection.ops.quote_name(EventKey._meta.db_table)
     run_id = int(run.pk)
@@ -196,56 +197,66 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
                 "ON CONFLICT DO NOTHING RETURNING id_hash",
                 [run_id, todo.tolist()],
             )
-            won = [r[0] for r in cursor.fetchall()]
+            won = np.sort(np.array([r[0] for r in cursor.fetchall()], dtype=np.int64))
     else:
         won = _claim_sqlite(run_id, todo)
     fresh = np.zeros(len(hashes), dtype=bool)
     if len(won) == len(todo):  # the common case: every claim is new
         fresh[first] = True
-    elif won:  # ``todo`` is sorted: place the won hashes by binary search
-        fresh[first[np.searchsorted(todo, np.array(won, dtype=np.int64))]] = True
+    elif len(won):  # both sorted: place the won hashes by binary search
+        fresh[first[np.searchsorted(todo, won)]] = True
     return fresh
 
 
-KEY_MERGE_BLOCKS = 32  # SQLite: RecentEventKey moves into EventKey every this many blocks
+KEY_MERGE_BLOCKS = 32  # SQLite: recent key blobs move into EventKey every this many blocks
 
 
-def _claim_sqlite(run_id: int, todo: np.ndarray) -> list[int]:
-    """Claim sorted unique hashes on SQLite (one write transaction: no other writer between the
-    check and the insert): those already in the big ``EventKey`` tree are found with a read-only
-    lookup; the rest go into the small ``RecentEventKey`` tree, whose conflicts are the other
-    duplicates. JSON array parameters read by json_each: SQLite parses a 1,000-row VALUES list at
-    ~2 µs a row, the JSON at ~0.3 µs ("WHERE true" lets the parser see ON CONFLICT)."""
+def _claim_sqlite(run_id: int, todo: np.ndarray) -> np.ndarray:
+    """Claim sorted unique hashes on SQLite; returns the new ones (sorted). Runs inside the
+    caller's write transaction (``BEGIN IMMEDIATE``: no other writer between the checks and the
+    insert): keys already in the big ``EventKey`` tree are found with a read-only lookup (a JSON
+    array parameter read by json_each: SQLite parses a 1,000-row VALUES list at ~2 µs a row, the
+    JSON at ~0.3 µs), keys in the run's recent blobs by binary search, and the rest are appended
+    as one ``RecentKeyBatch`` blob."""
     big = connection.ops.quote_name(EventKey._meta.db_table)
-    recent = connection.ops.quote_name(RecentEventKey._meta.db_table)
+    recent = connection.ops.quote_name(RecentKeyBatch._meta.db_table)
     ids = orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id_hash FROM {big} WHERE run_id = %s AND id_hash IN (SELECT value FROM json_each(%s))",
             [run_id, ids],
         )
-        old = np.array([r[0] for r in cursor.fetchall()], dtype=np.int64)
-        if len(old):
-            todo = todo[~np.isin(todo, old)]
-            ids = orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-        cursor.execute(
-            f"INSERT INTO {recent} (run_id, id_hash) SELECT %s, value FROM json_each(%s) WHERE true "
-            "ON CONFLICT DO NOTHING RETURNING id_hash",
-            [run_id, ids],
-        )
-        return [r[0] for r in cursor.fetchall()]
+        seen = np.isin(todo, np.array([r[0] for r in cursor.fetchall()], dtype=np.int64))
+        cursor.execute(f"SELECT hashes FROM {recent} WHERE run_id = %s", [run_id])
+        for (blob,) in cursor.fetchall():
+            keys = np.frombuffer(blob, dtype="<i8")
+            at = np.minimum(np.searchsorted(keys, todo), len(keys) - 1)
+            seen |= keys[at] == todo
+        new = todo[~seen] if seen.any() else todo
+        if len(new):
+            cursor.execute(
+                f"INSERT INTO {recent} (run_id, hashes) VALUES (%s, %s)",
+                [run_id, new.astype("<i8", copy=False).tobytes()],
+            )
+    return new
 
 
 def _merge_recent_keys() -> None:
     """Move every recent key (all runs) into ``EventKey``, in key order, in the caller's
-    transaction."""
+    transaction (the recent blobs and the big tree are disjoint: a plain INSERT)."""
     big = connection.ops.quote_name(EventKey._meta.db_table)
-    recent = connection.ops.quote_name(RecentEventKey._meta.db_table)
+    recent = connection.ops.quote_name(RecentKeyBatch._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {big} (run_id, id_hash) SELECT run_id, id_hash FROM {recent} "
-            "ORDER BY run_id, id_hash"
-        )
+        cursor.execute(f"SELECT run_id, hashes FROM {recent} ORDER BY run_id")
+        by_run: dict[int, list[np.ndarray]] = {}
+        for run_id, blob in cursor.fetchall():
+            by_run.setdefault(run_id, []).append(np.frombuffer(blob, dtype="<i8"))
+        for run_id, parts in by_run.items():
+            keys = np.sort(np.concatenate(parts))
+            cursor.execute(
+                f"INSERT INTO {big} (run_id, id_hash) SELECT %s, value FROM json_each(%s)",
+                [run_id, orjson.dumps(keys, option=orjson.OPT_SERIALIZE_NUMPY).decode()],
+            )
         cursor.execute(f"DELETE FROM {recent}")
 
 

@@ -13,7 +13,7 @@ from django.db import connection
 from fabricmon.jobs import services
 from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
 from fabricmon.jobs.fastparse import parse_ndjson_columns
-from fabricmon.jobs.models import EventKey, RecentEventKey, Run, TrafficMatrix
+from fabricmon.jobs.models import EventKey, RecentKeyBatch, Run, TrafficMatrix
 from fabricmon.jobs.validation import parse_ndjson
 
 T0 = 1_795_987_668_367_402_543
@@ -166,7 +166,7 @@ def test_id_hash_does_not_depend_on_the_batch() -> None:
 
 
 def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) -> None:
-    """SQLite keeps the newest keys in RecentEventKey and moves them to EventKey every
+    """SQLite keeps the newest keys as RecentKeyBatch blobs and moves them to EventKey every
     KEY_MERGE_BLOCKS blocks: a re-post must be caught whichever table holds its keys, a run's
     keys must not stop another run's identical ids, and deleting the run empties both."""
     monkeypatch.setattr(services, "KEY_MERGE_BLOCKS", 2)
@@ -177,7 +177,7 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
         assert services.ingest_ndjson(run, body).stored == 4
     assert EventKey.objects.filter(run=run).exists()
     # (PostgreSQL has one key table; this test also runs there with DATABASE_URL set)
-    assert RecentEventKey.objects.filter(run=run).exists() == (connection.vendor == "sqlite")
+    assert RecentKeyBatch.objects.filter(run=run).exists() == (connection.vendor == "sqlite")
     for body in batches:  # every batch again: keys now in either table
         again = services.ingest_ndjson(run, body)
         assert (again.stored, again.duplicates) == (0, 4)
@@ -190,11 +190,17 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
     assert services.event_count(run) == 22 and sorted(services.event_ids(run)) == sorted(
         f"x{i}" for i in range(22)
     )
-    keys = EventKey.objects.filter(run=run).count() + RecentEventKey.objects.filter(run=run).count()
-    assert keys == 22
+    recent = [
+        np.frombuffer(bytes(b), dtype="<i8")
+        for b in RecentKeyBatch.objects.filter(run=run).values_list("hashes", flat=True)
+    ]
+    big = list(EventKey.objects.filter(run=run).values_list("id_hash", flat=True))
+    keys = np.concatenate([np.array(big, dtype=np.int64), *recent])
+    assert len(keys) == len(np.unique(keys)) == 22  # each key in exactly one place
+    assert all((np.diff(r) > 0).all() for r in recent)
     run.delete()
     assert not EventKey.objects.filter(run_id=run.pk).exists()
-    assert not RecentEventKey.objects.filter(run_id=run.pk).exists()
+    assert not RecentKeyBatch.objects.filter(run_id=run.pk).exists()
 
 
 def test_importer_validation_names_bad_peer_keys() -> None:
