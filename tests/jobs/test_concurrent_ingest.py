@@ -1,0 +1,125 @@
+"""Idempotency across processes: several writer processes post overlapping batches of one run
+into the same SQLite file at once (the default database); every event id is stored exactly once,
+whatever the interleaving, across key merges (``KEY_MERGE_BLOCKS`` small here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_795_987_668_367_402_543
+
+pytestmark = pytest.mark.integration
+
+_WRITER = """
+import json, sys, django
+django.setup()
+from fabricmon.jobs import services
+from fabricmon.jobs.models import Run
+services.KEY_MERGE_BLOCKS = 3
+run = Run.objects.get(name="shared")
+print("ready", flush=True)
+stored = duplicates = 0
+for body in json.load(sys.stdin):
+    res = services.ingest_ndjson(run, body.encode())
+    assert not res.rejected, res.rejected
+    stored, duplicates = stored + res.stored, duplicates + res.duplicates
+print(json.dumps([stored, duplicates]))
+"""
+
+_SETUP = """
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from fabricmon.jobs.models import Run
+Run.objects.create(owner=get_user_model().objects.create_user("w"), name="shared")
+"""
+
+_READ = """
+import json, django
+django.setup()
+from fabricmon.jobs import services
+from fabricmon.jobs.models import Run
+run = Run.objects.get(name="shared")
+print(json.dumps({"ids": services.event_ids(run), "count": services.event_count(run)}))
+"""
+
+
+def _batch(ids: list[int]) -> str:
+    return "\n".join(
+        json.dumps(
+            {
+                "id": f"c{i}",
+                "rank": i % 4,
+                "step": i // 16,
+                "phase": "dispatch",
+                "start_ns": T0 + i,
+                "end_ns": T0 + i + 1,
+                "send_bytes_per_peer": {"0": i, "1": 1},
+            }
+        )
+        for i in ids
+    )
+
+
+def test_writer_processes_store_each_id_once(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    subprocess.run([sys.executable, "-c", _SETUP], cwd=ROOT, env=env, check=True)
+    # 4 writers, 30 batches each of 50 ids drawn from 0..299 with overlaps within and between
+    # writers (a batch also repeats ids inside itself)
+    plans = []
+    for w in range(4):
+        batches = []
+        for b in range(30):
+            start = (w * 37 + b * 23) % 250
+            ids = list(range(start, start + 40)) + list(range(start, start + 10))
+            batches.append(_batch(ids))
+        plans.append(batches)
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in plans
+    ]
+    for proc in writers:  # all set up before any posts: the posts overlap
+        assert proc.stdout.readline().strip() == "ready"
+    for proc, plan in zip(writers, plans, strict=True):
+        proc.stdin.write(json.dumps(plan))
+        proc.stdin.close()
+    results = []
+    for proc in writers:
+        assert proc.wait(timeout=120) == 0
+        results.append(json.loads(proc.stdout.read()))
+    expected = {
+        f"c{i}"
+        for plan in plans
+        for body in plan
+        for i in (json.loads(line)["id"][1:] for line in body.splitlines())
+    }
+    stored = sum(r[0] for r in results)
+    assert stored == len(expected)
+    assert sum(r[0] + r[1] for r in results) == 4 * 30 * 50  # every line counted once: stored or duplicate
+    read = subprocess.run(
+        [sys.executable, "-c", _READ], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
+    got = json.loads(read.stdout)
+    assert got["count"] == len(expected)
+    assert sorted(got["ids"]) == sorted(expected)  # each id exactly once
