@@ -146,6 +146,27 @@ def residual_gate(residual_rel: float) -> Gate:
     )
 
 
+def projected_vs_measured(start_ns: Any, end_ns: Any, projected: Any, edges_ns: Any, measured: Any) -> float:
+    """Σ|projected − measured| / Σ|measured| over the poll intervals that lie inside the phases
+    (the run's edges would count as error); ``projected`` (phases, C), ``measured`` (intervals, C)."""
+    import numpy as np  # noqa: PLC0415
+
+    from fabricmon.core.projection import interval_bytes  # noqa: PLC0415
+
+    start = np.asarray(start_ns, dtype=np.int64)
+    end = np.asarray(end_ns, dtype=np.int64)
+    edges = np.asarray(edges_ns, dtype=np.int64)
+    meas = np.asarray(measured, dtype=np.float64)
+    pred = interval_bytes(start, end, np.asarray(projected, dtype=np.float64), edges)
+    ok = np.isfinite(meas).all(axis=1)
+    inside = (edges[:-1] >= start.min()) & (edges[1:] <= end.max()) & ok
+    denom = float(np.abs(meas[inside]).sum())
+    return float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
+
+
+PRIOR_REL_ERROR_FLOOR = 0.01  # the projection as attribution prior is never trusted beyond 1 % per phase
+
+
 # -- one run's phase-aligned views, with their gates ----------------------------------------------
 
 
@@ -158,10 +179,16 @@ class SourceView:
     gates: tuple[Gate, ...]
     columns: tuple[tuple[int, int, str], ...]  # (step, layer, phase); step −1 = folded over steps
     load_bytes: Any  # (columns, ports) ndarray, or None when withheld
+    # attributed view: what the split rests on ("counters" | "counters + projection") and the
+    # per-column hot port with its confidence (core.attribution.HotPorts), claimed or ambiguous
+    basis: str = ""
+    hot: Any = None
 
     def as_dict(self, with_values: bool = True) -> dict[str, Any]:
         shown = self.verdict != "withhold" and self.load_bytes is not None
         return {
+            "basis": self.basis or None,
+            "hot": self.hot.as_dict() if shown and self.hot is not None else None,
             "source": self.source,
             "verdict": self.verdict,
             "gates": [g.as_dict() for g in self.gates],
@@ -194,7 +221,6 @@ def assess(
     import numpy as np  # noqa: PLC0415  (keeps the gate vocabulary above import-light)
 
     from fabricmon.core.attribution import PhaseTimeline, attribute  # noqa: PLC0415
-    from fabricmon.core.projection import interval_bytes  # noqa: PLC0415
 
     start = np.asarray(start_ns, dtype=np.int64)
     end = np.asarray(end_ns, dtype=np.int64)
@@ -209,12 +235,7 @@ def assess(
     if have_measured:
         edges = np.asarray(edges_ns, dtype=np.int64)
         meas = np.hstack([measured_in, measured_out])
-        pred = interval_bytes(start, end, np.hstack([projected_in, projected_out]), edges)
-        ok = np.isfinite(meas).all(axis=1)
-        # only intervals fully inside the recorded phases: the edges of the run would count as error
-        inside = (edges[:-1] >= start.min()) & (edges[1:] <= end.max()) & ok
-        denom = float(np.abs(meas[inside]).sum())
-        rel = float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
+        rel = projected_vs_measured(start, end, np.hstack([projected_in, projected_out]), edges, meas)
         proj_gates.append(projection_gate(rel))
     else:
         proj_gates.append(Gate("projected_vs_measured", "projected bytes per poll interval match measured counters",
@@ -225,14 +246,28 @@ def assess(
 
     if have_measured:
         tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in zip(cols, start, end, strict=True)])
-        att = attribute(tl, edges, meas)
+        # 1 s counters fix each port's bytes per step but barely the split between phases (see
+        # docs/phases.md): where the projection has passed every gate against those counters, its
+        # per-(layer, phase) pattern is the prior, trusted to its measured error (≥ 1 %: the gate
+        # checks 1 s sums, not single phases); otherwise counters alone, whose hot ports the
+        # confidence then mostly leaves unclaimed.
+        use_prior = v == "show"
+        prior = None
+        if use_prior:
+            prior = np.zeros((len(tl.keys), meas.shape[1]))
+            np.add.at(prior, tl.key, np.hstack([projected_in, projected_out]))
+            prior /= np.maximum(np.bincount(tl.key, minlength=len(tl.keys)), 1)[:, None]
+        prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if use_prior else PRIOR_REL_ERROR_FLOOR
+        att = attribute(tl, edges, meas, prior=prior, prior_rel_error=prior_error)
         p = proj_load.shape[1]
-        att_load = np.maximum(att.bytes_per_phase[:, :p], att.bytes_per_phase[:, p:])
+        att_load = att.load(p)
         poll_s = float(np.median(np.diff(edges))) / 1e9
         att_gates = (clock, poll_gate(poll_s, phase_s, att.intervals, len(tl.keys)), residual_gate(att.residual_rel))
         av = view_verdict(att_gates)
         views["attributed"] = SourceView("attributed", av, att_gates, tuple((-1, k[0], k[1]) for k in tl.keys),
-                                         att_load if av != "withhold" else None)
+                                         att_load if av != "withhold" else None,
+                                         basis="counters + projection" if use_prior else "counters",
+                                         hot=att.hot_ports(p))
         # measured: each phase column gets its poll interval's mean rate over the phase's window
         mid = (start + end) // 2
         i = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, len(edges) - 2)

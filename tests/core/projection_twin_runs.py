@@ -18,7 +18,7 @@ T0_NS = 1_800_000_000_000_000_000
 CACHE = ProjectorCache()
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=16)
 def recording(routing: str = "pxn", seconds: float = 40.0, seed: int = 0) -> TwinJobRecording:
     """8 servers × 4 GPUs, 2 spines; 40 s of job ≈ 110 steps."""
     return TwinJobRecording(TwinConfig(servers=8, gpus_per_server=4, spines=2, routing=routing, seed=seed),  # type: ignore[arg-type]

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from projection_twin_runs import measured, poll_edges, recording, timeline_of
 from scipy.optimize import nnls
 
 from fabricmon.core.attribution import PhaseTimeline, attribute, nnls_shared, occupancy
+from fabricmon.core.gates import PRIOR_REL_ERROR_FLOOR
 from fabricmon.core.projection import FabricLayout, Projector, Routing, place_ranks
-from projection_twin_runs import measured, poll_edges, recording, timeline_of
 
 
 def _truth(rec, edges):  # type: ignore[no-untyped-def]
-    """Mean bytes per instance of each (layer, phase) over the phases inside the polled window."""
+    """Per (layer, phase) and port: the busier direction of the mean in / out bytes per instance
+    over the phases inside the polled window — what in and out counters can see. (The mean of
+    each instance's max(in, out) is not a function of the counters: a port whose busier direction
+    flips as the hotspot moves reads up to 15 % above it, so even the exact projection missed it.)"""
     tl = timeline_of(rec)
-    inside = [(p, k) for p, k in zip(rec.phases, tl.key, strict=True) if p.start_ns >= edges[0] and p.end_ns <= edges[-1]]
-    k_n = len(tl.keys)
-    p_n = len(rec.ports)
-    tot, cnt = np.zeros((k_n, p_n)), np.zeros(k_n)
-    for p, k in inside:
-        tot[k] += np.maximum(p.in_bytes, p.out_bytes)
-        cnt[k] += 1
-    return tot / cnt[:, None], len({p.step for p, _ in inside})
+    k_n, p_n = len(tl.keys), len(rec.ports)
+    t_in, t_out, cnt = np.zeros((k_n, p_n)), np.zeros((k_n, p_n)), np.zeros(k_n)
+    steps = set()
+    for ph, k in zip(rec.phases, tl.key, strict=True):
+        if ph.start_ns >= edges[0] and ph.end_ns <= edges[-1]:
+            t_in[k] += ph.in_bytes
+            t_out[k] += ph.out_bytes
+            cnt[k] += 1
+            steps.add(ph.step)
+    return np.maximum(t_in, t_out) / cnt[:, None], len(steps)
 
 
 def _projected_per_key(rec, tl):  # type: ignore[no-untyped-def]
@@ -35,49 +41,92 @@ def _projected_per_key(rec, tl):  # type: ignore[no-untyped-def]
     return prior / count[:, None]
 
 
-def test_hot_port_of_each_layer_phase_with_1s_polls_over_50_steps() -> None:
-    """Six seeded twin runs of ~110 steps each, 1 s polls: the attributed hot port of each
-    (layer, phase) against the true one, pooled over the runs (96 cells).
+TIE = 0.01  # the attributed hot port is right when it carries ≥ 99 % of the true top port's bytes
 
-    Which cells are scored: a cell *has a distinct hot port* when the true top port carries more
-    than 0.2 % over the runner-up. In this twin's combine every receiver gets its own tokens
-    back, so combine cells have no unique hot port (top two within 0.3 % — asserted below, so the
-    exclusion stays true of the data); they are counted in the all-cells figure only.
 
-    Figures (recorded 2026-11-29): counters alone (NNLS) — all cells 49/96 = 51 %, distinct hot
-    port 39/49 = 80 %, top port ≥ 10 % ahead 38/40 = 95 %; with the projection as prior
-    (``prior_weight=3``) — all cells 60/96 = 62 %, distinct hot port 46/49 = 94 %. The residual
-    is the same either way (0.170): 1 s polls cannot separate dispatch cells whose top two ports
-    are 2-3 % apart; the job's own matrices can."""
-    score = {"alone": [0, 0, 0, 0], "prior": [0, 0, 0, 0]}  # right/total distinct, right/total ≥10 %
-    for seed in range(6):
+def _score(seeds):  # type: ignore[no-untyped-def]
+    """Pooled over runs: [right, cells, exact, claimed, claimed right, tied set holds a top port]
+    per estimator, and the true leads (top over runner-up) of dispatch and combine cells."""
+    score = {"alone": np.zeros(6, dtype=int), "prior": np.zeros(6, dtype=int)}
+    leads: dict[str, list[float]] = {"dispatch": [], "combine": []}
+    median_se_alone = []
+    for seed in seeds:
         rec = recording(seed=seed)
         edges = poll_edges(rec, 1.0)
         m_in, m_out = measured(rec, edges)
         tl = timeline_of(rec)
         truth, steps = _truth(rec, edges)
         assert steps >= 50
-        top2 = np.sort(truth, axis=1)[:, -2:]
-        lead = top2[:, 1] / top2[:, 0] - 1.0
-        combine = np.array([k[1] == "combine" for k in tl.keys])
-        assert lead[combine].max() < 0.005  # combine: no distinct hot port in this twin
-        distinct, clear = lead > 0.002, lead >= 0.1
+        top = truth.max(axis=1)
+        srt = np.sort(truth, axis=1)
+        for k, key in enumerate(tl.keys):  # dispatch: top over runner-up; combine: top over 4th
+            leads[key[1]].append(srt[k, -1] / srt[k, -2 if key[1] == "dispatch" else -4] - 1.0)
         p = len(rec.ports)
-        for name, kw in (("alone", {}), ("prior", {"prior": _projected_per_key(rec, tl), "prior_weight": 3.0})):
+        prior = _projected_per_key(rec, tl)
+        for name, kw in (("alone", {}), ("prior", {"prior": prior, "prior_rel_error": PRIOR_REL_ERROR_FLOOR})):
             att = attribute(tl, edges, np.hstack([m_in, m_out]), **kw)
             assert att.residual_rel < 0.3
-            est = np.maximum(att.bytes_per_phase[:, :p], att.bytes_per_phase[:, p:])
-            right = est.argmax(axis=1) == truth.argmax(axis=1)
-            s = score[name]
-            s[0] += int(right[distinct].sum())
-            s[1] += int(distinct.sum())
-            s[2] += int(right[clear].sum())
-            s[3] += int(clear.sum())
+            hot = att.hot_ports(p)
+            rows = np.arange(len(tl.keys))
+            right = truth[rows, hot.port] >= (1 - TIE) * top
+            tied_ok = ((truth >= (1 - TIE) * top[:, None]) & hot.tied).any(axis=1)
+            score[name] += [right.sum(), len(right), (hot.port == truth.argmax(axis=1)).sum(),
+                            hot.claimed.sum(), (right & hot.claimed).sum(), tied_ok.sum()]
+            if name == "alone":
+                median_se_alone.append(float(np.median(hot.lead_se_rel)))
+    return score, {k: np.array(v) for k, v in leads.items()}, np.array(median_se_alone)
+
+
+@pytest.mark.parametrize(("seeds", "alone_min", "prior_min"), [
+    (range(6), 0.80, 0.95),  # the seeds the knobs were chosen on
+    (range(10, 16), 0.68, 0.95),  # held out
+])
+def test_hot_port_of_each_layer_phase_with_1s_polls_over_50_steps(seeds, alone_min, prior_min) -> None:  # type: ignore[no-untyped-def]
+    """Six seeded twin runs of ~110 steps, 1 s polls: the attributed hot port of each of the
+    96 (layer, phase) cells against the twin's truth, every cell scored.
+
+    Scoring: right when the attributed port's true bytes are ≥ 99 % of the true top port's. The
+    tolerance is physical: under PXN the hot expert's combine leaves its host through all four
+    NICs (NVLink to the rail's GPU first), so the four ports of the hot host carry the same bytes
+    to within 0.6 % (asserted) — any of them is the hot port. It is small against what must be
+    resolved: dispatch cells' top port leads the runner-up by a median ≥ 10 % (asserted).
+
+    Figures (2026-11-30; seeds 0-5 | held-out 10-15), right within 1 % / exact top:
+      counters alone (NNLS, shrink=1): 79/96 = 82 % | 68/96 = 71 %; exact 49 | 44
+      counters + projection prior (±1 %): 96/96 = 100 % | 94/96 = 98 %; claimed 44 | 43, all right
+    Counters alone cannot do it, and say so: the occupancy of 1 s polls over 16 phases of a
+    350 ms step has singular values 4.0 … 0.003, so a split between phases carries a standard
+    error of ~40× the phase's bytes (median lead SE asserted > 5×) and no cell is claimed; their
+    argmax is the shrink ridge's — the step's hot port. The two held-out misses with the prior are
+    near-ties (the pick carries 98.6 % and 98.8 % of the top's bytes), and neither is claimed."""
+    score, leads, median_se_alone = _score(seeds)
+    assert leads["combine"].max() < 0.006  # combine: the hot host's four ports tie
+    assert np.median(leads["dispatch"]) >= 0.10  # the tolerance is small against dispatch leads
     alone, prior = score["alone"], score["prior"]
-    assert alone[1] >= 30 and alone[3] >= 30
-    assert alone[2] / alone[3] >= 0.9, alone  # counters alone: right where the hot port is clear
-    assert prior[0] / prior[1] >= 0.9, prior  # with the projection's shape: every distinct cell
-    assert prior[0] >= alone[0]
+    assert alone[0] / alone[1] >= alone_min, alone
+    assert alone[3] == 0 and median_se_alone.min() > 5.0, (alone, median_se_alone)
+    assert prior[0] / prior[1] >= prior_min, prior
+    assert prior[3] >= 30 and prior[4] == prior[3], prior  # claimed hot ports: all right
+    assert prior[5] == prior[1], prior  # where ambiguous, the tied set holds a true top port
+
+
+def test_hot_ports_claims_only_separable_cells() -> None:
+    """Exact model with a clear winner in phase 0 and a tie in phase 1: claimed, and ambiguous
+    with both tied ports named."""
+    rec = recording()
+    tl = timeline_of(rec)
+    rng = np.random.default_rng(2)
+    x = rng.random((len(tl.keys), 6)) * 1e8
+    x[0, 3] = 5e9
+    x[1, 1] = x[1, 4] = 4e9
+    edges = poll_edges(rec, 0.25)
+    m = occupancy(tl, edges) @ x * (1 + 0.01 * rng.standard_normal((len(edges) - 1, 6)))
+    hot = attribute(tl, edges, m, shrink=0.0).hot_ports()
+    assert hot.claimed[0] and hot.port[0] == 3
+    assert not hot.claimed[1] and set(np.flatnonzero(hot.tied[1])) == {1, 4}
+    d = hot.as_dict()
+    assert d["port"][0] == 3 and d["port"][1] is None and sorted(d["tied"][1]) == [1, 4]
+    assert d["lead_se_rel"][1] is not None and d["lead_rel"][1] < 2 * d["lead_se_rel"][1]
 
 
 def test_exact_model_is_recovered_and_residual_is_zero() -> None:

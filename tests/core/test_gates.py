@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from projection_twin_runs import gate_summary, recording, scenario
 
 from fabricmon.core.clocks import estimate_skew
 from fabricmon.core.gates import check, clock_gate, view_verdict
 from fabricmon.core.projection import Routing
-from projection_twin_runs import gate_summary, recording, scenario
 
 
 def _gate(views, source, name):  # type: ignore[no-untyped-def]
@@ -24,6 +24,17 @@ def test_without_faults_every_gate_of_the_derived_views_passes() -> None:
         assert all(g.verdict == "pass" for g in views[source].gates), gate_summary(views)
         assert views[source].load_bytes is not None
     assert _gate(views, "projected", "projected_vs_measured").value < 0.02
+    # the projection passed every gate: the attributed view rests on counters + projection prior,
+    # and names its hot port only where it beats the runner-up beyond the uncertainty
+    att = views["attributed"].as_dict()
+    assert att["basis"] == "counters + projection"
+    hot = att["hot"]
+    assert len(hot["claimed"]) == len(att["columns"]) and any(hot["claimed"])
+    for col, claimed, port, top, tied in zip(att["columns"], hot["claimed"], hot["port"], hot["top"], hot["tied"],
+                                             strict=True):
+        assert port == (top if claimed else None) and top in tied
+        if col[2] == "combine":  # the hot host's four NICs carry the same bytes: not separable
+            assert not claimed and len(tied) >= 4
     # measured per phase at 1 s polls is true but coarse: drawn, flagged with the reason
     assert views["measured"].verdict == "flag"
     assert "poll_resolution" in views["measured"].as_dict()["failed"][0]
@@ -55,6 +66,10 @@ def test_routing_mismatch_fails_projected_vs_measured_and_withholds() -> None:
     assert g.verdict == "withhold" and g.value > 0.25
     assert views["projected"].verdict == "withhold"
     assert [x.name for x in views["projected"].gates if x.verdict != "pass"] == ["projected_vs_measured"]
+    # a projection that failed its gate is no prior: attribution falls back to counters alone,
+    # which cannot separate the phases' hot ports, and says so
+    att = views["attributed"].as_dict()
+    assert att["basis"] == "counters" and not any(att["hot"]["claimed"])
     right = scenario(recording("ecmp"), routing=Routing("ecmp"))
     assert right["projected"].verdict == "show"
 
