@@ -8,7 +8,8 @@
   minimum over phases (and the median): the machine is shared. Reference: the twin's own
   router (``twin.routing.Router``), the per-phase bincount engine the simulator uses, on the same matrices.
 * attribution: 1 hour of 1 s samples (3,600 intervals, every port in and out) split over the
-  phases of an MoE job (8 layers × dispatch/combine, ~350 ms steps).
+  phases of an MoE job (8 layers × dispatch/combine, ~350 ms steps): counters alone (shared-Gram
+  NNLS, then hot ports with their confidence) and with the projection as prior (batched K×K solves).
 
 Prints ``BENCH projection ms_per_phase=… gpus=4096 attribution_s_per_hour=…``. Single core.
 """
@@ -73,7 +74,7 @@ def bench_projection(phases: int = 9) -> dict[str, float]:
     return out
 
 
-def bench_attribution(ports: int = 12288, hours: float = 1.0) -> tuple[float, float]:
+def bench_attribution(ports: int = 12288, hours: float = 1.0) -> dict[str, float]:
     rng = np.random.default_rng(1)
     step_ns, t0 = 350_000_000, 1_800_000_000_000_000_000
     n_steps = int(hours * 3600e9 / step_ns) + 2
@@ -92,7 +93,16 @@ def bench_attribution(ports: int = 12288, hours: float = 1.0) -> tuple[float, fl
     m = occupancy(tl, edges) @ x * (1 + 0.05 * rng.standard_normal((len(edges) - 1, 2 * ports)))
     t = time.perf_counter()
     att = attribute(tl, edges, m)
-    return time.perf_counter() - t, att.residual_rel
+    alone_s = time.perf_counter() - t
+    att.hot_ports(ports)
+    alone_hot_s = time.perf_counter() - t
+    # with the projection as prior (the phases app's view when the projection passes its gates)
+    prior = x * (1 + 0.01 * rng.standard_normal(x.shape))
+    t = time.perf_counter()
+    att_p = attribute(tl, edges, m, prior=prior, prior_rel_error=0.01)
+    att_p.hot_ports(ports)
+    return {"alone_s": alone_s, "alone_hot_s": alone_hot_s, "prior_s": time.perf_counter() - t,
+            "residual": att.residual_rel}
 
 
 def main() -> None:
@@ -108,13 +118,16 @@ def main() -> None:
     print(
         f"  twin router (reference, same matrices): {r['ref_ms']:.1f} ms/phase, max error vs it {r.get('ref_rel_err', float('nan')):.1e}"
     )
-    att_s, res = bench_attribution()
+    a = bench_attribution()
     print(
-        f"attribution: 3600 x 1 s samples x {2 * 12288} counters, 16 (layer, phase): {att_s:.1f} s (residual {res:.3f})"
+        f"attribution: 3600 x 1 s samples x {2 * 12288} counters, 16 (layer, phase): counters alone {a['alone_s']:.1f} s"
+        f" ({a['alone_hot_s']:.1f} s with hot ports + confidence; residual {a['residual']:.3f}),"
+        f" counters + projection prior {a['prior_s']:.1f} s"
     )
     print(
         f"BENCH projection ms_per_phase={r['ms64']:.1f} ms_per_phase_f32={r['ms32']:.1f} gpus=4096 "
-        f"attribution_s_per_hour={att_s:.2f} twin_router_ms_per_phase={r['ref_ms']:.1f}"
+        f"attribution_s_per_hour={a['alone_hot_s']:.2f} attribution_prior_s_per_hour={a['prior_s']:.2f} "
+        f"twin_router_ms_per_phase={r['ref_ms']:.1f}"
     )
 
 
