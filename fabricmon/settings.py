@@ -220,6 +220,15 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "options": {"expires": FABRICMON_ALERTS_EVALUATE_S},
 }
 
+# --- Jobs: trace uploads ------------------------------------------------------------------------
+# Uploads up to this size are imported inside the request (the answer carries the result); larger
+# ones are saved under FABRICMON_UPLOAD_DIR and imported by a Celery task whose progress the API
+# and the run page show.
+FABRICMON_UPLOAD_INLINE_BYTES = env_int("FABRICMON_UPLOAD_INLINE_BYTES", 8 * 1024 * 1024)
+FABRICMON_UPLOAD_DIR = Path(os.environ.get("FABRICMON_UPLOAD_DIR", VAR_DIR / "uploads"))
+# Celery queue the trace imports run on ("celery" = the default queue every worker consumes).
+FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
