@@ -241,6 +241,13 @@ def attribute(
             raise ValueError(f"prior {pr.shape} does not match ({k} phases, {m.shape[1]} columns)")
         if not prior_rel_error > 0:
             raise ValueError(f"prior_rel_error must be > 0, got {prior_rel_error}")
+    if not ok.any():  # no counters at all: the prior as it stands (± its error), or nothing known
+        x = np.zeros((a.shape[1], m.shape[1]))
+        se = np.full((k, m.shape[1]), np.inf)
+        if pr is not None:
+            x[:k] = np.clip(pr, 0.0, None)
+            se = _prior_error(pr, prior_rel_error)
+    elif pr is not None:
         x, se = _posterior(a_n, m_ok, (a_fit, m_fit), norms, prior=pr, rel_error=prior_rel_error)
     else:
         x = nnls_shared(a_fit, m_fit) / norms[:, None]
@@ -301,16 +308,17 @@ def _posterior(
     a_fit, m_fit = fit_rows
     k = prior.shape[0]
     g_fit = a_fit.T @ a_fit
-    x_ridge = np.linalg.solve(g_fit + 1e-12 * np.trace(g_fit) * np.eye(len(g_fit)), a_fit.T @ m_fit)
+    eps = 1e-12 * max(float(np.trace(g_fit)), 1.0)
+    x_ridge = np.linalg.solve(g_fit + eps * np.eye(len(g_fit)), a_fit.T @ m_fit)
     sigma = np.maximum(_sigma(a_n @ x_ridge - m, a_n.shape[1]), 1e-300)  # (C,)
     n = a_n.shape[1]
-    p_abs = np.abs(prior)
-    tau = rel_error * np.maximum(p_abs, 0.01 * p_abs.max(axis=1, keepdims=True))  # (K, C) bytes
+    tau = _prior_error(prior, rel_error)  # (K, C) bytes
     tau_n = np.maximum(tau * norms[:k, None], 1e-300)  # in the normalised unknowns
     w = np.zeros((n, m.shape[1]))
     w[:k] = (sigma[None, :] / tau_n) ** 2  # prior precision relative to one interval's
     g = a_n.T @ a_n
-    w += 1e-9 * float(np.trace(g)) / n  # a whisker of ridge: every solve regular (no prior on background)
+    # a whisker of ridge: every solve regular (the background column has no prior)
+    w += 1e-9 * max(float(np.trace(g)) / n, 1.0)
     h = g[None, :, :] + np.einsum("kc,kj->ckj", w, np.eye(n))  # (C, n, n)
     rhs = (a_n.T @ m).T + (w * np.vstack([prior * norms[:k, None], np.zeros((n - k, m.shape[1]))])).T
     h_inv = np.linalg.inv(h)
@@ -321,6 +329,14 @@ def _posterior(
     return x, se
 
 
+def _prior_error(prior: FloatArray, rel_error: float) -> FloatArray:
+    """(K, C) bytes: ``rel_error`` of each projected value, at least 1 % of the phase's top port
+    (a projected zero is not taken as exact)."""
+    p_abs = np.abs(prior)
+    tau: FloatArray = rel_error * np.maximum(p_abs, 0.01 * p_abs.max(axis=1, keepdims=True))
+    return tau
+
+
 def _counter_errors(a_n: FloatArray, norms: FloatArray, resid: FloatArray, k: int) -> FloatArray:
     """(K, C) standard error of each counters-alone estimate: σ_c·sqrt(diag (AᵀA)⁻¹).
 
@@ -329,7 +345,7 @@ def _counter_errors(a_n: FloatArray, norms: FloatArray, resid: FloatArray, k: in
     confidence.
     """
     ev, vec = np.linalg.eigh(a_n.T @ a_n)
-    floor = max(float(ev[-1]), 1e-300) * 1e-12 if len(ev) else 1.0
+    floor = max(float(ev[-1]) * 1e-12, 1e-200) if len(ev) else 1.0
     inv_diag = (vec[:k] ** 2) @ (1.0 / np.maximum(ev, floor))
     se: FloatArray = np.sqrt(inv_diag / norms[:k] ** 2)[:, None] * _sigma(resid, a_n.shape[1])[None, :]
     return se
