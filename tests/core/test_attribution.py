@@ -191,3 +191,18 @@ def test_failed_polls_are_dropped_not_filled() -> None:
     assert att.intervals == len(edges) - 2 and np.isfinite(att.bytes_per_phase).all()
     with pytest.raises(ValueError, match="do not match"):
         attribute(timeline_of(rec), edges[:-1], m)
+
+
+def test_without_counters_nothing_is_claimed_and_the_prior_keeps_its_error() -> None:
+    rec = recording()
+    edges = poll_edges(rec, 1.0)
+    tl = timeline_of(rec)
+    m = np.full((len(edges) - 1, 2 * len(rec.ports)), np.nan)
+    alone = attribute(tl, edges, m)
+    assert alone.intervals == 0 and not alone.hot_ports(len(rec.ports)).claimed.any()
+    prior = _projected_per_key(rec, tl)
+    att = attribute(tl, edges, m, prior=prior, prior_rel_error=0.05)
+    np.testing.assert_allclose(att.bytes_per_phase, prior)
+    assert att.se_bytes is not None
+    top = prior.argmax(axis=1)
+    np.testing.assert_allclose(att.se_bytes[np.arange(len(top)), top], 0.05 * prior.max(axis=1))
