@@ -15,11 +15,12 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from fabricmon.jobs import services
-from fabricmon.jobs.models import Run, TrafficMatrix
+from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
 
@@ -205,13 +206,35 @@ def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
     return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
 
 
+UPLOAD_MODES = ("auto", "inline", "queue")
+
+
+def import_inline(size: int, mode: str) -> bool:
+    """Whether an upload is imported inside the request (``mode`` auto: up to
+    ``FABRICMON_UPLOAD_INLINE_BYTES``) or queued for a worker."""
+    if mode not in UPLOAD_MODES:
+        raise services.InputError("mode", f"must be one of {', '.join(UPLOAD_MODES)}")
+    return mode == "inline" or (mode == "auto" and size <= settings.FABRICMON_UPLOAD_INLINE_BYTES)
+
+
+def upload_status_url(upload: TraceUpload) -> str:
+    return reverse("jobs:api-run-upload", kwargs={"run_id": upload.run_id, "upload_id": upload.pk})
+
+
 @token_required
-@require_http_methods(["POST"])
+@require_http_methods(["GET", "POST"])
 @_input_errors
 def uploads(request: HttpRequest, run: Run) -> HttpResponse:
-    """A trace file as multipart field ``file`` (kind and rank as form fields or query)."""
+    """POST: a trace file as multipart field ``file`` (kind, rank and mode as form fields or
+    query). Small files (or ``mode=inline``) are imported now: 200/422 with the counts. Larger
+    ones (or ``mode=queue``) are saved and imported by a worker: 202 with the upload's status URL.
+    GET: the run's uploads, newest first, with their progress."""
+    if request.method == "GET":
+        rows = run.uploads.order_by("-created_at")[:100]
+        return JsonResponse({"uploads": [u.as_dict() | {"status_url": upload_status_url(u)} for u in rows]})
     params = request.POST if request.POST else request.GET
     kind = params.get("kind") or request.GET.get("kind", "")
+    mode = params.get("mode") or request.GET.get("mode") or "auto"
     rank_raw = params.get("rank") or request.GET.get("rank")
     rank: int | None = None
     if rank_raw not in (None, ""):
@@ -221,11 +244,27 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     upload_file = request.FILES.get("file")
     if upload_file is None:
         raise services.InputError("file", "missing multipart file field 'file'")
+    size = upload_file.size or 0
+    if not import_inline(size, mode):
+        upload = services.queue_import(
+            run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
+        )
+        return JsonResponse(upload.as_dict() | {"status_url": upload_status_url(upload)}, status=202)
     upload, result = services.import_trace(
-        run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=upload_file.size or 0
+        run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
     )
-    body = {"upload": upload.pk, **result.as_dict(max_errors=100)}
+    body = {"upload": upload.pk, "state": upload.state, **result.as_dict(max_errors=100)}
     return JsonResponse(body, status=200 if not result.rejected else 422)
+
+
+@token_required
+@require_GET
+def upload_detail(request: HttpRequest, run: Run, upload_id: int) -> HttpResponse:
+    """One upload's progress: state, bytes read of size, events stored/duplicate/rejected, error."""
+    upload = TraceUpload.objects.filter(pk=upload_id, run=run).first()
+    if upload is None:
+        return _error(404, f"no upload {upload_id} in run {run.pk}", "upload")
+    return JsonResponse(upload.as_dict() | {"status_url": upload_status_url(upload)})
 
 
 @token_required

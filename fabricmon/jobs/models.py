@@ -231,16 +231,51 @@ class ApiToken(models.Model):
 
 
 class TraceUpload(models.Model):
-    """One imported trace file and what came of it (counts and the first errors)."""
+    """One trace file import and how far it got: ``queued`` (saved at ``path``, waiting for a
+    worker), ``running`` (``bytes_read`` of ``size_bytes`` read so far, counts so far), ``done``
+    or ``failed`` (``error`` says why). Small uploads and the CLI import in the caller's process
+    and are ``running`` only while it does."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="uploads")
     kind = models.CharField(max_length=16)  # kineto | fr | fr_pickle | inspector
     filename = models.CharField(max_length=255, default="")
+    rank = models.PositiveIntegerField(null=True, blank=True)  # Flight Recorder dumps name none
     size_bytes = models.BigIntegerField(default=0)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.DONE)
+    bytes_read = models.BigIntegerField(default=0)
     events_stored = models.PositiveIntegerField(default=0)
+    events_duplicate = models.PositiveIntegerField(default=0)
     events_rejected = models.PositiveIntegerField(default=0)
     error = models.TextField(default="", blank=True)
+    path = models.CharField(max_length=500, default="", blank=True)  # the saved file while queued/running
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.filename}"
+        return f"{self.kind} {self.filename} ({self.state})"
+
+    def as_dict(self) -> dict[str, object]:
+        """The upload's progress as the API and the run page show it."""
+        return {
+            "upload": self.pk,
+            "run": self.run_id,
+            "kind": self.kind,
+            "filename": self.filename,
+            "state": self.state,
+            "size_bytes": self.size_bytes,
+            "bytes_read": self.bytes_read,
+            "events_stored": self.events_stored,
+            "events_duplicate": self.events_duplicate,
+            "events_rejected": self.events_rejected,
+            "error": self.error,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }

@@ -11,6 +11,7 @@ urlpatterns = [
     path("tokens/<int:token_id>/revoke", views.token_revoke, name="token-revoke"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
     path("runs/<int:run_id>/upload", views.run_upload, name="run-upload"),
+    path("runs/<int:run_id>/uploads/<int:upload_id>.json", views.run_upload_status, name="run-upload-status"),
     path("runs/<int:run_id>/timeline.json", views.run_timeline, name="run-timeline"),
     path("runs/<int:run_id>/matrix.json", views.run_matrix, name="run-matrix"),
     path("api/openapi.json", api.openapi, name="openapi"),
@@ -22,5 +23,6 @@ urlpatterns = [
     path("api/runs/<int:run_id>/ranks", api.rank_map, name="api-run-ranks"),
     path("api/runs/<int:run_id>/events", api.events, name="api-run-events"),
     path("api/runs/<int:run_id>/uploads", api.uploads, name="api-run-uploads"),
+    path("api/runs/<int:run_id>/uploads/<int:upload_id>", api.upload_detail, name="api-run-upload"),
     path("api/runs/<int:run_id>/matrix", api.matrix, name="api-run-matrix"),
 ]

@@ -15,11 +15,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.jobs import services
-from fabricmon.jobs.models import ApiToken, Run, TrafficMatrix
+from fabricmon.jobs.api import import_inline
+from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
 TIMELINE_LIMIT = 20_000
@@ -127,12 +129,31 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
             )
         rank_raw = request.POST.get("rank", "")
         rank = int(rank_raw) if rank_raw.isdigit() else None
-        _, result = services.import_trace(
-            run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=upload.size or 0
+        size = upload.size or 0
+        if not import_inline(size, request.POST.get("mode") or "auto"):
+            row = services.queue_import(
+                run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
+            )
+            status_url = reverse("jobs:run-upload-status", kwargs={"run_id": run.pk, "upload_id": row.pk})
+            return JsonResponse(row.as_dict() | {"status_url": status_url}, status=202)
+        row, result = services.import_trace(
+            run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
         )
     except services.InputError as exc:
         return JsonResponse({"error": exc.reason, "field": exc.field}, status=400)
-    return JsonResponse(result.as_dict(max_errors=50), status=422 if result.rejected else 200)
+    body = {"upload": row.pk, "state": row.state, **result.as_dict(max_errors=50)}
+    return JsonResponse(body, status=422 if result.rejected else 200)
+
+
+@login_required
+@require_GET
+def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> HttpResponse:
+    """One upload's import progress, polled by the run page after a queued upload."""
+    run = _own_run(request, run_id)
+    row = TraceUpload.objects.filter(pk=upload_id, run=run).first()
+    if row is None:
+        raise Http404("no such upload")
+    return JsonResponse(row.as_dict())
 
 
 @login_required

@@ -5,6 +5,29 @@ const csrf = document.querySelector("#upload [name=csrfmiddlewaretoken]").value;
 const PHASE_COLOURS = {dispatch: "#1f77b4", combine: "#ff7f0e", dispatch_bwd: "#9ecae1", combine_bwd: "#fdae6b",
   allreduce: "#2ca02c", allgather: "#98df8a", reducescatter: "#d62728", send: "#9467bd", recv: "#c5b0d5", other: "#7f7f7f"};
 
+// A queued import's progress: poll its status URL until it is done or failed. ``show`` gets the
+// upload row (state, bytes_read of size_bytes, events stored/duplicate/rejected, error).
+function followImport(url, show) {
+  const poll = async () => {
+    let row;
+    try { row = await (await fetch(url, {headers: {Accept: "application/json"}})).json(); }
+    catch (_) { setTimeout(poll, 2000); return; }  // a blip: ask again
+    show(row);
+    if (row.state === "queued" || row.state === "running") setTimeout(poll, 1000);
+  };
+  poll();
+}
+
+function importText(row) {
+  const pct = row.size_bytes ? Math.min(100, Math.round((100 * row.bytes_read) / row.size_bytes)) : 0;
+  const counts = `${row.events_stored} stored` + (row.events_duplicate ? `, ${row.events_duplicate} duplicates` : "") +
+    (row.events_rejected ? `, ${row.events_rejected} rejected` : "");
+  if (row.state === "queued") return "import queued — waiting for a worker";
+  if (row.state === "running") return `importing: ${pct}% read · ${counts}`;
+  if (row.state === "failed") return `import failed: ${row.error}`;
+  return `imported: ${counts}` + (row.error ? ` (first errors: ${row.error})` : "") + " — reload to refresh";
+}
+
 document.getElementById("upload").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const form = ev.target, bar = document.getElementById("upload-progress"), status = document.getElementById("upload-status");
@@ -17,6 +40,16 @@ document.getElementById("upload").addEventListener("submit", (ev) => {
     try { body = JSON.parse(xhr.responseText); } catch (_) { /* not JSON */ }
     bar.value = 100;
     if (xhr.status >= 400 && body.error) { status.className = "status bad"; status.textContent = `${body.field}: ${body.error}`; return; }
+    if (xhr.status === 202 && body.status_url) {  // queued: the bar now shows the import's progress
+      bar.value = 0;
+      status.className = "status";
+      followImport(body.status_url, (row) => {
+        bar.value = row.state === "done" ? 100 : row.size_bytes ? (100 * row.bytes_read) / row.size_bytes : 0;
+        status.className = row.state === "failed" || row.events_rejected ? "status bad" : row.state === "done" ? "status ok" : "status";
+        status.textContent = importText(row);
+      });
+      return;
+    }
     const rejected = body.rejected_count ?? (body.rejected || []).length;
     status.className = rejected ? "status bad" : "status ok";
     status.textContent = `stored ${body.stored}` + (body.duplicates ? `, ${body.duplicates} duplicates` : "") +
@@ -25,6 +58,12 @@ document.getElementById("upload").addEventListener("submit", (ev) => {
   xhr.onerror = () => { status.className = "status bad"; status.textContent = "upload failed (network)"; };
   status.textContent = "uploading…";
   xhr.send(new FormData(form));
+});
+
+// imports still queued or running when the page was loaded keep updating in the list
+document.querySelectorAll("#uploads li[data-status]").forEach((li) => {
+  const state = li.querySelector(".upload-state");
+  followImport(li.dataset.status, (row) => { li.dataset.state = row.state; state.textContent = importText(row); });
 });
 
 async function drawTimeline() {
