@@ -168,3 +168,12 @@ def test_run_page_follows_a_queued_import(uploads, trace, django_capture_on_comm
     other = Client()
     other.force_login(uploads["bob"])
     assert other.get(status_url).status_code == 404  # someone else's run
+
+
+def test_openapi_describes_the_upload_status(uploads, trace) -> None:
+    schema = Client().get("/jobs/api/openapi.json").json()
+    assert "/jobs/api/runs/{run_id}/uploads/{upload_id}" in schema["paths"]
+    assert "202" in schema["paths"]["/jobs/api/runs/{run_id}/uploads"]["post"]["responses"]
+    upload_schema = schema["components"]["schemas"]["Upload"]
+    row = uploads["post"](trace[0], mode="queue").json()
+    assert set(upload_schema["required"]) <= set(row) and set(row) <= set(upload_schema["properties"])
