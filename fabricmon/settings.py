@@ -228,6 +228,10 @@ FABRICMON_UPLOAD_INLINE_BYTES = env_int("FABRICMON_UPLOAD_INLINE_BYTES", 8 * 102
 FABRICMON_UPLOAD_DIR = Path(os.environ.get("FABRICMON_UPLOAD_DIR", VAR_DIR / "uploads"))
 # Celery queue the trace imports run on ("celery" = the default queue every worker consumes).
 FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
+# Per-token rate limit of the jobs ingest API (a token bucket in Redis): requests per second and
+# burst size per API token; a rate of 0 turns it off. Over the limit: 429 with Retry-After.
+FABRICMON_INGEST_RATE_PER_S = env_float("FABRICMON_INGEST_RATE_PER_S", 200.0)
+FABRICMON_INGEST_BURST = env_int("FABRICMON_INGEST_BURST", 1000)
 
 LOGGING = {
     "version": 1,
