@@ -101,6 +101,7 @@ class PosterStats:
     rejected: int = 0
     dropped: int = 0
     failed_posts: int = 0
+    rate_limited: int = 0  # 429 answers: the batch went back to the buffer, posting paused
 
 
 class EventPoster:
@@ -116,8 +117,10 @@ class EventPoster:
         flush_interval_s: float = 1.0,
         clock_resync_s: float = 60.0,
         measure_clock: bool = True,
+        max_backoff_s: float = 30.0,
     ) -> None:
         self.client, self.run_id = client, run_id
+        self.max_backoff_s = max_backoff_s
         self.batch_size, self.max_buffer = batch_size, max_buffer
         self.flush_interval_s, self.clock_resync_s = flush_interval_s, clock_resync_s
         self.stats = PosterStats()
@@ -195,6 +198,28 @@ class EventPoster:
                 self._inflight = 0
                 self._cond.notify_all()
 
+    def _back_off(self, batch: list[dict[str, Any]], answer: dict[str, Any]) -> None:
+        """Rate limited: put the batch back in front (what does not fit is dropped and counted)
+        and pause posting for the server's Retry-After, at most ``max_backoff_s``. Only this
+        thread waits; ``submit`` keeps queueing (bounded) and never blocks."""
+        self.stats.rate_limited += 1
+        if self._closed:  # closing: no more waiting, what is left is dropped and counted
+            self.stats.dropped += len(batch)
+            return
+        try:
+            wait = min(max(float(answer.get("retry_after_s", 1)), 0.05), self.max_backoff_s)
+        except (TypeError, ValueError):
+            wait = 1.0
+        with self._cond:
+            room = max(self.max_buffer - len(self._buf), 0)
+            keep = batch[:room]
+            self.stats.dropped += len(batch) - len(keep)
+            self._buf.extendleft(reversed(keep))
+        log.warning("probe: rate limited by the server, posting again in %.1f s", wait)
+        deadline = time.monotonic() + wait
+        while not self._closed and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+
     def _post(self, batch: list[dict[str, Any]]) -> None:
         body = "\n".join(json.dumps(e, separators=(",", ":")) for e in batch).encode()
         try:
@@ -204,10 +229,14 @@ class EventPoster:
             self.stats.failed_posts += 1
             log.warning("probe: server unreachable, dropped %d events: %s", len(batch), exc)
             return
-        if status >= 500 or not isinstance(answer, dict):
+        if status == 429 and isinstance(answer, dict):
+            self._back_off(batch, answer)
+            return
+        if status >= 500 or not isinstance(answer, dict) or "accepted" not in answer:
+            # a server error, or a refusal of the whole batch (token, run, size): counted, not kept
             self.stats.dropped += len(batch)
             self.stats.failed_posts += 1
-            log.warning("probe: server answered %s, dropped %d events", status, len(batch))
+            log.warning("probe: server answered %s, dropped %d events: %s", status, len(batch), answer)
             return
         self.stats.posted += int(answer.get("accepted", 0))
         self.stats.rejected += int(answer.get("rejected_count", 0))

@@ -7,6 +7,7 @@ Views are thin: authenticate, check sizes, call ``services``, answer. Every 4xx 
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from fabricmon.jobs import services
+from fabricmon.jobs import ratelimit, services
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
@@ -34,8 +35,26 @@ def _error(status: int, reason: str, field: str = "") -> JsonResponse:
     return JsonResponse({"error": reason, "field": field}, status=status)
 
 
+def _rate_limited(wait_s: float) -> JsonResponse:
+    """429 with Retry-After (whole seconds, at least 1) and the limit in words."""
+    rate, burst = ratelimit.limits()
+    retry = max(1, math.ceil(wait_s))
+    resp = JsonResponse(
+        {
+            "error": f"rate limit: at most {rate:g} requests/s per API token (bursts of {burst}); "
+            f"retry in {retry} s",
+            "field": "Authorization",
+            "retry_after_s": retry,
+        },
+        status=429,
+    )
+    resp["Retry-After"] = str(retry)
+    return resp
+
+
 def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Bearer-token auth; a ``run_id`` URL argument is resolved to a run the token's user owns."""
+    """Bearer-token auth and the token's rate limit; a ``run_id`` URL argument is resolved to a run
+    the token's user owns."""
 
     @csrf_exempt
     @functools.wraps(view)
@@ -47,6 +66,9 @@ def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
         row = authenticate_token(token.strip()) if scheme.lower() == "bearer" else None
         if row is None:
             return _error(401, "invalid or revoked API token", "Authorization")
+        wait = ratelimit.take(f"{row.prefix}:{row.pk}")
+        if wait > 0:
+            return _rate_limited(wait)
         request.user = row.user
         if run_id is not None:
             run = Run.objects.filter(pk=run_id).first()
