@@ -1,137 +1,37 @@
-"""The verbs of the phase view: gather a run's rank map, matrices, phase events and the fabric's
-measured counters, then let ``fabricmon.core`` project, attribute and gate them.
+"""The verbs of the phase view: a run's views (projected, attributed, measured, gated) and the
+phase markers the live heatmap draws.
 
-Everything numeric happens in core; this module only reads rows and Redis frames into arrays.
+Everything numeric happens in core; ``state`` reads rows and Redis frames into arrays, only the
+new ones on each update.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 
 from collectors.traces.schema import PHASES
 from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.gates import SourceView, assess, clock_gate
-from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
-from fabricmon.jobs import services as jobs
-from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
-from fabricmon.topology import services as topology
+from fabricmon.core.gates import clock_gate
+from fabricmon.core.projection import Routing
+from fabricmon.jobs.models import Run
+from fabricmon.phases import state
 
-_CACHE = ProjectorCache()
-PXN = Routing("pxn")  # what rail-optimized fabrics run; the API may ask for another
-_LAYOUTS: dict[tuple[str, str], FabricLayout] = {}
-
-
-def _layout(fabric: str) -> FabricLayout:
-    index = topology.port_index(fabric)
-    key = (fabric, index.version)
-    if key not in _LAYOUTS:
-        _LAYOUTS[key] = FabricLayout.from_spec(topology.fabric_spec(fabric), index)
-    return _LAYOUTS[key]
-
-
-def _measured(fabric: str, t1_ns: int, t2_ns: int) -> tuple[Any, Any, Any] | None:
-    """(edges, in bytes, out bytes) per poll interval from the live window, or None."""
-    try:
-        from fabricmon.telemetry import live_window  # noqa: PLC0415
-
-        r = live_window.connect()
-        frames = [f for _, f in live_window.read_window(r, fabric)]
-    except Exception:
-        return None
-    frames = [
-        f for f in frames if t1_ns <= f.ts_ns <= t2_ns and "in_bps" in f.metrics and "out_bps" in f.metrics
-    ]
-    if len(frames) < 3:
-        return None
-    ts = np.array([f.ts_ns for f in frames], dtype=np.int64)
-    edges = np.concatenate([[ts[0] - int(frames[0].interval_s * 1e9)], ts])
-    dt = np.diff(edges) / 1e9
-    m_in = np.stack([np.asarray(f.metrics["in_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
-    m_out = np.stack([np.asarray(f.metrics["out_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
-    return edges, m_in, m_out
+PXN = state.PXN
 
 
 def phase_views(run: Run, routing: Routing = PXN, source: str | None = None) -> dict[str, Any]:
-    """The run's phase-aligned views with their gate verdicts, as plain data for the API and page."""
-    if not run.fabric:
-        return {"error": "the run names no fabric: set it when creating the run", "views": {}}
-    layout = _layout(run.fabric)
-    matrices = TrafficMatrix.objects.filter(run=run).exclude(step=-1).exclude(layer=-1)
-    if source:
-        matrices = matrices.filter(source=source)
-    rows = list(matrices.order_by("step", "layer", "phase"))
-    if not rows:
-        return {"error": "no per-(step, layer, phase) traffic matrices for this run yet", "views": {}}
-    world = run.world_size or max(m.n_ranks for m in rows)
-    entries = list(
-        RankMapEntry.objects.filter(run=run).values("rank", "host", "local_rank", "switch", "switch_port")
-    )
-    placement = place_ranks(layout, entries, world)
-    proj = _CACHE.get(layout, placement, routing)
-    cols = jobs.event_columns(run, source=source)
-    ok = (cols.step >= 0) & (cols.layer >= 0)  # -1: an event without a step or layer
-    if not ok.any():
-        return {"error": "no phase events with step and layer for this run yet", "views": {}}
-    step, layer, code = cols.step[ok], cols.layer[ok], cols.phase[ok]
-    rank, start, end = cols.rank[ok], cols.start_ns[ok], cols.end_ns[ok]
-    # one instance id per (step, layer, phase), vectorised: unique rows of the three int columns
-    triples, inst = np.unique(np.stack([step, layer, code], axis=1), axis=0, return_inverse=True)
-    inst = inst.reshape(-1)
-    key_of = {(int(s), int(lay), PHASES[int(c)]): i for i, (s, lay, c) in enumerate(triples)}
-    clock = estimate_skew(inst, rank, end, world, offset_known=bool((cols.clock_offset_ns[ok] != 0).all()))
-    order = np.argsort(inst, kind="stable")
-    bounds = np.searchsorted(inst[order], np.arange(len(key_of) + 1))
-    s_med = np.array([np.median(start[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
-    e_med = np.array([np.median(end[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
-    by_key = {(m.step, m.layer, m.phase): m for m in rows}
-    keys = [k for k in key_of if k in by_key]
-    pick = np.array([key_of[k] for k in keys], dtype=np.int64)
-    stack = np.zeros((len(keys), world, world), dtype=np.float32)  # half the bytes; ~6e-8 relative
-    for i, k in enumerate(keys):
-        a = by_key[k].sent_array()
-        stack[i, : a.shape[0], : a.shape[1]] = a[:world, :world]
-    pb = proj.project(stack)
-    meas = _measured(run.fabric, int(s_med.min()), int(e_med.max()) + 60_000_000_000)
-    views: dict[str, SourceView] = assess(
-        phase_keys=keys,
-        start_ns=s_med[pick],
-        end_ns=e_med[pick],
-        projected_in=pb.in_bytes,
-        projected_out=pb.out_bytes,
-        coverage=placement.coverage,
-        clock_error_s=clock.error_bound_ns / 1e9,
-        offset_known=clock.offset_known,
-        edges_ns=meas[0] if meas else None,
-        measured_in=meas[1] if meas else None,
-        measured_out=meas[2] if meas else None,
-    )
-    index = layout.index
-    peers = topology.port_peers(run.fabric)
-    rows_meta = [
-        {
-            "switch": index.switch_names[int(index.switch_of[p])],
-            "port": index.port_names[p],
-            "rail": int(index.rail[p]),
-            "peer": peers[p] if p < len(peers) else "",
-        }
-        for p in range(len(index))
-    ]
-    return {
-        "run": run.pk,
-        "fabric": run.fabric,
-        "routing": routing.label(),
-        "rank_map": {"coverage": placement.coverage, "problems": list(placement.problems[:20])},
-        "clock": {
-            "error_bound_ns": clock.error_bound_ns,
-            "worst_rank": clock.worst_rank(),
-            "collectives": clock.collectives,
-        },
-        "ports": rows_meta,
-        "views": {name: v.as_dict() for name, v in views.items()},
-    }
+    """The run's phase-aligned views with their gate verdicts, as plain data for the API and page.
+
+    Served from the run's incremental state (``state.RunPhaseState``): only event blocks,
+    matrices and counter frames that arrived since the last answer are read and projected."""
+    return phase_snapshot(run, routing, source).as_dict()
+
+
+def phase_snapshot(run: Run, routing: Routing = PXN, source: str | None = None) -> state.PhaseSnapshot:
+    """The same views with their arrays (what the run's WebSocket diffs between updates)."""
+    return state.run_state(run, source).snapshot(run, routing)
 
 
 def fold_layers(view: dict[str, Any]) -> dict[str, Any]:
@@ -212,10 +112,8 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
     world = run.world_size or int(rank.max()) + 1
     offset_known = bool((cols.clock_offset_ns[ok] != 0).all())
     clock = estimate_skew(inst, rank, end, world, offset_known=offset_known)
-    order = np.argsort(inst, kind="stable")
-    bounds = np.searchsorted(inst[order], np.arange(len(triples) + 1))
-    s_med = np.array([np.median(start[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
-    e_med = np.array([np.median(end[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
+    s_med = state.grouped_median(inst, start.astype(np.int64), len(triples))
+    e_med = state.grouped_median(inst, end.astype(np.int64), len(triples))
     phase_s = float(np.median(e_med - s_med)) / 1e9
     gate = clock_gate(clock.error_bound_ns / 1e9, offset_known, max(phase_s, 1e-6))
     keep = np.flatnonzero(e_med >= since_ns)

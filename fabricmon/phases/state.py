@@ -1,0 +1,371 @@
+"""A run's phase views, kept up to date incrementally for the JSON API and the run's WebSocket.
+
+Recomputing a run from scratch reads every traffic matrix, decodes every event block and the
+whole live window, and projects every (step, layer, phase) again. Here each of those is read
+once and remembered; an update reads only what arrived since::
+
+    event blocks      ids not folded in yet              → decoded, appended to the columns
+    traffic matrices  (id, calls, n_ranks) changed / new → only those blobs read and projected
+    live window       stream ids after the newest seen   → decoded, appended (trimmed to XLEN)
+    projected rows    kept per (port-index version, rank-map key, routing, world size)
+
+A cheap fingerprint (newest block id, rank-map hash, run state, topology version, newest frame
+id) says whether anything changed at all; an unchanged run answers from the last result. The
+gates and the attribution are re-run on every change: they judge the run as a whole (medians,
+skew, NNLS over all intervals) and are vectorized over the cached arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db.models import Count, Max
+
+from collectors.traces.schema import PHASES, SOURCES
+from fabricmon.core.clocks import estimate_skew
+from fabricmon.core.frames import Frame
+from fabricmon.core.gates import SourceView, assess
+from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
+from fabricmon.jobs.columns import decode_block
+from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
+from fabricmon.topology import services as topology
+
+Key = tuple[int, int, str]  # (step, layer, phase)
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+PXN = Routing("pxn")  # what rail-optimized fabrics run; the API and the socket may ask for another
+_PROJECTORS = ProjectorCache()
+_LAYOUTS: dict[tuple[str, str], FabricLayout] = {}
+_PORT_ROWS: dict[tuple[str, str], list[dict[str, Any]]] = {}
+_EVENT_FIELDS = ("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_offset_ns")
+MEASURED_MARGIN_NS = 60_000_000_000  # counters read this long after the last phase (as before)
+
+
+class NoViewError(Exception):
+    """The run has nothing to show yet (or names no fabric); ``str()`` says why."""
+
+
+def layout_of(fabric: str) -> FabricLayout:
+    index = topology.port_index(fabric)
+    key = (fabric, index.version)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = FabricLayout.from_spec(topology.fabric_spec(fabric), index)
+    return _LAYOUTS[key]
+
+
+def port_rows(fabric: str, layout: FabricLayout) -> list[dict[str, Any]]:
+    """The heatmap's row labels (switch, port, rail, peer), once per topology version."""
+    key = (fabric, layout.index.version)
+    if key not in _PORT_ROWS:
+        index, peers = layout.index, topology.port_peers(fabric)
+        _PORT_ROWS[key] = [
+            {
+                "switch": index.switch_names[int(index.switch_of[p])],
+                "port": index.port_names[p],
+                "rail": int(index.rail[p]),
+                "peer": peers[p] if p < len(peers) else "",
+            }
+            for p in range(len(index))
+        ]
+    return _PORT_ROWS[key]
+
+
+def grouped_median(group: IntArray, values: IntArray, n_groups: int) -> IntArray:
+    """np.median of ``values`` per group id 0..n_groups-1 (every group non-empty), vectorized:
+    sort by (group, value) and average the middle one or two of each group."""
+    order = np.lexsort((values, group))
+    v = values[order].astype(np.float64)
+    counts = np.bincount(group, minlength=n_groups)
+    first = np.cumsum(counts) - counts
+    lo, hi = first + (counts - 1) // 2, first + counts // 2
+    return ((v[lo] + v[hi]) / 2).astype(np.int64)
+
+
+@dataclass
+class _Projected:
+    """Projected per-port bytes of the columns already routed, for one routing context."""
+
+    calls: dict[Key, tuple[int, int, int]] = field(default_factory=dict)  # key → (matrix id, calls, n_ranks)
+    rows_in: dict[Key, FloatArray] = field(default_factory=dict)
+    rows_out: dict[Key, FloatArray] = field(default_factory=dict)
+
+
+@dataclass
+class _Frames:
+    """Decoded counter frames of one fabric's live window, read incrementally by stream id."""
+
+    last_id: bytes = b"-"
+    frames: list[Frame] = field(default_factory=list)
+
+    def update(self, fabric: str) -> bytes:
+        from fabricmon.telemetry import live_window  # noqa: PLC0415
+
+        r = live_window.connect()
+        newest = r.xrevrange(live_window.frames_key(fabric), count=1)
+        newest_id = newest[0][0] if newest else b"-"
+        if newest_id == b"-" or (self.last_id != b"-" and _id_tuple(newest_id) < _id_tuple(self.last_id)):
+            self.last_id, self.frames = b"-", []  # stream gone or recreated: start again
+        if newest_id not in (b"-", self.last_id):
+            got = live_window.read_window(r, fabric, after_id=self.last_id)
+            self.frames.extend(f for _, f in got)
+            self.last_id = got[-1][0] if got else self.last_id
+            keep = int(r.xlen(live_window.frames_key(fabric)))
+            if len(self.frames) > keep:  # the stream was trimmed: so is the copy
+                del self.frames[: len(self.frames) - keep]
+        return newest_id
+
+
+def _id_tuple(eid: bytes) -> tuple[int, int]:
+    ms, _, seq = eid.partition(b"-")
+    return int(ms), int(seq or 0)
+
+
+_FRAMES: dict[str, _Frames] = {}
+
+
+def measured_bytes(fabric: str, t1_ns: int, t2_ns: int) -> tuple[Any, Any, Any] | None:
+    """(edges, in bytes, out bytes) per poll interval from the cached live window, or None."""
+    frames = [
+        f
+        for f in _FRAMES.get(fabric, _Frames()).frames
+        if t1_ns <= f.ts_ns <= t2_ns and "in_bps" in f.metrics and "out_bps" in f.metrics
+    ]
+    if len(frames) < 3:
+        return None
+    ts = np.array([f.ts_ns for f in frames], dtype=np.int64)
+    edges = np.concatenate([[ts[0] - int(frames[0].interval_s * 1e9)], ts])
+    dt = np.diff(edges) / 1e9
+    m_in = np.stack([np.asarray(f.metrics["in_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
+    m_out = np.stack([np.asarray(f.metrics["out_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
+    return edges, m_in, m_out
+
+
+@dataclass(frozen=True)
+class PhaseSnapshot:
+    """One computed state of a run's views: ``meta`` (run, fabric, routing, rank map, clock, ports)
+    and one :class:`SourceView` per source, numpy arrays inside (the socket diffs these)."""
+
+    version: int
+    state: str
+    meta: dict[str, Any]
+    views: dict[str, SourceView]
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error, "views": {}}
+        return {**self.meta, "views": {name: v.as_dict() for name, v in self.views.items()}}
+
+
+class RunPhaseState:
+    """Everything already read and projected for one run and one event source (None = all)."""
+
+    def __init__(self, run_id: int, source: str | None) -> None:
+        self.run_id, self.source = run_id, source
+        self.lock = threading.Lock()
+        self.folded: set[int] = set()
+        self.events: dict[str, IntArray] = {f: np.zeros(0, dtype=np.int64) for f in _EVENT_FIELDS}
+        self.projected: OrderedDict[tuple[Any, ...], _Projected] = OrderedDict()
+        self.placement: Any = None
+        self.rank_hash = ""
+        self.results: dict[Routing, tuple[tuple[Any, ...], PhaseSnapshot]] = {}
+        self.version = 0
+        self.stats = {"blocks_read": 0, "matrices_read": 0, "columns_projected": 0, "recomputes": 0}
+
+    # -- reading what is new --------------------------------------------------------------------
+    def _fold_in_blocks(self, run: Run) -> None:
+        # By id set, not "id > newest": on PostgreSQL a block can commit after one with a higher id.
+        ids = set(EventBlock.objects.filter(run=run).values_list("id", flat=True))
+        todo = sorted(ids - self.folded)
+        if not todo:
+            return
+        parts: dict[str, list[IntArray]] = {f: [self.events[f]] for f in _EVENT_FIELDS}
+        src = SOURCES.index(self.source) if self.source in SOURCES else None
+        rows = EventBlock.objects.filter(pk__in=todo).order_by("id").values_list("id", "columns")
+        for block_id, blob in rows.iterator(chunk_size=64):
+            cols = decode_block(blob)
+            ok = (cols.step >= 0) & (cols.layer >= 0)  # -1: an event without a step or layer
+            if self.source is not None:
+                ok &= cols.source == (src if src is not None else -99)
+            for f in _EVENT_FIELDS:
+                parts[f].append(np.asarray(getattr(cols, f))[ok].astype(np.int64))
+            self.folded.add(int(block_id))
+            self.stats["blocks_read"] += 1
+        self.events = {f: np.concatenate(p) for f, p in parts.items()}
+
+    def _rank_map(self, run: Run, layout: FabricLayout, world: int) -> Any:
+        entries = list(
+            RankMapEntry.objects.filter(run=run)
+            .order_by("rank")
+            .values("rank", "host", "local_rank", "switch", "switch_port")
+        )
+        digest = hashlib.sha1(repr((layout.index.version, world, entries)).encode()).hexdigest()
+        if digest != self.rank_hash or self.placement is None:
+            self.placement, self.rank_hash = place_ranks(layout, entries, world), digest
+        return self.placement
+
+    def _project_new(
+        self, run: Run, layout: FabricLayout, placement: Any, routing: Routing, *, world: int, keys: list[Key]
+    ) -> tuple[FloatArray, FloatArray]:
+        """Per-port bytes of ``keys``; only matrices new or grown since the last call are read."""
+        ctx = (layout.index.version, placement.key, routing, world)
+        cache = self.projected.get(ctx)
+        if cache is None:
+            cache = self.projected[ctx] = _Projected()
+            while len(self.projected) > 4:
+                self.projected.popitem(last=False)
+        self.projected.move_to_end(ctx)
+        matrices = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
+        if self.source:
+            matrices = matrices.filter(source=self.source)
+        newest: dict[Key, tuple[int, int, int]] = {}
+        for mid, step, layer, phase, n_ranks, calls in matrices.values_list(
+            "id", "step", "layer", "phase", "n_ranks", "calls"
+        ).order_by("id"):
+            newest[(step, layer, phase)] = (mid, calls, n_ranks)  # several sources: the newest row
+        wanted = set(keys)
+        todo = [k for k, sig in newest.items() if k in wanted and cache.calls.get(k) != sig]
+        if todo:
+            by_id = {newest[k][0]: k for k in todo}
+            stack = np.zeros((len(todo), world, world), dtype=np.float32)  # half the bytes; ~6e-8 relative
+            pos = {k: i for i, k in enumerate(todo)}
+            for m in TrafficMatrix.objects.filter(pk__in=list(by_id)).only("id", "n_ranks", "sent"):
+                a = m.sent_array()
+                stack[pos[by_id[m.pk]], : a.shape[0], : a.shape[1]] = a[:world, :world]
+            pb = _PROJECTORS.get(layout, placement, routing).project(stack)
+            for i, k in enumerate(todo):
+                cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[i], pb.out_bytes[i]
+                cache.calls[k] = newest[k]
+            self.stats["matrices_read"] += len(todo)
+            self.stats["columns_projected"] += len(todo)
+        have = [k for k in keys if k in cache.rows_in]
+        if not have:
+            n = len(layout.index)
+            return np.zeros((0, n)), np.zeros((0, n))
+        return np.stack([cache.rows_in[k] for k in have]), np.stack([cache.rows_out[k] for k in have])
+
+    # -- the views ------------------------------------------------------------------------------
+    def fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
+        """Changes whenever anything the views depend on changes (cheap: two small queries and a
+        Redis XREVRANGE of one entry)."""
+        blocks = EventBlock.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
+        ranks = RankMapEntry.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
+        version = topology.port_index(run.fabric).version if run.fabric else ""
+        frames = _FRAMES.setdefault(run.fabric, _Frames()).update(run.fabric) if run.fabric else b""
+        return (
+            blocks["n"],
+            blocks["top"],
+            ranks["n"],
+            ranks["top"],
+            run.state,
+            run.world_size,
+            version,
+            frames,
+            routing,
+        )
+
+    def snapshot(self, run: Run, routing: Routing = PXN) -> PhaseSnapshot:
+        """The run's views now: from the last result when nothing changed, else recomputed over the
+        cached arrays with only the new data read."""
+        with self.lock:
+            if not run.fabric:
+                return PhaseSnapshot(
+                    self.version, run.state, {}, {}, "the run names no fabric: set it when creating the run"
+                )
+            fp = self.fingerprint(run, routing)
+            hit = self.results.get(routing)
+            if hit is not None and hit[0] == fp:
+                return hit[1]
+            self.version += 1
+            self.stats["recomputes"] += 1
+            try:
+                snap = self._compute(run, routing)
+            except NoViewError as why:
+                snap = PhaseSnapshot(self.version, run.state, {}, {}, str(why))
+            self.results[routing] = (fp, snap)
+            return snap
+
+    def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
+        layout = layout_of(run.fabric)
+        self._fold_in_blocks(run)
+        ev = self.events
+        n_matrices = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
+        if self.source:
+            n_matrices = n_matrices.filter(source=self.source)
+        top = n_matrices.aggregate(n=Count("id"), ranks=Max("n_ranks"))
+        if not top["n"]:
+            raise NoViewError("no per-(step, layer, phase) traffic matrices for this run yet")
+        if not len(ev["step"]):
+            raise NoViewError("no phase events with step and layer for this run yet")
+        world = run.world_size or int(top["ranks"])
+        placement = self._rank_map(run, layout, world)
+        # one instance id per (step, layer, phase), vectorised: unique rows of the three int columns
+        triples, inst = np.unique(
+            np.stack([ev["step"], ev["layer"], ev["phase"]], axis=1), axis=0, return_inverse=True
+        )
+        inst = inst.reshape(-1)
+        clock = estimate_skew(
+            inst, ev["rank"], ev["end_ns"], world, offset_known=bool((ev["clock_offset_ns"] != 0).all())
+        )
+        s_med = grouped_median(inst, ev["start_ns"], len(triples))
+        e_med = grouped_median(inst, ev["end_ns"], len(triples))
+        all_keys = [(int(s), int(lay), PHASES[int(c)]) for s, lay, c in triples]
+        p_in, p_out = self._project_new(run, layout, placement, routing, world=world, keys=all_keys)
+        cache = self.projected[(layout.index.version, placement.key, routing, world)]
+        pick = np.array([i for i, k in enumerate(all_keys) if k in cache.rows_in], dtype=np.int64)
+        keys = [all_keys[i] for i in pick]
+        if not keys:
+            raise NoViewError("no phase events match the run's traffic matrices yet")
+        meas = measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
+        views = assess(
+            phase_keys=keys,
+            start_ns=s_med[pick],
+            end_ns=e_med[pick],
+            projected_in=p_in,
+            projected_out=p_out,
+            coverage=placement.coverage,
+            clock_error_s=clock.error_bound_ns / 1e9,
+            offset_known=clock.offset_known,
+            edges_ns=meas[0] if meas else None,
+            measured_in=meas[1] if meas else None,
+            measured_out=meas[2] if meas else None,
+        )
+        meta = {
+            "run": run.pk,
+            "fabric": run.fabric,
+            "routing": routing.label(),
+            "rank_map": {"coverage": placement.coverage, "problems": list(placement.problems[:20])},
+            "clock": {
+                "error_bound_ns": clock.error_bound_ns,
+                "worst_rank": clock.worst_rank(),
+                "collectives": clock.collectives,
+            },
+            "ports": port_rows(run.fabric, layout),
+        }
+        return PhaseSnapshot(self.version, run.state, meta, views)
+
+
+_STATES: OrderedDict[tuple[int, str, str | None], RunPhaseState] = OrderedDict()
+_STATES_LOCK = threading.Lock()
+MAX_RUNS = 16  # runs whose arrays stay in memory (least recently asked for goes first)
+
+
+def run_state(run: Run, source: str | None = None) -> RunPhaseState:
+    """The run's state (created on first use). Keyed with the start time too, so a run id that a
+    database reuses (tests flush between cases) never meets another run's arrays."""
+    with _STATES_LOCK:
+        key = (int(run.pk), run.started_at.isoformat(), source)
+        st = _STATES.get(key)
+        if st is None:
+            st = _STATES[key] = RunPhaseState(int(run.pk), source)
+            while len(_STATES) > MAX_RUNS:
+                _STATES.popitem(last=False)
+        _STATES.move_to_end(key)
+        return st
