@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from fabricmon.live import services, wire
-from fabricmon.live.messages import CLOSE_FORBIDDEN, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
+from fabricmon.live.messages import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
             raise
         except Exception:  # Redis gone, bad frame: close so the browser reconnects with backoff
             log.exception("live stream for %s failed", self.stream.fabric)
-            await self.close(code=1011)
+            await self.close(code=CLOSE_SERVER_ERROR)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.stream is None or text_data is None:

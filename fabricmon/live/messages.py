@@ -40,6 +40,10 @@ WINDOW_HEADER_BYTES = 24
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408  # the client stopped acknowledging; it reconnects and resynchronises
+CLOSE_NO_SUCH_RUN = 4404  # the phase socket's run does not exist
+# The server's side failed (Redis or the database gone): reconnect with backoff. Not 1011:
+# Daphne's WebSocket layer (autobahn) lets a server close only with 1000 or 3000-4999.
+CLOSE_SERVER_ERROR = 4500
 
 
 class Scale(TypedDict):

@@ -98,7 +98,8 @@ def test_protocol_js_mirrors_python_constants() -> None:
     js = (Path(__file__).parents[2] / "frontend/static/live/protocol.js").read_text()
     consts = dict(re.findall(r"export const (\w+) = (\d+);", js))
     for name in ("NO_DATA", "CODE_MAX", "KIND_COLUMN", "KIND_WINDOW", "COLUMN_HEADER_BYTES",
-                 "WINDOW_HEADER_BYTES", "FLAG_LAST", "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW"):
+                 "WINDOW_HEADER_BYTES", "FLAG_LAST", "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW",
+                 "CLOSE_NO_SUCH_RUN", "CLOSE_SERVER_ERROR"):
         assert int(consts[name]) == getattr(messages, name), name
 
 

@@ -11,6 +11,8 @@ export const WINDOW_HEADER_BYTES = 24;
 export const CLOSE_UNAUTHENTICATED = 4401;
 export const CLOSE_FORBIDDEN = 4403;
 export const CLOSE_TOO_SLOW = 4408;
+export const CLOSE_NO_SUCH_RUN = 4404;
+export const CLOSE_SERVER_ERROR = 4500;
 
 // Binary message → {kind, metricId, seq, nPorts, ts: Float64Array, codes: Uint8Array (column-major)}.
 export function decodeBinary(buf) {
