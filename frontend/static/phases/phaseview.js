@@ -1,0 +1,84 @@
+// A run's phase views as the browser holds them: built from the socket's snapshot, kept current by
+// its deltas (fabricmon/phases/messages.py). Pure data — no DOM — so the page and tests share it.
+//
+//   snapshot        → replace everything
+//   delta.views[s]  → mode "full": replace view s; mode "upsert": merge columns by
+//                     (step, layer, phase), replace verdict / gates / failed
+//
+// A withheld view holds no values (null) and its gate reasons; nothing of it is ever drawn.
+
+export class PhaseViews {
+  constructor() { this.reset(null); }
+
+  reset(snapshot) {
+    this.run = snapshot?.run ?? null;
+    this.state = snapshot?.state ?? null;
+    this.routing = snapshot?.routing ?? null;
+    this.error = snapshot?.error ?? null;
+    this.meta = snapshot?.meta ?? {};
+    this.phaseOrder = new Map((this.meta.phases ?? []).map((p, i) => [p, i]));
+    this.views = {};
+    for (const [name, v] of Object.entries(snapshot?.views ?? {})) this.views[name] = this.#own(v);
+  }
+
+  apply(delta) {
+    if (delta.state !== undefined) this.state = delta.state;
+    if (delta.error !== undefined) this.error = delta.error;
+    if (delta.meta) {
+      Object.assign(this.meta, delta.meta);
+      if (delta.meta.phases) this.phaseOrder = new Map(delta.meta.phases.map((p, i) => [p, i]));
+    }
+    const changed = [];
+    for (const [name, v] of Object.entries(delta.views ?? {})) {
+      changed.push(name);
+      const held = this.views[name];
+      if (v.mode === "full" || !held || held.values === null) { this.views[name] = this.#own(v); continue; }
+      held.verdict = v.verdict; held.gates = v.gates; held.failed = v.failed;
+      for (let i = 0; i < v.columns.length; i++) {
+        const key = v.columns[i].join("/");
+        const at = held.index.get(key);
+        if (at !== undefined) { held.values[at] = v.values[i]; held.hot_port[at] = v.hot_port[i]; continue; }
+        held.columns.push(v.columns[i]); held.values.push(v.values[i]); held.hot_port.push(v.hot_port[i]);
+        held.index.set(key, held.columns.length - 1);
+      }
+      this.#sort(held);
+    }
+    return changed;
+  }
+
+  // Columns in the server's order: step, layer, then the phase order of collectors/traces/schema.py.
+  #sort(view) {
+    const n = view.columns.length, po = (p) => this.phaseOrder.get(p) ?? 99;
+    const order = [...Array(n).keys()].sort((a, b) => {
+      const x = view.columns[a], y = view.columns[b];
+      return x[0] - y[0] || x[1] - y[1] || po(x[2]) - po(y[2]);
+    });
+    if (order.every((k, i) => k === i)) return;
+    view.columns = order.map((k) => view.columns[k]);
+    view.values = order.map((k) => view.values[k]);
+    view.hot_port = order.map((k) => view.hot_port[k]);
+    view.index = new Map(view.columns.map((c, i) => [c.join("/"), i]));
+  }
+
+  #own(v) {
+    const view = { ...v, columns: [...v.columns], values: v.values ? [...v.values] : null,
+      hot_port: v.hot_port ? [...v.hot_port] : null };
+    view.index = new Map(view.columns.map((c, i) => [c.join("/"), i]));
+    return view;
+  }
+}
+
+// (step, layer, phase) columns → (layer, phase), summed over steps; hot port = most bytes.
+// The same as fabricmon/phases/services.py fold_layers. Already folded views come back as they are.
+export function foldLayers(view) {
+  if (!view || view.values === null || !view.columns.length || view.columns[0][0] === -1) return view;
+  const keys = new Map();
+  for (const c of view.columns) { const k = `${c[1]}/${c[2]}`; if (!keys.has(k)) keys.set(k, [c[1], c[2]]); }
+  const uniq = [...keys.values()].sort((a, b) => a[0] - b[0] || (a[1] !== "dispatch") - (b[1] !== "dispatch") || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0));
+  const at = new Map(uniq.map((u, i) => [`${u[0]}/${u[1]}`, i]));
+  const nPorts = view.values[0]?.length ?? 0;
+  const sums = uniq.map(() => new Float64Array(nPorts));
+  view.columns.forEach((c, i) => { const s = sums[at.get(`${c[1]}/${c[2]}`)], row = view.values[i]; for (let p = 0; p < nPorts; p++) s[p] += row[p]; });
+  const hot = sums.map((s) => { let b = 0; for (let p = 1; p < s.length; p++) if (s[p] > s[b]) b = p; return b; });
+  return { ...view, columns: uniq.map((u) => [-1, ...u]), values: sums.map((s) => Array.from(s)), hot_port: hot };
+}
