@@ -7,6 +7,7 @@ import json
 from dataclasses import fields
 
 import numpy as np
+import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
@@ -157,6 +158,43 @@ def test_blocks_read_back_and_matrices_add_across_batches(db) -> None:
         for d, b in e["send_bytes_per_peer"].items():
             want[e["rank"], int(d)] += b
     assert np.array_equal(m.sent_array(), want) and m.calls == 6
+
+
+@pytest.mark.parametrize("dense_cells", [services.DENSE_MATRIX_CELLS, 0])
+def test_matrices_equal_a_python_sum_whichever_way_they_are_added(db, monkeypatch, dense_cells) -> None:
+    """Both ways of summing a batch (one dense array, or per matrix from one sort) give the sum a
+    plain loop gives, for new matrices and ones that grow (a later batch has more ranks)."""
+    monkeypatch.setattr(services, "DENSE_MATRIX_CELLS", dense_cells)
+    run = Run.objects.create(owner=get_user_model().objects.create_user("d"), name="r")
+    rng = np.random.default_rng(7)
+    events = []
+    for i in range(300):
+        ranks = 3 if i < 150 else 6  # the second half widens some matrices
+        peers = {str(d): int(rng.integers(0, 1000)) for d in rng.choice(ranks, 3, replace=False)}
+        events.append(
+            _event(
+                i,
+                rank=i % ranks,
+                step=i // 40,
+                layer=i % 2,
+                send_bytes_per_peer=peers,
+                recv_bytes_per_peer=None,
+            )
+        )
+    for k in range(0, 300, 70):
+        services.ingest_ndjson(run, b"\n".join(json.dumps(e).encode() for e in events[k : k + 70]))
+    want: dict[tuple[int, int], np.ndarray] = {}
+    for e in events:
+        m = want.setdefault((e["step"], e["layer"]), np.zeros((6, 6), dtype=np.int64))
+        for d, b in e["send_bytes_per_peer"].items():
+            m[e["rank"], int(d)] += b
+    rows = TrafficMatrix.objects.filter(run=run, phase="combine", source="probe")
+    assert rows.count() == len(want)
+    for row in rows:
+        got = np.zeros((6, 6), dtype=np.int64)
+        got[: row.n_ranks, : row.n_ranks] = row.sent_array()
+        assert np.array_equal(got, want[(row.step, row.layer)]), (row.step, row.layer)
+        assert not row.received_array().any()
 
 
 def test_id_hash_does_not_depend_on_the_batch() -> None:
