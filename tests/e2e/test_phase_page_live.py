@@ -1,10 +1,13 @@
 """The phase page follows a running run without a reload: the twin's job reported in two halves to
-a real Daphne server, the page opened in Chromium after the first; the second half's columns
-appear in place (same document), and when the run ends the page says the view is final.
+a real Daphne server, the page opened in Chromium after the first; the heatmap arrives over the
+run's WebSocket (a snapshot, no views.json request at all), the second half's columns arrive as
+deltas and appear in place (same document), and when the run ends the page says the view is final.
 
 Screenshot: test-output/phases-live-update.png."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from twin_runs import T0_NS, twin_job_runs
@@ -42,8 +45,15 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     split_ns = T0_NS + 20_000_000_000
     events = list(rec.events())
     post(client, run_id, (e for e in events if e["start_ns"] < split_ns))
+    polled: list[str] = []
+    frames: list[dict] = []
+    page.on("request", lambda req: polled.append(req.url) if "views.json" in req.url else None)
+    page.on(
+        "websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(json.loads(payload)))
+    )
     log_in(f"/phases/runs/{run_id}/")
     page.wait_for_function("document.getElementById('heatmap').dataset.drawn === '1'", timeout=60_000)
+    assert frames and frames[0]["type"] == "snapshot"
     first = int(page.eval_on_selector("#heatmap", "el => el.dataset.columns"))
     assert page.inner_text("#banner").startswith("projected")
     assert page.inner_text("#live").startswith("run running — live: updated")
@@ -54,6 +64,13 @@ def test_phase_page_updates_in_place_while_the_run_runs(
         f"Number(document.getElementById('heatmap').dataset.columns) > {first}", timeout=60_000
     )
     assert page.evaluate("window.sameDocument === true")
+    deltas = [f for f in frames if f["type"] == "delta" and "projected" in f.get("views", {})]
+    assert deltas, [f["type"] for f in frames]
+    # a delta carries the new columns only, never the view again
+    assert all(d["views"]["projected"]["mode"] == "upsert" for d in deltas)
+    assert sum(len(d["views"]["projected"]["columns"]) for d in deltas) < int(
+        page.eval_on_selector("#heatmap", "el => el.dataset.columns")
+    )
     assert page.inner_text("#banner") == "projected — all gates pass"
     assert {page.get_attribute(f"#gates .gate[data-gate={g}]", "class") for g in ("clock_alignment",)} == {
         "gate pass"
@@ -68,3 +85,4 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     page.wait_for_function("document.getElementById('live').dataset.state === 'finished'", timeout=60_000)
     assert page.inner_text("#live").startswith("run finished — final view")
     assert page.evaluate("window.sameDocument === true")
+    assert polled == []  # everything came over the socket

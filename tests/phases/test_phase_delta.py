@@ -1,0 +1,101 @@
+"""The phase socket's diffs and splits, as pure functions over views (no server): a delta names
+only new or changed columns, a verdict flip replaces the view, a withheld view never carries
+values, and a message over the budget splits into parts that merge back to the original."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabricmon.core.gates import Gate, SourceView
+from fabricmon.phases.state import grouped_median
+from fabricmon.phases.stream import split_message, view_delta, view_message
+
+PASS = Gate(
+    "rank_map_coverage", "a", 1.0, "ratio", 0.99, 0.9, True, "pass", "rank_map_coverage: 100 % ≥ 99 %"
+)
+FAIL = Gate(
+    "rank_map_coverage", "a", 0.5, "ratio", 0.99, 0.9, True, "withhold", "rank_map_coverage: 50 % < 90 % — a"
+)
+
+
+def view(cols: list[tuple[int, int, str]], values: np.ndarray | None, gate: Gate = PASS) -> SourceView:
+    verdict = "withhold" if gate.verdict == "withhold" else "show"
+    return SourceView("projected", verdict, (gate,), tuple(cols), None if verdict == "withhold" else values)  # type: ignore[arg-type]
+
+
+COLS = [(0, 0, "dispatch"), (0, 0, "combine"), (1, 0, "dispatch")]
+VALS = np.array([[1.0, 9.0, 3.0], [5.0, 1.0, 0.0], [2.0, 2.0, 7.0]])
+
+
+def test_unchanged_view_has_no_delta_and_new_or_grown_columns_are_upserted() -> None:
+    old = view(COLS, VALS)
+    assert view_delta(old, view(COLS, VALS.copy())) is None
+    grown = VALS.copy()
+    grown[1, 2] = 40.0  # a late rank grew (0, 0, combine)
+    new = view([*COLS, (1, 0, "combine")], np.vstack([grown, [[0.0, 1.0, 0.0]]]))
+    d = view_delta(old, new)
+    assert d is not None and d["mode"] == "upsert"
+    assert d["columns"] == [[0, 0, "combine"], [1, 0, "combine"]]
+    assert d["values"] == [[5, 1, 40], [0, 1, 0]] and d["hot_port"] == [2, 1]
+
+
+def test_a_flip_to_withhold_replaces_the_view_without_values_and_back_sends_everything() -> None:
+    shown, withheld = view(COLS, VALS), view(COLS, VALS, FAIL)
+    d = view_delta(shown, withheld)
+    assert d is not None and d["mode"] == "full" and d["values"] is None and d["hot_port"] is None
+    assert d["verdict"] == "withhold" and d["failed"] == [FAIL.reason]
+    assert view_delta(withheld, view(COLS, VALS, FAIL)) is None  # still withheld, same reasons
+    back = view_delta(withheld, shown)
+    assert back is not None and back["mode"] == "full" and back["values"] == VALS.astype(int).tolist()
+
+
+def test_a_vanished_column_replaces_the_view() -> None:
+    d = view_delta(view(COLS, VALS), view(COLS[:2], VALS[:2]))
+    assert d is not None and d["mode"] == "full" and len(d["columns"]) == 2
+
+
+def merge(parts: list[dict]) -> dict:  # type: ignore[type-arg]
+    """What the browser does with a split message: the first part, then each part's upserts."""
+    views = {
+        k: {**v, "columns": list(v["columns"]), "values": list(v["values"]), "hot_port": list(v["hot_port"])}
+        for k, v in parts[0]["views"].items()
+    }
+    for part in parts[1:]:
+        assert part["type"] == "more"
+        for k, v in part["views"].items():
+            assert v["mode"] == "upsert"
+            for key in ("columns", "values", "hot_port"):
+                views[k][key] += v[key]
+    return views
+
+
+def test_a_big_message_splits_under_the_budget_and_merges_back() -> None:
+    rng = np.random.default_rng(3)
+    cols = [(s, lay, p) for s in range(40) for lay in range(4) for p in ("dispatch", "combine")]
+    msg = {
+        "type": "snapshot",
+        "seq": 1,
+        "views": {
+            "projected": view_message(view(cols, rng.integers(0, 10**9, (len(cols), 64)).astype(float)))
+        },
+    }
+    parts = split_message(msg, budget=20_000)
+    assert len(parts) > 5 and [p["last"] for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert all(len(json.dumps(p, separators=(",", ":"))) <= 20_000 + 2_000 for p in parts)
+    assert merge(parts) == msg["views"]
+    small = split_message({"type": "delta", "seq": 2, "views": {}})
+    assert small == [{"type": "delta", "seq": 2, "views": {}, "last": True}]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(-(10**12), 10**12)), min_size=1, max_size=200))
+def test_grouped_median_is_numpys_median_per_group(rows: list[tuple[int, int]]) -> None:
+    ids = sorted({g for g, _ in rows})
+    group = np.array([ids.index(g) for g, _ in rows], dtype=np.int64)
+    values = np.array([v for _, v in rows], dtype=np.int64)
+    want = [int(np.median(values[group == i])) for i in range(len(ids))]
+    assert grouped_median(group, values, len(ids)).tolist() == want
