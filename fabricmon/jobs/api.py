@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from fabricmon.jobs import ratelimit, services
+from fabricmon.jobs import imports, ratelimit, services
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
@@ -268,11 +268,11 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
         raise services.InputError("file", "missing multipart file field 'file'")
     size = upload_file.size or 0
     if not import_inline(size, mode):
-        upload = services.queue_import(
+        upload = imports.queue_import(
             run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
         )
         return JsonResponse(upload.as_dict() | {"status_url": upload_status_url(upload)}, status=202)
-    upload, result = services.import_trace(
+    upload, result = imports.import_trace(
         run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
     )
     body = {"upload": upload.pk, "state": upload.state, **result.as_dict(max_errors=100)}

@@ -12,19 +12,14 @@ Reading: ``iter_events`` (dicts), ``event_columns`` (numpy).
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import orjson
-from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from collectors.traces.schema import PHASES, SOURCES
@@ -46,7 +41,6 @@ from fabricmon.jobs.models import (
     RankMapEntry,
     RecentKeyBatch,
     Run,
-    TraceUpload,
     TrafficMatrix,
 )
 from fabricmon.jobs.validation import MAX_OFFSET_NS, LineError, ParsedBatch, validate_dicts
@@ -654,196 +648,6 @@ def ingest_events(
     if chunk:
         total.add(store_batch(run, validate_dicts(chunk)), total.lines)
     return total
-
-
-# --- trace files --------------------------------------------------------------------------------
-
-IMPORT_KINDS = ("kineto", "fr", "fr_pickle", "inspector")
-PROGRESS_EVERY_S = 0.5  # an import writes its progress to its TraceUpload row at most this often
-STALE_IMPORT_S = 300  # a "running" import not heard of for this long is taken over (worker died)
-
-
-class _ProgressReader:
-    """A binary file that reports how far into it reading got (``tell()``, so re-reads after a
-    seek are not counted twice) at most every ``PROGRESS_EVERY_S`` seconds."""
-
-    def __init__(self, raw: IO[bytes], report: Callable[[int], None]) -> None:
-        self.raw, self.report, self._last = raw, report, time.monotonic()
-
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if now - self._last >= PROGRESS_EVERY_S:
-            self._last = now
-            self.report(self.raw.tell())
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self._tick()
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        n = self.raw.readinto(buffer)  # type: ignore[attr-defined]
-        self._tick()
-        return int(n or 0)
-
-    def readline(self, size: int = -1) -> bytes:
-        line = self.raw.readline(size)
-        self._tick()
-        return line
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.readline, b"")
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-
-def _check_import(kind: str, rank: int | None) -> None:
-    if kind not in IMPORT_KINDS:
-        raise InputError("kind", f"unknown trace kind {kind!r}; expected one of {', '.join(IMPORT_KINDS)}")
-    if kind in ("fr", "fr_pickle") and rank is None:
-        raise InputError("rank", "Flight Recorder dumps do not name their rank: give rank")
-
-
-def import_trace(
-    run: Run,
-    kind: str,
-    stream: IO[bytes],
-    *,
-    filename: str = "",
-    rank: int | None = None,
-    size_bytes: int = 0,
-) -> tuple[TraceUpload, IngestResult]:
-    """Import a trace file (streamed) into ``run`` now, in this process (CLI, small uploads);
-    format errors become an ``InputError``. Progress is written to the upload row as it goes."""
-    _check_import(kind, rank)
-    upload = TraceUpload.objects.create(
-        run=run,
-        kind=kind,
-        filename=filename[:255],
-        rank=rank,
-        size_bytes=size_bytes,
-        state=TraceUpload.State.RUNNING,
-    )
-    return upload, run_import(upload, stream)
-
-
-def run_import(upload: TraceUpload, stream: IO[bytes]) -> IngestResult:
-    """Read ``stream`` as ``upload.kind`` into the upload's run, keeping the upload row current
-    (bytes read, counts, state). A format error marks it failed and raises ``InputError``."""
-    from collectors.traces import TraceFormatError, read_events  # importers are pure, no Django  # noqa: PLC0415
-
-    pk = upload.pk
-
-    def save(**values: Any) -> None:  # an UPDATE of the given columns only (no read-modify-write)
-        TraceUpload.objects.filter(pk=pk).update(updated_at=timezone.now(), **values)
-        for key, value in values.items():
-            setattr(upload, key, value)
-
-    def counts(result: IngestResult) -> dict[str, Any]:
-        return {
-            "events_stored": result.stored,
-            "events_duplicate": result.duplicates,
-            "events_rejected": len(result.rejected),
-        }
-
-    reader = _ProgressReader(stream, lambda pos: save(bytes_read=pos))
-    try:
-        events = read_events(upload.kind, reader, rank=upload.rank)  # type: ignore[arg-type]
-        result = ingest_events(upload.run, events, on_batch=lambda total: save(**counts(total)))
-    except TraceFormatError as exc:
-        save(state=TraceUpload.State.FAILED, error=str(exc), finished_at=timezone.now())
-        raise InputError("file", str(exc)) from exc
-    except Exception as exc:
-        save(state=TraceUpload.State.FAILED, error=f"import failed: {exc}", finished_at=timezone.now())
-        raise
-    save(
-        state=TraceUpload.State.DONE,
-        bytes_read=upload.size_bytes or reader.tell(),
-        error="; ".join(f"event {e.line}: {e.field}: {e.reason}" for e in result.rejected[:5]),
-        finished_at=timezone.now(),
-        **counts(result),
-    )
-    return result
-
-
-def queue_import(
-    run: Run,
-    kind: str,
-    upload_file: Any,
-    *,
-    filename: str = "",
-    rank: int | None = None,
-    size_bytes: int = 0,
-) -> TraceUpload:
-    """Save an uploaded file under ``FABRICMON_UPLOAD_DIR`` and queue its import (Celery task
-    ``jobs.import_upload``, after this transaction commits); the upload row shows its progress."""
-    from fabricmon.jobs.tasks import import_upload  # noqa: PLC0415  (Celery app only when queuing)
-
-    _check_import(kind, rank)
-    folder = Path(settings.FABRICMON_UPLOAD_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"run{run.pk}-{uuid.uuid4().hex}.trace"
-    with path.open("wb") as out:
-        for chunk in (
-            upload_file.chunks()
-            if hasattr(upload_file, "chunks")
-            else iter(lambda: upload_file.read(1 << 20), b"")
-        ):
-            out.write(chunk)
-    upload = TraceUpload.objects.create(
-        run=run,
-        kind=kind,
-        filename=filename[:255],
-        rank=rank,
-        size_bytes=size_bytes or path.stat().st_size,
-        state=TraceUpload.State.QUEUED,
-        path=str(path),
-    )
-    transaction.on_commit(
-        lambda: import_upload.apply_async((upload.pk,), queue=settings.FABRICMON_IMPORT_QUEUE)
-    )
-    return upload
-
-
-def import_queued(upload_id: int) -> TraceUpload | None:
-    """The worker's side of ``queue_import``: claim the upload (queued, or running but not heard
-    of for ``STALE_IMPORT_S`` — its worker died; re-importing is safe, events are idempotent),
-    import the saved file, delete it. None when there was nothing to do."""
-    stale = timezone.now() - timedelta(seconds=STALE_IMPORT_S)
-    claimable = Q(state=TraceUpload.State.QUEUED) | Q(state=TraceUpload.State.RUNNING, updated_at__lt=stale)
-    claimed = TraceUpload.objects.filter(claimable, pk=upload_id).update(
-        state=TraceUpload.State.RUNNING, bytes_read=0, updated_at=timezone.now()
-    )
-    if not claimed:
-        return None
-    upload = TraceUpload.objects.select_related("run").get(pk=upload_id)
-    path = Path(upload.path)
-    try:
-        with path.open("rb") as stream:
-            run_import(upload, stream)
-    except InputError:
-        pass  # recorded on the upload (state failed, error)
-    except FileNotFoundError:
-        TraceUpload.objects.filter(pk=upload_id).update(
-            state=TraceUpload.State.FAILED,
-            error="the uploaded file is gone (saved on another machine, or cleaned up)",
-            finished_at=timezone.now(),
-        )
-    finally:
-        path.unlink(missing_ok=True)
-        TraceUpload.objects.filter(pk=upload_id).update(path="")
-    upload.refresh_from_db()
-    return upload
 
 
 def sum_matrices(matrices: list[TrafficMatrix]) -> tuple[list[list[int]], list[list[int]]]:

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.jobs import services
+from fabricmon.jobs import imports, services
 from fabricmon.jobs.api import import_inline
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
@@ -131,12 +131,12 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
         rank = int(rank_raw) if rank_raw.isdigit() else None
         size = upload.size or 0
         if not import_inline(size, request.POST.get("mode") or "auto"):
-            row = services.queue_import(
+            row = imports.queue_import(
                 run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
             )
             status_url = reverse("jobs:run-upload-status", kwargs={"run_id": run.pk, "upload_id": row.pk})
             return JsonResponse(row.as_dict() | {"status_url": status_url}, status=202)
-        row, result = services.import_trace(
+        row, result = imports.import_trace(
             run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
         )
     except services.InputError as exc:

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from fabricmon.celery import app
-from fabricmon.jobs import services
+from fabricmon.jobs import imports, services
 from fabricmon.jobs.models import Run, TraceUpload
 from fabricmon.jobs.tokens import issue_token
 
@@ -110,27 +110,27 @@ def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> N
 
 def test_a_redelivered_import_runs_once_and_a_stale_one_is_taken_over(uploads, trace) -> None:
     body, n_a2a = trace
-    upload = services.queue_import(uploads["run"], "kineto", io.BytesIO(body), filename="t.json")
+    upload = imports.queue_import(uploads["run"], "kineto", io.BytesIO(body), filename="t.json")
     path = Path(upload.path)
     assert path.exists() and TraceUpload.objects.get(pk=upload.pk).state == "queued"
     # a worker died mid-import: the row says running, not heard of for a while
     TraceUpload.objects.filter(pk=upload.pk).update(state="running")
-    assert services.import_queued(upload.pk) is None  # still fresh: someone else is on it
-    services.STALE_IMPORT_S, old = -1, services.STALE_IMPORT_S
+    assert imports.import_queued(upload.pk) is None  # still fresh: someone else is on it
+    imports.STALE_IMPORT_S, old = -1, imports.STALE_IMPORT_S
     try:
-        done = services.import_queued(upload.pk)
+        done = imports.import_queued(upload.pk)
     finally:
-        services.STALE_IMPORT_S = old
+        imports.STALE_IMPORT_S = old
     assert done is not None and done.state == "done" and done.events_stored == n_a2a
     assert not path.exists() and done.path == ""
-    assert services.import_queued(upload.pk) is None  # a redelivered task does nothing
+    assert imports.import_queued(upload.pk) is None  # a redelivered task does nothing
 
 
 def test_progress_is_written_while_reading(uploads, trace, monkeypatch) -> None:
     body, n_a2a = trace
     seen: list[tuple[str, int]] = []
 
-    monkeypatch.setattr(services, "PROGRESS_EVERY_S", 0.0)  # every read reports
+    monkeypatch.setattr(imports, "PROGRESS_EVERY_S", 0.0)  # every read reports
     upload = TraceUpload.objects.create(
         run=uploads["run"], kind="kineto", size_bytes=len(body), state="running"
     )
@@ -141,7 +141,7 @@ def test_progress_is_written_while_reading(uploads, trace, monkeypatch) -> None:
             seen.append(row)
             return super().read(size)
 
-    result = services.run_import(upload, Watch(body))
+    result = imports.run_import(upload, Watch(body))
     assert result.stored == n_a2a
     positions = [b for _, b in seen]
     assert all(state == "running" for state, _ in seen)
@@ -177,3 +177,22 @@ def test_openapi_describes_the_upload_status(uploads, trace) -> None:
     upload_schema = schema["components"]["schemas"]["Upload"]
     row = uploads["post"](trace[0], mode="queue").json()
     assert set(upload_schema["required"]) <= set(row) and set(row) <= set(upload_schema["properties"])
+
+
+def test_the_cli_imports_synchronously(uploads, trace, tmp_path) -> None:
+    """``manage.py import_trace`` reads the file in its own process (no worker) and leaves a done
+    upload row with the counts; a format error is a CommandError naming it."""
+    from django.core.management import CommandError, call_command  # noqa: PLC0415
+
+    body, n_a2a = trace
+    path = tmp_path / "kineto_rank1.json"
+    path.write_bytes(body)
+    out = io.StringIO()
+    call_command("import_trace", str(uploads["run"].pk), "kineto", str(path), stdout=out)
+    assert f"stored {n_a2a}, duplicates 0, rejected 0" in out.getvalue()
+    row = TraceUpload.objects.get(run=uploads["run"])
+    assert (row.state, row.bytes_read, row.events_stored) == ("done", len(body), n_a2a)
+    path.write_bytes(body[: len(body) // 2])
+    with pytest.raises(CommandError, match="not valid JSON"):
+        call_command("import_trace", str(uploads["run"].pk), "kineto", str(path))
+    assert TraceUpload.objects.filter(run=uploads["run"], state="failed").count() == 1

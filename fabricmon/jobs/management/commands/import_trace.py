@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fabricmon.jobs import services
+from fabricmon.jobs import imports, services
 from fabricmon.jobs.models import Run
 
 
@@ -13,7 +13,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("run_id", type=int)
-        parser.add_argument("kind", choices=services.IMPORT_KINDS)
+        parser.add_argument("kind", choices=imports.IMPORT_KINDS)
         parser.add_argument("file", type=Path)
         parser.add_argument("--rank", type=int, default=None, help="global rank (Flight Recorder files)")
 
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         path: Path = opts["file"]
         with path.open("rb") as stream:
             try:
-                _upload, result = services.import_trace(
+                _upload, result = imports.import_trace(
                     run,
                     opts["kind"],
                     stream,
