@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from fabricmon.live import services, wire
 from fabricmon.live.messages import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
@@ -28,6 +29,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = "fabricmon.live:no-channel-layer"
     stream: services.FabricStream | None = None
     pump: asyncio.Task[None] | None = None
+    markers: asyncio.Task[None] | None = None  # the selected run's phase markers (MarkerFeed)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -74,10 +76,48 @@ class FabricConsumer(AsyncWebsocketConsumer):
                 await self.stream.on_ack(int(msg["seq"]))
             elif msg.get("type") == "subscribe":
                 await self.stream.on_subscribe(str(msg["metric"]))
+            elif msg.get("type") == "markers":
+                await self._select_run(None if msg.get("run") in (None, "") else int(msg["run"]))
         except (ValueError, KeyError, TypeError) as exc:
             await self.send(text_data=json.dumps({"type": "error", "message": f"bad message: {exc}"}))
 
+    async def _select_run(self, run_id: int | None) -> None:
+        """Follow one run's phase markers on this socket (None: none); a new choice resets."""
+        from fabricmon.phases.stream import MarkerFeed  # noqa: PLC0415
+
+        await self._stop(self.markers)
+        self.markers = None
+        if run_id is None or self.stream is None:
+            return
+        stream = self.stream
+        feed = MarkerFeed(
+            run_id,
+            stream.fabric,
+            lambda msg: self.send(text_data=json.dumps(msg)),
+            lambda: max(0, stream.newest_ts_ns - int(stream.window_s * 1e9)) if stream.newest_ts_ns else 0,
+            tick_s=float(getattr(settings, "FABRICMON_PHASES_TICK_S", 2.0)),
+        )
+        self.markers = asyncio.create_task(self._follow_markers(feed))
+
+    async def _follow_markers(self, feed: Any) -> None:
+        try:
+            await feed.follow()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the markers are an overlay: report it, keep the heatmap streaming
+            log.exception("phase markers of run %s failed", feed.run_id)
+            failed = {"type": "error", "message": "phase markers failed; select the run again"}
+            await self.send(text_data=json.dumps(failed))
+
+    @staticmethod
+    async def _stop(task: asyncio.Task[None] | None) -> None:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
     async def disconnect(self, code: int) -> None:
+        await self._stop(self.markers)
         if self.pump is not None:
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -16,14 +16,16 @@ A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`
 (failed poll, stale switch) and is drawn as such, never as zero. ``frontend/static/live/protocol.js``
 mirrors these constants; tests/live/test_protocol.py keeps the two in step.
 
-A selected run's phase markers do not travel on this socket: they are few, arrive late (ranks
-report after the collective) and change as more ranks report, so the page polls
-``runs/<id>/markers.json`` (fabricmon/live/views.py) and the binary column path stays as above.
+A selected run's phase markers travel as text beside the columns: the browser sends
+``{"type": "markers", "run": id}`` (``null``: none) and the server answers with a ``markers``
+message holding every marker of the window (``reset: true``), then only new or moved markers and
+clock-gate changes (``fabricmon.phases.stream.MarkerFeed``). ``runs/<id>/markers.json`` stays
+for scripts.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 PROTOCOL_VERSION = 1
 NO_DATA = 255
@@ -95,5 +97,29 @@ class Subscribe(TypedDict):
     metric: str
 
 
-ServerText = Hello | ErrorMessage
-ClientText = Ack | Subscribe
+class SelectRun(TypedDict):
+    """Draw this run's phase markers (``None``: none); answered with ``markers`` messages."""
+
+    type: Literal["markers"]
+    run: int | None
+
+
+class Markers(TypedDict):
+    """A run's phase markers for the time axis: all of the window on ``reset``, else only new or
+    moved ones; ``verdict``/``reason``/``clock``/``gate`` are the clock-alignment gate."""
+
+    type: Literal["markers"]
+    run: int
+    name: str
+    state: str
+    verdict: str
+    reason: str
+    clock: dict[str, Any] | None
+    gate: dict[str, Any] | None
+    cursor_ns: int
+    markers: list[dict[str, Any]]  # {step, layer, phase, start_ms, end_ms}
+    reset: bool
+
+
+ServerText = Hello | Markers | ErrorMessage
+ClientText = Ack | Subscribe | SelectRun

@@ -107,6 +107,7 @@ class FabricStream:
     topology_version: str | None = None
     n_ports: int = 0
     pending: Frame | None = None
+    newest_ts_ns: int = 0  # time of the newest frame seen (the window's right edge)
     last_ack_monotonic: float = field(default_factory=time.monotonic)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -127,6 +128,7 @@ class FabricStream:
         newest = window[-1] if window else None
         self.last_id = frames[-1][0] if frames else b"0-0"
         self.n_ports = newest.n_ports if newest else 0
+        self.newest_ts_ns = newest.ts_ns if newest else 0
         self.topology_version = newest.topology_version if newest else None
         interval_s = newest.interval_s if newest else 1.0
         metric = self.metric  # a frame without it draws as no data; the hello lists what exists
@@ -164,6 +166,7 @@ class FabricStream:
             eid, fields = newest[0]
             self.last_id = eid
             frame = Frame.decode(fields[live_window.FIELD])
+            self.newest_ts_ns = max(self.newest_ts_ns, frame.ts_ns)
             async with self._lock:
                 if frame.topology_version != self.topology_version:
                     await self.snapshot()  # re-cabled or first frame: resynchronise

@@ -276,3 +276,78 @@ def _snapshot_of(run_id: int, routing: Routing) -> PhaseSnapshot:
 
     run = Run.objects.get(pk=run_id)
     return services.phase_snapshot(run, routing)
+
+
+# --- phase markers on the live fabric heatmap ----------------------------------------------------
+MARKER_LOOKBACK_NS = 10_000_000_000  # late ranks move a recent marker's median: look back this far
+
+
+@dataclass
+class MarkerFeed:
+    """A selected run's phase markers for one fabric socket: every marker of the heatmap's window
+    first (``reset: true``), then only new or moved ones, plus the clock gate when it changes.
+
+    Sent as ``{"type": "markers", run, name, state, verdict, reason, clock, gate, markers,
+    reset}`` text messages beside the binary columns. Wakes on its tick; an unchanged run (same
+    event blocks, same state) costs one small query and sends nothing."""
+
+    run_id: int
+    fabric: str
+    send_text: Callable[[dict[str, Any]], Awaitable[None]]
+    window_start_ns: Callable[[], int]  # the heatmap window's left edge (0: no frame yet)
+    tick_s: float = 2.0
+    cursor_ns: int | None = None
+    sent: dict[tuple[int, int, str], tuple[float, float]] = field(default_factory=dict)
+    judged: tuple[Any, ...] | None = None
+    fingerprint: tuple[Any, ...] | None = None
+    sizes: list[int] = field(default_factory=list)
+
+    async def follow(self) -> None:
+        while True:
+            await self.update()
+            await asyncio.sleep(self.tick_s)
+
+    async def update(self) -> None:
+        fp = await database_sync_to_async(self._fingerprint)()
+        if fp == self.fingerprint:
+            return
+        msg = await database_sync_to_async(self._message)()
+        self.fingerprint = fp
+        if msg is not None:
+            self.sizes.append(len(json.dumps(msg, separators=(",", ":"))))
+            await self.send_text(msg)
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        from django.db.models import Count, Max  # noqa: PLC0415
+
+        from fabricmon.jobs.models import EventBlock  # noqa: PLC0415
+
+        blocks = EventBlock.objects.filter(run_id=self.run_id).aggregate(n=Count("id"), top=Max("id"))
+        state = Run.objects.filter(pk=self.run_id).values_list("state", flat=True).first()
+        return blocks["n"], blocks["top"], state
+
+    def _message(self) -> dict[str, Any] | None:
+        from fabricmon.phases.services import phase_markers  # noqa: PLC0415
+
+        run = Run.objects.filter(pk=self.run_id, fabric=self.fabric).first()
+        if run is None:
+            return {"type": "error", "message": f"no run {self.run_id} on fabric {self.fabric!r}"}
+        window = self.window_start_ns()
+        since = window if self.cursor_ns is None else max(window, self.cursor_ns - MARKER_LOOKBACK_NS)
+        data = phase_markers(run, since)
+        reset = self.judged is None
+        fresh = []
+        for m in data["markers"]:
+            key, span = (m["step"], m["layer"], m["phase"]), (m["start_ms"], m["end_ms"])
+            if self.sent.get(key) != span:
+                self.sent[key] = span
+                fresh.append(m)
+        if data["markers"]:
+            self.cursor_ns = data["cursor_ns"]
+        cut_ms = window / 1e6 - 60_000  # forget what slid out of the window (with a phase's margin)
+        self.sent = {k: v for k, v in self.sent.items() if v[1] >= cut_ms}
+        judged = (data["state"], data["verdict"], data["reason"], json.dumps(data["clock"], sort_keys=True))
+        if not reset and not fresh and judged == self.judged:
+            return None
+        self.judged = judged
+        return {**data, "type": "markers", "markers": fresh, "reset": reset}

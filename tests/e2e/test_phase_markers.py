@@ -85,6 +85,11 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
             "skewed": (None, phase_ndjson(t0_ns, steps=STEPS, skew_ns_by_rank={3: 500_000_000})),
         },
     )
+    polled: list[str] = []
+    texts: list[dict] = []
+    page.on("request", lambda req: polled.append(req.url) if "markers.json" in req.url else None)
+    page.on("websocket", lambda ws: ws.on(
+        "framereceived", lambda payload: texts.append(json.loads(payload)) if isinstance(payload, str) else None))
     log_in(f"/fabric/{fabric_name}/?run={runs['aligned']}")
     wait_js(page, "window.fabricmon && fabricmon.state.columns >= 1")
     wait_js(page, f"document.getElementById('phase-strip').dataset.markers === '{STEPS * 4}'")
@@ -107,6 +112,11 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
     )
     wait_js(page, f"document.getElementById('phase-strip').dataset.markers === '{(STEPS + 5) * 4}'")
     assert page.evaluate("fabricmon.strip.paints") > drawn
+    # over the heatmap's socket: everything once, then only the new markers
+    sent = [m for m in texts if m["type"] == "markers" and m["run"] == runs["aligned"]]
+    assert sent[0]["reset"] and len(sent[0]["markers"]) == STEPS * 4
+    assert not sent[-1]["reset"] and {m["step"] for m in sent[-1]["markers"]} <= set(range(STEPS - 3, STEPS + 5))
+    assert sum(len(m["markers"]) for m in sent[1:]) < STEPS * 4
     # the heatmap's right edge passes the newest phase: follow() paints it as the columns arrive
     wait_js(page, "fabricmon.strip.sorted.at(-1).end_ms < fabricmon.strip.drawnNewest")
     # hovering a marker names its step, layer and phase
@@ -128,3 +138,4 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
     assert lane_pixels(page, 2, (31, 119, 180)) == 0  # faded: never the aligned colour
     assert page.evaluate("new URLSearchParams(location.search).get('run')") == str(runs["skewed"])
     screenshot("live-phase-markers-flagged")
+    assert polled == []  # nothing polled: the markers came over the socket

@@ -32,7 +32,7 @@ const state = {
   draws: [], // {seq, ts, at} per drawn column, for the latency benchmark
 };
 const strip = new PhaseStrip($("phase-strip"), heatmap, {
-  markersUrl: (run) => root.dataset.markers.replace(/\/runs\/0\//, `/runs/${run}/`),
+  request: (run) => { if (state.ws?.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify({ type: "markers", run })); },
   onInfo: showPhaseInfo,
 });
 window.fabricmon = { state, heatmap, strip, portLabel, peerOf };
@@ -157,6 +157,7 @@ function connect() {
   const ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   state.ws = ws;
+  ws.onopen = () => { if (strip.runId) strip.select(strip.runId); }; // a new socket knows no selection
   ws.onmessage = (ev) => (typeof ev.data === "string" ? onText(JSON.parse(ev.data)) : onBinary(ev.data));
   ws.onclose = (ev) => {
     if (state.ws === ws) state.ws = null;
@@ -180,6 +181,7 @@ function onBinary(buf) { enqueue(() => handleBinary(buf)); }
 
 async function handleText(msg) {
   if (msg.type === "error") { setStatus(msg.message, "bad"); return; }
+  if (msg.type === "markers") { strip.onMarkers(msg); return; }
   if (msg.type !== "hello") return;
   state.retries = 0;
   state.hello = msg;

@@ -1,6 +1,10 @@
 // Phase markers of a selected run along the live heatmap's time axis: a thin strip under the
 // canvas, one lane per phase kind, each (step, layer, phase) drawn over its median span across ranks.
 //
+// They arrive on the heatmap's own socket: selecting a run sends {type: "markers", run}; the server
+// answers with every marker of the window (reset), then only new or moved markers and clock-gate
+// changes (fabricmon/phases/stream.py MarkerFeed). Nothing is polled.
+//
 // Cost per update follows the new column, like the heatmap: when the heatmap advances k columns the
 // strip shifts its own image left by the same pixels and paints only the new time span; markers
 // fetched later paint only their own span. The whole strip is repainted only on a window load, a
@@ -19,18 +23,16 @@ const COLOURS = {
 };
 const LANE_PX = 6, RULE_PX = 2;
 export const STRIP_HEIGHT = 3 * LANE_PX + RULE_PX;
-const LOOKBACK_MS = 10_000; // ask again for this much before the newest marker: late ranks move medians
-const POLL_MS = 2_000;
 
 export function laneOf(phase) { return LANES[phase] ?? 2; }
 export function colourOf(phase) { return COLOURS[phase] ?? COLOURS.other; }
 
 export class PhaseStrip {
-  constructor(canvas, heatmap, { markersUrl, onInfo }) {
+  constructor(canvas, heatmap, { request, onInfo }) {
     this.canvas = canvas;
     this.ctx = canvas.getContext("2d");
     this.heatmap = heatmap;
-    this.markersUrl = markersUrl; // (runId) → URL of markers.json
+    this.request = request; // (runId | null) → asks the socket for this run's markers
     this.onInfo = onInfo; // ({verdict, reason, clock, count, name}) → shows the label beside the strip
     this.runId = null;
     this.byKey = new Map(); // "step/layer/phase" → marker
@@ -39,51 +41,31 @@ export class PhaseStrip {
     this.verdict = null;
     this.reason = "";
     this.drawnNewest = NaN; // heatmap time the strip's right edge shows
-    this.timer = null;
-    this.cursorNs = null;
+    this.messages = 0; // markers messages taken (read by tests)
     this.paints = 0; // spans painted (read by tests: per update one span, not the window)
     canvas.height = STRIP_HEIGHT;
   }
 
   select(runId) {
     this.runId = runId || null;
-    this.byKey.clear(); this.sorted = []; this.maxDurMs = 0; this.verdict = null; this.cursorNs = null;
-    clearTimeout(this.timer);
+    this.byKey.clear(); this.sorted = []; this.maxDurMs = 0; this.verdict = null;
     this.canvas.dataset.markers = "0";
     this.canvas.dataset.verdict = "";
     this.redraw();
-    if (this.runId) this.poll();
-    else this.onInfo?.(null);
+    this.request(this.runId);
+    if (!this.runId) this.onInfo?.(null);
   }
 
-  async poll() {
-    clearTimeout(this.timer);
-    const run = this.runId;
-    if (!run) return;
-    try {
-      if (!document.hidden && !Number.isNaN(this.heatmap.newestTs())) await this.fetchOnce(run);
-    } catch (err) {
-      this.onInfo?.({ error: `phase markers: ${err.message}` });
-    }
-    if (this.runId === run) this.timer = setTimeout(() => this.poll(), POLL_MS);
-  }
-
-  async fetchOnce(run) {
-    const hm = this.heatmap;
-    const windowStartMs = hm.newestTs() - hm.nCols * hm.intervalMs;
-    let sinceMs = windowStartMs;
-    if (this.cursorNs !== null) sinceMs = Math.max(windowStartMs, this.cursorNs / 1e6 - LOOKBACK_MS);
-    const sinceNs = (BigInt(Math.floor(sinceMs)) * 1000000n).toString();
-    const resp = await fetch(`${this.markersUrl(run)}?since_ns=${sinceNs}`, { credentials: "same-origin" });
-    if (run !== this.runId) return;
-    const data = await resp.json();
-    if (!resp.ok) throw new Error(data.error || resp.statusText);
-    const verdictChanged = data.verdict !== this.verdict;
+  // One "markers" message from the socket: all of the window on reset, else new or moved ones.
+  onMarkers(data) {
+    if (!this.runId || String(data.run) !== String(this.runId)) return; // an answer for an older choice
+    this.messages++;
+    if (data.reset) { this.byKey.clear(); this.sorted = []; this.maxDurMs = 0; }
+    const repaint = data.reset || data.verdict !== this.verdict;
     this.verdict = data.verdict;
     this.reason = data.reason;
-    if (data.markers.length) this.cursorNs = data.cursor_ns;
     this.canvas.dataset.verdict = data.verdict;
-    if (verdictChanged) { this.merge(data.markers, false); this.redraw(); } else this.merge(data.markers, true);
+    if (repaint) { this.merge(data.markers, false); this.redraw(); } else this.merge(data.markers, true);
     this.canvas.dataset.markers = String(this.byKey.size);
     this.onInfo?.({ verdict: data.verdict, reason: data.reason, clock: data.clock, count: this.byKey.size, name: data.name });
   }
