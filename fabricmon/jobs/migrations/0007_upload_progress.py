@@ -4,45 +4,53 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0006_recent_key_batches'),
+        ("jobs", "0006_recent_key_batches"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='traceupload',
-            name='bytes_read',
+            model_name="traceupload",
+            name="bytes_read",
             field=models.BigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='events_duplicate',
+            model_name="traceupload",
+            name="events_duplicate",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='finished_at',
+            model_name="traceupload",
+            name="finished_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='path',
-            field=models.CharField(blank=True, default='', max_length=500),
+            model_name="traceupload",
+            name="path",
+            field=models.CharField(blank=True, default="", max_length=500),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='rank',
+            model_name="traceupload",
+            name="rank",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='state',
-            field=models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='done', max_length=8),
+            model_name="traceupload",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("done", "Done"),
+                    ("failed", "Failed"),
+                ],
+                default="done",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='traceupload',
-            name='updated_at',
+            model_name="traceupload",
+            name="updated_at",
             field=models.DateTimeField(auto_now=True),
         ),
     ]
