@@ -387,7 +387,7 @@ def _add_to_matrices(
     run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], inverse: np.ndarray
 ) -> None:
     """Fold the new events' per-peer bytes into their (source, step, layer, phase) matrices: one
-    bincount for the whole batch, one SELECT of the touched matrices, one executemany each for
+    bincount for the whole batch, one SELECT of the touched matrices, one multi-row statement each for
     UPDATE and INSERT. (Sender rows come from ``send`` maps, receiver columns from ``recv``.)"""
     s_ev, r_ev = cols.peer_event_index("send"), cols.peer_event_index("recv")
     if not len(s_ev) and not len(r_ev):
