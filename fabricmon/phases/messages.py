@@ -41,7 +41,12 @@ class ViewMessage(TypedDict, total=False):
     failed: list[str]  # the reasons of every gate that did not pass
     columns: list[list[Any]]  # [step, layer, phase]
     values: list[list[int]] | None  # one row of per-port bytes per column; None when withheld
-    hot_port: list[int] | None
+    hot_port: list[int] | None  # the most loaded port of each column
+    # attributed view: per column, the hot port only where the counters vouch for it
+    # ({"port": int | None (None = ambiguous), "top", "runner_up", "lead_rel", "lead_se_rel",
+    # "tied": first ports it cannot be told from, "n_tied"}); None for other views
+    hot_claim: list[dict[str, Any]] | None
+    basis: str | None  # attributed: "counters" | "counters + projection"
 
 
 class Snapshot(TypedDict):

@@ -59,18 +59,49 @@ def _int_rows(a: Any) -> list[list[int]]:
     return np.rint(np.asarray(a, dtype=np.float64)).astype(np.int64).tolist()
 
 
+def _num(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
+MAX_TIED_SENT = 8  # ports listed per ambiguous cell (counters alone can tie every port)
+
+
+def hot_claims(hot: Any) -> list[dict[str, Any]]:
+    """Per column of the attributed view: the hot port only where the counters vouch for it
+    (``port``; None = ambiguous), the top and runner-up, the lead and its standard error, and the
+    first of the ports it cannot be told from (``n_tied`` counts them all)."""
+    out = []
+    for k in range(len(hot.port)):
+        tied = np.flatnonzero(hot.tied[k])
+        out.append(
+            {
+                "port": int(hot.port[k]) if hot.claimed[k] else None,
+                "top": int(hot.port[k]),
+                "runner_up": int(hot.runner_up[k]),
+                "lead_rel": _num(hot.lead_rel[k]),
+                "lead_se_rel": _num(hot.lead_se_rel[k]),
+                "tied": tied[:MAX_TIED_SENT].tolist(),
+                "n_tied": len(tied),
+            }
+        )
+    return out
+
+
 def view_message(view: SourceView, mode: str = "full") -> ViewMessage:
     d = view.as_dict(with_values=False)
     shown = d["hot_port"] is not None
+    hot = getattr(view, "hot", None)
     return {
         "mode": mode,  # type: ignore[typeddict-item]
         "source": view.source,
+        "basis": getattr(view, "basis", "") or None,
         "verdict": view.verdict,
         "gates": d["gates"],
         "failed": d["failed"],
         "columns": d["columns"],
         "values": _int_rows(view.load_bytes) if shown else None,
         "hot_port": d["hot_port"],
+        "hot_claim": hot_claims(hot) if shown and hot is not None else None,
     }
 
 
@@ -93,6 +124,10 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
     kept = np.flatnonzero(~changed)
     if len(kept):
         changed[kept] = np.any(np.rint(old.load_bytes[idx[kept]]) != np.rint(new.load_bytes[kept]), axis=1)
+    claims = hot_claims(new.hot) if getattr(new, "hot", None) is not None else None
+    if claims is not None:  # a column whose claim changed (e.g. ambiguous → claimed) goes too
+        was = hot_claims(old.hot) if getattr(old, "hot", None) is not None else [None] * len(old.columns)
+        changed[kept] |= np.array([was[idx[i]] != claims[i] for i in kept], dtype=bool)
     rows = np.flatnonzero(changed)
     if not len(rows) and not judged:
         return None
@@ -100,12 +135,14 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
     return {
         "mode": "upsert",
         "source": new.source,
+        "basis": getattr(new, "basis", "") or None,
         "verdict": new.verdict,
         "gates": [g.as_dict() for g in new.gates],
         "failed": [g.reason for g in failing(new.gates)],
         "columns": [list(new.columns[i]) for i in rows],
         "values": _int_rows(part),
         "hot_port": part.argmax(axis=1).tolist() if part.size else [],
+        "hot_claim": [claims[i] for i in rows] if claims is not None else None,
     }
 
 
@@ -158,13 +195,9 @@ def split_message(msg: dict[str, Any], budget: int = MESSAGE_BUDGET_BYTES) -> li
     items = [(name, i) for name, v in views.items() if v.get("values") for i in range(len(v["columns"]))]
     if _size(msg) <= budget or not items:
         return [{**msg, "last": True}]
+    per_column = ("columns", "values", "hot_port", "hot_claim")
     skeleton = {
-        name: {
-            **v,
-            "columns": [],
-            "values": [] if v.get("values") is not None else v.get("values"),
-            "hot_port": [] if v.get("hot_port") is not None else v.get("hot_port"),
-        }
+        name: {**v, **{k: [] if v.get(k) is not None else None for k in per_column}}
         for name, v in views.items()
     }
     parts: list[dict[str, Any]] = [{**msg, "views": skeleton}]
@@ -172,6 +205,8 @@ def split_message(msg: dict[str, Any], budget: int = MESSAGE_BUDGET_BYTES) -> li
     for name, i in items:
         v = views[name]
         cost = _size(v["columns"][i]) + _size(v["values"][i]) + 12
+        if v.get("hot_claim") is not None:
+            cost += _size(v["hot_claim"][i])
         if used + cost > budget and any(x["columns"] for x in parts[-1]["views"].values()):
             parts.append({"type": "more", "views": {}})
             used = _size(parts[-1])
@@ -180,19 +215,18 @@ def split_message(msg: dict[str, Any], budget: int = MESSAGE_BUDGET_BYTES) -> li
             {
                 "mode": "upsert",
                 "source": v["source"],
+                "basis": v.get("basis"),
                 "verdict": v["verdict"],
                 "gates": v["gates"],
                 "failed": v["failed"],
-                "columns": [],
-                "values": [],
-                "hot_port": [],
+                **{k: [] if v.get(k) is not None else None for k in per_column},
             },
         )
         if not target["columns"] and len(parts) > 1:
             used += _size(target)
-        target["columns"].append(v["columns"][i])
-        target["values"].append(v["values"][i])
-        target["hot_port"].append(v["hot_port"][i])
+        for k in per_column:
+            if v.get(k) is not None:
+                target[k].append(v[k][i])
         used += cost
     for k, part in enumerate(parts):
         part["last"] = k == len(parts) - 1

@@ -53,6 +53,14 @@ def test_phase_page_all_gates_pass_and_each_fault_withholds(
     page.select_option("#source", "attributed")
     page.wait_for_function("document.getElementById('banner').textContent.startsWith('attributed')")
     assert page.inner_text("#banner") == "attributed — all gates pass"
+    # hot ports drawn only where the counters vouch for them; the rest say "ambiguous"
+    page.wait_for_function("document.getElementById('hotinfo').textContent.startsWith('hot port claimed in')")
+    claimed, ambiguous, columns = (
+        int(page.eval_on_selector("#heatmap", f"el => el.dataset.{k}")) for k in ("claimed", "ambiguous", "columns")
+    )
+    assert claimed + ambiguous == columns and f"{ambiguous} ambiguous" in page.inner_text("#hotinfo")
+    drawn = page.evaluate("Object.fromEntries(document.getElementById('heatmap').data.map(t => [t.name, (t.x || []).length]))")
+    assert drawn["hot port"] == claimed  # one marker per claimed cell, none where ambiguous
     screenshot("phases-attributed-all-gates-pass")
 
     # routing mismatch: the twin's fabric ran PXN; the operator assumes ECMP

@@ -58,31 +58,33 @@ def test_a_vanished_column_replaces_the_view() -> None:
     assert d is not None and d["mode"] == "full" and len(d["columns"]) == 2
 
 
+PER_COLUMN = ("columns", "values", "hot_port", "hot_claim")
+
+
 def merge(parts: list[dict]) -> dict:  # type: ignore[type-arg]
     """What the browser does with a split message: the first part, then each part's upserts."""
     views = {
-        k: {**v, "columns": list(v["columns"]), "values": list(v["values"]), "hot_port": list(v["hot_port"])}
+        k: {**v, **{c: list(v[c]) for c in PER_COLUMN if v.get(c) is not None}}
         for k, v in parts[0]["views"].items()
     }
     for part in parts[1:]:
         assert part["type"] == "more"
         for k, v in part["views"].items():
             assert v["mode"] == "upsert"
-            for key in ("columns", "values", "hot_port"):
-                views[k][key] += v[key]
+            for c in PER_COLUMN:
+                if v.get(c) is not None:
+                    views[k][c] += v[c]
     return views
 
 
 def test_a_big_message_splits_under_the_budget_and_merges_back() -> None:
     rng = np.random.default_rng(3)
     cols = [(s, lay, p) for s in range(40) for lay in range(4) for p in ("dispatch", "combine")]
-    msg = {
-        "type": "snapshot",
-        "seq": 1,
-        "views": {
-            "projected": view_message(view(cols, rng.integers(0, 10**9, (len(cols), 64)).astype(float)))
-        },
-    }
+    attributed = view_message(view(cols, rng.integers(0, 10**9, (len(cols), 64)).astype(float)))
+    claims = [{"port": i % 3 or None, "tied": [1, 2]} for i in range(len(cols))]
+    attributed |= {"source": "attributed", "hot_claim": claims}  # type: ignore[typeddict-item]
+    projected = view_message(view(cols, rng.integers(0, 10**9, (len(cols), 64)).astype(float)))
+    msg = {"type": "snapshot", "seq": 1, "views": {"projected": projected, "attributed": attributed}}
     parts = split_message(msg, budget=20_000)
     assert len(parts) > 5 and [p["last"] for p in parts] == [False] * (len(parts) - 1) + [True]
     assert all(len(json.dumps(p, separators=(",", ":"))) <= 20_000 + 2_000 for p in parts)
@@ -99,3 +101,39 @@ def test_grouped_median_is_numpys_median_per_group(rows: list[tuple[int, int]]) 
     values = np.array([v for _, v in rows], dtype=np.int64)
     want = [int(np.median(values[group == i])) for i in range(len(ids))]
     assert grouped_median(group, values, len(ids)).tolist() == want
+
+
+def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_upserted() -> None:
+    from fabricmon.core.attribution import HotPorts  # noqa: PLC0415
+
+    def hot(claimed: list[bool]) -> HotPorts:
+        tied = np.array([[True, False, False], [True, True, True], [False, False, True]])
+        return HotPorts(
+            ((0, "dispatch"), (0, "combine"), (1, "dispatch")),
+            np.array([1, 0, 2]),
+            np.array([2, 1, 1]),
+            np.array([0.6, 0.001, 0.5]),
+            np.array([0.05, np.inf, 0.1]),
+            np.array(claimed),
+            tied,
+            2.0,
+        )
+
+    cols = [(-1, 0, "dispatch"), (-1, 0, "combine"), (-1, 1, "dispatch")]
+    old = SourceView(
+        "attributed", "show", (PASS,), tuple(cols), VALS, basis="counters", hot=hot([True, False, True])
+    )
+    msg = view_message(old)
+    assert msg["basis"] == "counters"
+    assert [c["port"] for c in msg["hot_claim"]] == [1, None, 2]  # ambiguous: no port claimed
+    assert msg["hot_claim"][1]["tied"] == [0, 1, 2] and msg["hot_claim"][1]["lead_se_rel"] is None
+    new = SourceView(
+        "attributed", "show", (PASS,), tuple(cols), VALS, basis="counters", hot=hot([True, True, True])
+    )
+    d = view_delta(old, new)
+    assert d is not None and d["mode"] == "upsert" and d["columns"] == [[-1, 0, "combine"]]
+    assert d["hot_claim"][0]["port"] == 0
+    withheld = SourceView(
+        "attributed", "withhold", (FAIL,), tuple(cols), None, basis="counters", hot=hot([True] * 3)
+    )
+    assert view_message(withheld)["hot_claim"] is None and view_message(withheld)["values"] is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 from typing import Any
 
 import numpy as np
@@ -90,13 +91,18 @@ class Held:
                 continue
             held.update(verdict=v["verdict"], gates=v["gates"], failed=v["failed"])
             at = {tuple(c): i for i, c in enumerate(held["columns"])}
-            for c, row, hot in zip(v["columns"], v["values"], v["hot_port"], strict=True):
-                if tuple(c) in at:
-                    held["values"][at[tuple(c)]], held["hot_port"][at[tuple(c)]] = row, hot
-                else:
-                    held["columns"].append(c)
-                    held["values"].append(row)
-                    held["hot_port"].append(hot)
+            claims = v.get("hot_claim") or [None] * len(v["columns"])
+            for c, row, hot, claim in zip(v["columns"], v["values"], v["hot_port"], claims, strict=True):
+                if tuple(c) not in at:
+                    at[tuple(c)] = len(held["columns"])
+                    for key in ("columns", "values", "hot_port", "hot_claim"):
+                        if held.get(key) is not None:
+                            held[key].append(None)
+                    held["columns"][-1] = c
+                i = at[tuple(c)]
+                held["values"][i], held["hot_port"][i] = row, hot
+                if held.get("hot_claim") is not None:
+                    held["hot_claim"][i] = claim
 
     def table(self, name: str) -> dict[tuple[Any, ...], list[int]]:
         v = self.views[name]
@@ -197,10 +203,21 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         assert [
             held.views[source]["hot_port"][held.views[source]["columns"].index(c)] for c in want["columns"]
         ] == np.argmax(mine, axis=1).tolist()
+        if want.get("hot") is not None:  # attributed: the hot port only where the counters vouch
+            at = [held.views[source]["columns"].index(c) for c in want["columns"]]
+            assert [held.views[source]["hot_claim"][i]["port"] for i in at] == want["hot"]["port"]
+            assert got["basis"] == want["basis"]
+    per_delta = [
+        (
+            len(d["views"]["projected"]["columns"]) if "projected" in d.get("views", {}) else 0,
+            len(json.dumps(d, separators=(",", ":"))),
+        )
+        for d in deltas
+    ]
     print(
-        f"\nphase socket ({server.tick_s} s tick): snapshot {sizes[0]} B for "
-        f"{len(api['views']['projected']['columns'])} cols x {len(rec.ports)} ports at the end; "
-        f"deltas {sizes[1:]} B"
+        f"\nphase socket ({server.tick_s} s tick), {len(rec.ports)} ports: first snapshot message {sizes[0]} B; "
+        f"deltas (projected columns, bytes) {per_delta}; all {len(api['views']['projected']['columns'])} columns "
+        f"as JSON from views.json would be {len(json.dumps(api, separators=(',', ':')))} B"
     )
 
 

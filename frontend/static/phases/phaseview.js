@@ -6,6 +6,8 @@
 //                     (step, layer, phase), replace verdict / gates / failed
 //
 // A withheld view holds no values (null) and its gate reasons; nothing of it is ever drawn.
+// The attributed view also holds hot_claim per column: the hot port only where the counters vouch
+// for it (port null = ambiguous: the top ports are within 2 standard errors of each other).
 
 export class PhaseViews {
   constructor() { this.reset(null); }
@@ -33,13 +35,18 @@ export class PhaseViews {
       changed.push(name);
       const held = this.views[name];
       if (v.mode === "full" || !held || held.values === null) { this.views[name] = this.#own(v); continue; }
-      held.verdict = v.verdict; held.gates = v.gates; held.failed = v.failed;
+      held.verdict = v.verdict; held.gates = v.gates; held.failed = v.failed; held.basis = v.basis;
+      if (v.hot_claim && !held.hot_claim) held.hot_claim = held.columns.map(() => null);
       for (let i = 0; i < v.columns.length; i++) {
         const key = v.columns[i].join("/");
-        const at = held.index.get(key);
-        if (at !== undefined) { held.values[at] = v.values[i]; held.hot_port[at] = v.hot_port[i]; continue; }
-        held.columns.push(v.columns[i]); held.values.push(v.values[i]); held.hot_port.push(v.hot_port[i]);
-        held.index.set(key, held.columns.length - 1);
+        let at = held.index.get(key);
+        if (at === undefined) {
+          held.columns.push(v.columns[i]); held.values.push(null); held.hot_port.push(null);
+          if (held.hot_claim) held.hot_claim.push(null);
+          at = held.columns.length - 1; held.index.set(key, at);
+        }
+        held.values[at] = v.values[i]; held.hot_port[at] = v.hot_port[i];
+        if (held.hot_claim) held.hot_claim[at] = v.hot_claim ? v.hot_claim[i] : null;
       }
       this.#sort(held);
     }
@@ -57,12 +64,13 @@ export class PhaseViews {
     view.columns = order.map((k) => view.columns[k]);
     view.values = order.map((k) => view.values[k]);
     view.hot_port = order.map((k) => view.hot_port[k]);
+    if (view.hot_claim) view.hot_claim = order.map((k) => view.hot_claim[k]);
     view.index = new Map(view.columns.map((c, i) => [c.join("/"), i]));
   }
 
   #own(v) {
     const view = { ...v, columns: [...v.columns], values: v.values ? [...v.values] : null,
-      hot_port: v.hot_port ? [...v.hot_port] : null };
+      hot_port: v.hot_port ? [...v.hot_port] : null, hot_claim: v.hot_claim ? [...v.hot_claim] : null };
     view.index = new Map(view.columns.map((c, i) => [c.join("/"), i]));
     return view;
   }
