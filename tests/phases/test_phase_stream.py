@@ -155,10 +155,12 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
     ]
     post(client, run_id, parts[0])
     cookie = session_cookie(server, USER, PASSWORD)
+    snapshot_bytes: list[int] = []
 
     async def scenario() -> tuple[Held, list[dict[str, Any]], dict[str, Any], list[int]]:
         ws = await WebSocket.connect(ws_url(server, run_id), cookie=cookie, origin=server.url)
         snap, held = await receive_snapshot(ws)
+        snapshot_bytes.append(sum(ws.received_bytes))
         assert snap["state"] == "running" and snap["error"] is None
         proj = held.views["projected"]
         assert proj["verdict"] == "show" and {g["verdict"] for g in proj["gates"]} == {"pass"}
@@ -189,7 +191,7 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         assert first_cols < len(held.views["projected"]["columns"])
         return held, deltas, api, ws.received_bytes
 
-    held, deltas, api, sizes = asyncio.run(scenario())
+    held, deltas, api, _ = asyncio.run(scenario())
     assert deltas, "no delta arrived"
     for source in ("projected", "attributed", "measured"):
         want = api["views"][source]
@@ -215,7 +217,7 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         for d in deltas
     ]
     print(
-        f"\nphase socket ({server.tick_s} s tick), {len(rec.ports)} ports: first snapshot message {sizes[0]} B; "
+        f"\nphase socket ({server.tick_s} s tick), {len(rec.ports)} ports: snapshot {snapshot_bytes[0]} B; "
         f"deltas (projected columns, bytes) {per_delta}; all {len(api['views']['projected']['columns'])} columns "
         f"as JSON from views.json would be {len(json.dumps(api, separators=(',', ':')))} B"
     )
