@@ -1,0 +1,128 @@
+"""Daphne + a real Celery worker on one SQLite file, for queued-upload tests (API and browser).
+
+client ──HTTP──▶ daphne ──(file saved, task on Redis)──▶ celery worker (own queue) ──▶ SQLite
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+@dataclass
+class UploadStack:
+    url: str
+    env: dict[str, str]
+    logs: Path
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [PY, "manage.py", *args], cwd=ROOT, env=self.env, check=True, capture_output=True, text=True
+        )
+        return done.stdout.strip()
+
+    def log_tail(self) -> str:
+        return "".join(p.read_text()[-2500:] for p in sorted(self.logs.glob("*.log")))
+
+
+def write_kineto_trace(path: Path, mb: int) -> int:
+    """The bench's gloo-style Kineto trace generator; returns the number of all-to-alls."""
+    spec = importlib.util.spec_from_file_location("bench_ingest", ROOT / "bench" / "ingest.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.write_trace(path, mb)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def upload_stack(tmp_path: Path, redis_url: str, queue: str, inline_bytes: int) -> Iterator[UploadStack]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "FABRICMON_VAR_DIR": str(tmp_path),
+        "FABRICMON_UPLOAD_DIR": str(tmp_path / "uploads"),
+        "FABRICMON_UPLOAD_INLINE_BYTES": str(inline_bytes),
+        "FABRICMON_IMPORT_QUEUE": queue,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stack = UploadStack("", env, logs)
+    stack.manage("migrate", "--noinput", "-v", "0")
+    port = _free_port()
+    procs = []
+    files = [open(logs / "daphne.log", "w"), open(logs / "worker.log", "w")]  # noqa: SIM115 - closed below
+    try:
+        procs.append(
+            subprocess.Popen(
+                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fabricmon.asgi:application"],
+                cwd=ROOT,
+                env=env,
+                stdout=files[0],
+                stderr=subprocess.STDOUT,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "fabricmon.celery",
+                    "worker",
+                    "--pool=solo",
+                    "-Q",
+                    queue,
+                    "-n",
+                    f"{queue}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--loglevel=INFO",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=files[1],
+                stderr=subprocess.STDOUT,
+            )
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if procs[0].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not start:\n{stack.log_tail()}") from None
+                time.sleep(0.2)
+        stack.url = f"http://127.0.0.1:{port}"
+        yield stack
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for f in files:
+            f.close()
