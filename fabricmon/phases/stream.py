@@ -56,7 +56,8 @@ def notify_run_changed(run_id: int) -> None:
 
 # --- diffs (pure) --------------------------------------------------------------------------------
 def _int_rows(a: Any) -> list[list[int]]:
-    return np.rint(np.asarray(a, dtype=np.float64)).astype(np.int64).tolist()
+    rows: list[list[int]] = np.rint(np.asarray(a, dtype=np.float64)).astype(np.int64).tolist()
+    return rows
 
 
 def _num(v: float) -> float | None:
@@ -157,6 +158,7 @@ def snapshot_message(snap: PhaseSnapshot, seq: int, routing: Routing) -> Snapsho
         "error": snap.error,
         "meta": {**{k: v for k, v in snap.meta.items() if k != "run"}, "phases": list(PHASES)},
         "views": {name: view_message(v) for name, v in snap.views.items()},
+        "last": True,  # split_message sets it per part
     }
 
 
@@ -228,8 +230,8 @@ def split_message(msg: dict[str, Any], budget: int = MESSAGE_BUDGET_BYTES) -> li
             if v.get(k) is not None:
                 target[k].append(v[k][i])
         used += cost
-    for k, part in enumerate(parts):
-        part["last"] = k == len(parts) - 1
+    for n, part in enumerate(parts):
+        part["last"] = n == len(parts) - 1
     return parts
 
 
@@ -250,7 +252,8 @@ class PhaseStream:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def _compute(self) -> PhaseSnapshot:
-        return await database_sync_to_async(_snapshot_of)(self.run_id, self.routing)
+        snap: PhaseSnapshot = await database_sync_to_async(_snapshot_of)(self.run_id, self.routing)
+        return snap
 
     async def _send(self, msg: dict[str, Any]) -> None:
         text = json.dumps(msg, separators=(",", ":"))
