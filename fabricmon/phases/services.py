@@ -107,8 +107,7 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
         return out
     step, layer, code = cols.step[ok], cols.layer[ok], cols.phase[ok]
     rank, start, end = cols.rank[ok], cols.start_ns[ok], cols.end_ns[ok]
-    triples, inst = np.unique(np.stack([step, layer, code], axis=1), axis=0, return_inverse=True)
-    inst = inst.reshape(-1)
+    triples, inst = state.instances(step, layer, code)
     world = run.world_size or int(rank.max()) + 1
     offset_known = bool((cols.clock_offset_ns[ok] != 0).all())
     clock = estimate_skew(inst, rank, end, world, offset_known=offset_known)

@@ -137,3 +137,14 @@ def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_u
         "attributed", "withhold", (FAIL,), tuple(cols), None, basis="counters", hot=hot([True] * 3)
     )
     assert view_message(withheld)["hot_claim"] is None and view_message(withheld)["values"] is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**37), st.integers(0, 300), st.integers(0, 12)), min_size=1, max_size=100))
+def test_packed_instances_are_numpys_unique_rows(rows: list[tuple[int, int, int]]) -> None:
+    from fabricmon.phases.state import instances  # noqa: PLC0415
+
+    a = np.array(rows, dtype=np.int64)
+    want, want_inv = np.unique(a, axis=0, return_inverse=True)
+    got, got_inv = instances(a[:, 0], a[:, 1], a[:, 2])
+    assert np.array_equal(got, want) and np.array_equal(got_inv, want_inv.reshape(-1))

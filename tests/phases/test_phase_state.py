@@ -5,6 +5,8 @@ incremental answer is the answer computed from scratch."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from phase_twin import T0_NS, recording, write_counters
@@ -66,14 +68,27 @@ def test_an_update_reads_only_what_arrived_and_equals_a_fresh_answer(
 
         blocks_before = EventBlock.objects.filter(run=run).count()
         post(client, run.pk, [e for e in events if e["start_ns"] >= cut])
+        t0 = time.perf_counter()
         second = services.phase_snapshot(Run.objects.get(pk=run.pk))
+        t_update = time.perf_counter() - t0
         new_blocks = EventBlock.objects.filter(run=run).count() - blocks_before
         assert st.stats["blocks_read"] - before["blocks_read"] == new_blocks
         projected_now = st.stats["columns_projected"] - before["columns_projected"]
         n_first, n_second = len(first.views["projected"].columns), len(second.views["projected"].columns)
         # new columns, plus the few a batch boundary split between the two posts (they grew)
         assert n_second - n_first <= projected_now < n_second / 2
-        same(second, RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN))
+        t0 = time.perf_counter()
+        fresh = RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN)
+        t_fresh = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        services.phase_snapshot(Run.objects.get(pk=run.pk))
+        t_unchanged = time.perf_counter() - t0
+        same(second, fresh)
+        print(
+            f"\nphase state, {n_second} columns: update with the last 10 s {t_update * 1e3:.0f} ms "
+            f"({projected_now} columns projected), from scratch {t_fresh * 1e3:.0f} ms, "
+            f"unchanged {t_unchanged * 1e3:.1f} ms"
+        )
         assert services.phase_views(run)["views"]["projected"]["columns"] == [
             list(c) for c in second.views["projected"].columns
         ]
