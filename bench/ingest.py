@@ -14,8 +14,14 @@ How "per core" is measured (honestly, on a shared machine):
 - ``--repeat`` runs each database several times; the range (min-max) is printed and the BENCH
   line carries the median.
 
-Last measured (2 shared, loaded cores; 3 invocations x --repeat 3): SQLite 41,700-54,900
-events/s per core (medians 44.2k, 46.6k, 54.0k); PostgreSQL 25,700-30,900 incl. backend CPU.
+Last measured (2 shared cores; the figure moves with what else runs):
+- quiet box (load average < 1): SQLite 64,900-73,100 events/s per core, median 73.0k (an earlier
+  quiet invocation: 73.7k-82.2k, median 79.5k); PostgreSQL 35,800-38,200 incl. backend CPU,
+  median 36.2k (earlier: 39.7k-42.4k); Kineto 200 MB at 30.2 MB/s, peak RSS 35 MB (25 MB file: 35 MB too).
+- beside other test suites (load average 2-2.7, Chromium e2e runs): SQLite medians 51.2k, 54.0k,
+  56.9k, 52.2k (range 50.0k-62.4k); PostgreSQL medians 29.4k-31.9k; Kineto 13-27 MB/s.
+- the code before this round, interleaved with the current one on the quiet box: SQLite
+  55.6k-63.6k against 72.7k-87.5k (earlier notes for it: 41.7k-54.9k under load, PostgreSQL 26.8k).
 
     .venv/bin/python bench/ingest.py [--events 200000] [--repeat 3] [--trace-mb 200] [--ranks 8]
         [--pg postgres://postgres@127.0.0.1:5432/postgres | --pg ""]   (empty: skip PostgreSQL)
