@@ -212,6 +212,11 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
     result = services.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
+    if result.stored:
+        # wake the run's open phase sockets now rather than at their next tick (best effort)
+        from fabricmon.phases.stream import notify_run_changed  # noqa: PLC0415  (jobs must not import phases at load)
+
+        notify_run_changed(run.pk)
     status = 200 if not result.rejected else (422 if result.lines else 400)
     if result.lines == 0:
         return _error(400, "empty batch: send one JSON event per line", "body")

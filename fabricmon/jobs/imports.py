@@ -140,6 +140,10 @@ def run_import(upload: TraceUpload, stream: IO[bytes]) -> IngestResult:
         finished_at=timezone.now(),
         **counts(result),
     )
+    if result.stored:
+        from fabricmon.phases.stream import notify_run_changed  # noqa: PLC0415  (jobs must not import phases at load)
+
+        notify_run_changed(upload.run_id)
     return result
 
 

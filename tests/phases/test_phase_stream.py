@@ -4,9 +4,9 @@ posted in parts through the probe's client path, and a real WebSocket client (te
 
 What is checked: one snapshot, then deltas carrying only new or changed columns; the client's
 merged copy equals the JSON API's full answer at the end; a withheld view carries no values, only
-its reasons; a routing subscribe answers with a new snapshot; the ingest nudge
-(``notify_run_changed``, another process, over the Redis channel layer) wakes a socket whose tick
-would not come for an hour. Message sizes are printed (``-s``) for the report.
+its reasons; a routing subscribe answers with a new snapshot; the events API's
+nudge (``notify_run_changed`` after a stored batch, over the Redis channel layer) wakes a socket
+whose tick would not come for an hour. Message sizes are printed (``-s``) for the report.
 """
 
 from __future__ import annotations
@@ -136,13 +136,6 @@ async def until(ws: WebSocket, held: Held, done, deltas: list[dict[str, Any]]) -
         await whole(ws, msg, held)
 
 
-def nudge(server: LiveServer, run_id: int) -> None:
-    """What ingest's one-line hook does, from another process: the socket's tick is an hour away."""
-    server.manage(
-        "shell", "-c", f"from fabricmon.phases.stream import notify_run_changed; notify_run_changed({run_id})"
-    )
-
-
 def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_client, fabric_name) -> None:
     rec, (run_id,), client = twin_runs(server, redis_client, fabric_name, ("stream",))
     status, body = client.post_rank_map(run_id, rec.rank_map())
@@ -169,9 +162,9 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         first_cols = len(proj["columns"])
         for part in parts[1:]:
             before = len(held.views["projected"]["columns"])
+            # with the hour-long tick only the events API's own nudge (notify_run_changed after the
+            # batch commits) can wake the socket
             await asyncio.to_thread(post, client, run_id, part)
-            if server.tick_s > 60:
-                await asyncio.to_thread(nudge, server, run_id)
             n = len(deltas)
             await until(ws, held, lambda h, b=before: len(h.views["projected"]["columns"]) > b, deltas)
             new = [d["views"]["projected"] for d in deltas[n:] if "projected" in d.get("views", {})]
