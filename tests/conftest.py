@@ -34,3 +34,19 @@ def redis_client(redis_url: str):
 def fabric_name() -> str:
     """A fabric name unique to this test, so parallel tests never share Redis keys."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="session")
+def browser():  # type: ignore[no-untyped-def]
+    """One headless Chromium per worker for every browser test (Debian's /usr/bin/chromium, never
+    `playwright install`). One, because Playwright's sync API keeps its asyncio loop marked as
+    running while a browser lives: a second ``sync_playwright()`` in the same worker refuses."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415  (only browser tests need it)
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

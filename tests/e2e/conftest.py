@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 from asgi_server import LiveServer, live_server
-from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 USER, PASSWORD = "op-e2e", "op-e2e-password"
 
 
@@ -24,14 +22,6 @@ def daphne_server(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
     server.manage("create_demo_user", "--username", USER, "--password", PASSWORD, "--role", "operators")
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture
