@@ -87,30 +87,6 @@ def _events(client: IngestClient, run_id: int, source: str) -> list[dict]:
         return [json.loads(line) for line in resp.read().splitlines() if line.strip()]
 
 
-def _upload(
-    client: IngestClient, run_id: int, kind: str, path: Path, rank: int | None = None
-) -> tuple[int, dict]:
-    boundary = "fabricmonboundary"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="kind"\r\n\r\n{kind}\r\n'.encode()]
-    if rank is not None:
-        parts.append(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="rank"\r\n\r\n{rank}\r\n'.encode()
-        )
-    parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n".encode()
-        + path.read_bytes()
-        + b"\r\n"
-    )
-    parts.append(f"--{boundary}--\r\n".encode())
-    return client.request(
-        "POST",
-        f"/jobs/api/runs/{run_id}/uploads",
-        b"".join(parts),
-        f"multipart/form-data; boundary={boundary}",
-    )
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(
@@ -181,11 +157,11 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(
     kineto_run = client.create_run("moe-gloo-4 kineto")
     fr_run = client.create_run("moe-gloo-4 fr")
     for r in range(world):
-        status, body = _upload(client, kineto_run, "kineto", tmp_path / f"kineto_rank{r}.json")
+        status, body = client.upload_trace(kineto_run, "kineto", tmp_path / f"kineto_rank{r}.json")
         assert status == 200, body
-        status, body = _upload(client, fr_run, "fr", tmp_path / f"fr_rank{r}.json", rank=r)
+        status, body = client.upload_trace(fr_run, "fr", tmp_path / f"fr_rank{r}.json", rank=r)
         assert status == 200, body
-        status, body = _upload(client, fr_run, "fr_pickle", tmp_path / f"fr_rank{r}.pkl", rank=r)
+        status, body = client.upload_trace(fr_run, "fr_pickle", tmp_path / f"fr_rank{r}.pkl", rank=r)
         assert status == 200 and body["stored"] == 0 and body["duplicates"] > 0, body  # same entries as JSON
     kineto = {(e["rank"], e["seq"]): e for e in _events(client, kineto_run, "kineto")}
     probe_by_seq = {(e["rank"], e["seq"]): e for e in probe}

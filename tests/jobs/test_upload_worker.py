@@ -21,22 +21,6 @@ from collectors.probe import IngestClient
 pytestmark = pytest.mark.integration
 
 
-def _multipart(fields: dict[str, str], path: Path) -> tuple[bytes, str]:
-    boundary = "fabricmonworkerboundary"
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-        for k, v in fields.items()
-    ]
-    parts.append(
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n".encode()
-        + path.read_bytes()
-        + b"\r\n"
-    )
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
-
-
 @pytest.mark.timeout(180)
 def test_a_real_worker_imports_a_queued_upload(tmp_path: Path, redis_url: str, fabric_name: str) -> None:
     trace = tmp_path / "kineto_rank1.json"
@@ -46,8 +30,7 @@ def test_a_real_worker_imports_a_queued_upload(tmp_path: Path, redis_url: str, f
         token = stack.manage("create_api_token", "alice", "--create-user")
         client = IngestClient(stack.url, token)
         run_id = client.create_run("uploaded")
-        body, ctype = _multipart({"kind": "kineto"}, trace)
-        status, queued = client.request("POST", f"/jobs/api/runs/{run_id}/uploads", body, ctype)
+        status, queued = client.upload_trace(run_id, "kineto", trace)
         assert status == 202 and queued["state"] == "queued", queued
         states = [queued["state"]]
         deadline = time.monotonic() + 120
