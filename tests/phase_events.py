@@ -48,3 +48,15 @@ def phase_ndjson(
                         )
                     )
     return ("\n".join(lines) + "\n").encode()
+
+
+def post_through_probe(client, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
+    """Post events the way a job does — the probe's background poster, clock exchange included —
+    and insist every one of them was taken."""
+    from collectors.probe import EventPoster  # noqa: PLC0415
+
+    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
+    for ev in events:
+        poster.submit(ev)
+    stats = poster.close(timeout_s=300)
+    assert stats.posted > 0 and stats.rejected == 0 and stats.dropped == 0, stats

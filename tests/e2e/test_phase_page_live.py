@@ -10,20 +10,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from phase_events import post_through_probe
 from twin_runs import T0_NS, twin_job_runs
 
-from collectors.probe import EventPoster, IngestClient
 from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-
-
-def post(client: IngestClient, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
-    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
-    for ev in events:
-        poster.submit(ev)
-    stats = poster.close(timeout_s=300)
-    assert stats.posted > 0 and stats.rejected == 0 and stats.dropped == 0, stats
 
 
 @pytest.fixture
@@ -44,7 +36,7 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     run_id, client, rec = running_run
     split_ns = T0_NS + 20_000_000_000
     events = list(rec.events())
-    post(client, run_id, (e for e in events if e["start_ns"] < split_ns))
+    post_through_probe(client, run_id, (e for e in events if e["start_ns"] < split_ns))
     polled: list[str] = []
     frames: list[dict] = []
     page.on("request", lambda req: polled.append(req.url) if "views.json" in req.url else None)
@@ -59,7 +51,7 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     assert page.inner_text("#live").startswith("run running — live: updated")
     page.evaluate("window.sameDocument = true")  # gone if the page reloads
 
-    post(client, run_id, (e for e in events if e["start_ns"] >= split_ns))
+    post_through_probe(client, run_id, (e for e in events if e["start_ns"] >= split_ns))
     page.wait_for_function(
         f"Number(document.getElementById('heatmap').dataset.columns) > {first}", timeout=60_000
     )

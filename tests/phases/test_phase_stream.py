@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 from asgi_server import LiveServer, WebSocket, WebSocketClosedError, get_json, live_server, session_cookie
+from phase_events import post_through_probe
 
-from collectors.probe import EventPoster, IngestClient
+from collectors.probe import IngestClient
 from fabricmon.telemetry import live_window
 from twin.job_reporter import TwinJobRecording
 from twin.runtime import TwinConfig
@@ -62,14 +63,6 @@ def twin_runs(server: LiveServer, redis_client: Any, fabric: str, names: tuple[s
     for frame in rec.counter_frames(1.0):
         live_window.append(redis_client, frame, max_frames=10_000)
     return rec, runs, IngestClient(server.url, token)
-
-
-def post(client: IngestClient, run_id: int, events: list[dict[str, Any]]) -> None:
-    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
-    for ev in events:
-        poster.submit(ev)
-    stats = poster.close(timeout_s=300)
-    assert stats.posted > 0 and stats.rejected == 0 and stats.dropped == 0, stats
 
 
 def ws_url(server: LiveServer, run_id: int) -> str:
@@ -146,7 +139,7 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         [e for e in events if lo <= e["start_ns"] < hi]
         for lo, hi in zip([0, *cuts], [*cuts, 2**63], strict=True)
     ]
-    post(client, run_id, parts[0])
+    post_through_probe(client, run_id, parts[0])
     cookie = session_cookie(server, USER, PASSWORD)
     snapshot_bytes: list[int] = []
 
@@ -164,7 +157,7 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
             before = len(held.views["projected"]["columns"])
             # with the hour-long tick only the events API's own nudge (notify_run_changed after the
             # batch commits) can wake the socket
-            await asyncio.to_thread(post, client, run_id, part)
+            await asyncio.to_thread(post_through_probe, client, run_id, part)
             n = len(deltas)
             await until(ws, held, lambda h, b=before: len(h.views["projected"]["columns"]) > b, deltas)
             new = [d["views"]["projected"] for d in deltas[n:] if "projected" in d.get("views", {})]
