@@ -180,11 +180,29 @@ def nnls_shared(a: FloatArray, m: FloatArray, iterations: int = 2000, tol: float
     iteration is one (K×K)·(K×C) product, so thousands of ports cost what one does in a loop.
     """
     g = a.T @ a
-    b = a.T @ m
+    return nnls_gram(g, a.T @ m, _lstsq_start(g, a.T @ m), iterations, tol)
+
+
+def _lstsq_start(g: FloatArray, b: FloatArray) -> FloatArray:
+    """The least-squares solution from the normal equations (pseudo-inverse of the Gram matrix),
+    clipped at zero: FISTA's starting point."""
+    if not g.size:
+        return np.zeros_like(b)
+    ev, vec = np.linalg.eigh(g)
+    keep = ev > max(float(ev[-1]), 0.0) * 1e-13
+    inv = np.where(keep, 1.0 / np.where(keep, ev, 1.0), 0.0)
+    x: FloatArray = np.clip(vec @ (inv[:, None] * (vec.T @ b)), 0.0, None)
+    return x
+
+
+def nnls_gram(
+    g: FloatArray, b: FloatArray, x0: FloatArray, iterations: int = 2000, tol: float = 1e-10
+) -> FloatArray:
+    """min ½xᵀgx − xᵀb s.t. x ≥ 0, per column of ``b`` (g = AᵀA, b = Aᵀm): FISTA from ``x0``."""
     lip = float(np.linalg.eigvalsh(g)[-1]) if g.size else 0.0
     if lip <= 0.0:
-        return np.zeros((a.shape[1], m.shape[1]))
-    x = np.clip(np.linalg.lstsq(a, m, rcond=None)[0], 0.0, None)
+        return np.zeros_like(b)
+    x = np.clip(x0, 0.0, None)
     y, t = x.copy(), 1.0
     scale = max(float(np.abs(b).max()), 1e-300)
     for _ in range(iterations):
@@ -196,6 +214,343 @@ def nnls_shared(a: FloatArray, m: FloatArray, iterations: int = 2000, tol: float
         if step < tol:
             break
     return x
+
+
+class AttributionSums:
+    """The sums over poll intervals that attribution needs, so it can be updated interval by interval.
+
+    With A the (intervals, K') design (occupancy, plus ``dt`` when ``background``) and m the
+    measured bytes (intervals, C), everything :func:`attribute` computes is a function of
+    ``gram`` = AᵀA (K'×K'), ``cross`` = Aᵀm (K'×C), ``sq`` = Σm² per column and the interval count:
+    column norms are sqrt(diag gram), the ridge and prior only add to the K'×K' system, and the
+    residual is ‖Ax − m‖² = xᵀ·gram·x − 2xᵀ·cross + Σm² per column. Adding intervals costs
+    O(new · K'·C); :meth:`solve` costs O(K'²·C) (+ FISTA iterations), whatever the run's length.
+
+    Rows fed in must be final: an interval whose phases may still grow (the open edge of a live
+    run) is to be added to a :meth:`copy` each update, not to the kept sums. NaN rows (failed
+    polls) are dropped. New (layer, phase) keys: :meth:`aligned` pads with zero rows/columns.
+    """
+
+    def __init__(self, keys: Sequence[tuple[int, str]], columns: int, *, background: bool = False) -> None:
+        self.keys = tuple(keys)
+        self.columns = int(columns)
+        self.background = background
+        n = len(self.keys) + int(background)
+        self.gram = np.zeros((n, n))
+        self.cross = np.zeros((n, self.columns))
+        self.sq = np.zeros(self.columns)
+        self.intervals = 0
+
+    def add(
+        self, occupancy_rows: FloatArray, measured_rows: FloatArray, dt_s: FloatArray | None = None
+    ) -> None:
+        """Fold in intervals: occupancy (I, K), measured bytes (I, C), and with ``background`` each
+        interval's length in seconds (I,). Rows with a non-finite measurement are dropped."""
+        occ = np.asarray(occupancy_rows, dtype=np.float64)
+        m = np.asarray(measured_rows, dtype=np.float64)
+        if occ.ndim != 2 or occ.shape[1] != len(self.keys):
+            raise ValueError(f"occupancy {occ.shape} does not match {len(self.keys)} phases")
+        if m.ndim != 2 or m.shape != (occ.shape[0], self.columns):
+            raise ValueError(
+                f"measured bytes {m.shape} do not match ({occ.shape[0]} intervals, {self.columns} columns)"
+            )
+        if self.background:
+            if dt_s is None or len(dt_s) != occ.shape[0]:
+                raise ValueError("background needs each interval's length (dt_s)")
+            occ = np.column_stack([occ, np.asarray(dt_s, dtype=np.float64)])
+        ok = np.isfinite(m).all(axis=1)
+        if not ok.all():
+            occ, m = occ[ok], m[ok]
+        if not len(m):
+            return
+        self.gram += occ.T @ occ
+        self.cross += occ.T @ m
+        self.sq += np.einsum("ic,ic->c", m, m)
+        self.intervals += len(m)
+
+    def copy(self) -> AttributionSums:
+        out = AttributionSums(self.keys, self.columns, background=self.background)
+        out.gram, out.cross, out.sq = self.gram.copy(), self.cross.copy(), self.sq.copy()
+        out.intervals = self.intervals
+        return out
+
+    def aligned(self, keys: Sequence[tuple[int, str]]) -> AttributionSums:
+        """These sums over ``keys`` (a superset, any order): keys not seen yet get zero rows and
+        columns — no instance of them in the intervals summed so far, which is what they had."""
+        keys = tuple(keys)
+        if keys == self.keys:
+            return self
+        pos = {k: i for i, k in enumerate(keys)}
+        have = np.array([k in pos for k in self.keys] + [True] * int(self.background))
+        missing = [k for k, h in zip(self.keys, have, strict=False) if not h]
+        if missing and (self.gram[~have].any() or self.cross[~have].any()):
+            raise ValueError(f"keys {missing[:3]} are summed but not in the new key set")
+        src = np.flatnonzero(have)
+        idx = np.array([pos[k] for k in self.keys if k in pos] + ([len(keys)] if self.background else []),
+                       dtype=np.int64)
+        out = AttributionSums(keys, self.columns, background=self.background)
+        out.gram[np.ix_(idx, idx)] = self.gram[np.ix_(src, src)]
+        out.cross[idx] = self.cross[src]
+        out.sq, out.intervals = self.sq.copy(), self.intervals
+        return out
+
+    def solve(
+        self, *, shrink: float = 1.0, prior: FloatArray | None = None, prior_rel_error: float = 0.05
+    ) -> Attribution:
+        """The attribution of the intervals summed (see :func:`attribute` for the model)."""
+        k, c = len(self.keys), self.columns
+        n = k + int(self.background)
+        pr = None
+        if prior is not None:
+            pr = np.asarray(prior, dtype=np.float64)
+            if pr.shape != (k, c):
+                raise ValueError(f"prior {pr.shape} does not match ({k} phases, {c} columns)")
+            if not prior_rel_error > 0:
+                raise ValueError(f"prior_rel_error must be > 0, got {prior_rel_error}")
+        # Scale columns to unit norm so one step size suits phases and background alike.
+        norms = np.sqrt(np.maximum(np.diag(self.gram), 0.0))
+        norms[norms == 0] = 1.0
+        g_n = self.gram / np.outer(norms, norms)
+        b_n = self.cross / norms[:, None]
+        g_fit = g_n + _shrink_gram(g_n, k, shrink)
+        if not self.intervals:  # no counters at all: the prior as it stands (± its error), or nothing known
+            x = np.zeros((n, c))
+            se = np.full((k, c), np.inf)
+            if pr is not None:
+                x[:k] = np.clip(pr, 0.0, None)
+                se = _prior_error(pr, prior_rel_error)
+        elif pr is not None:
+            x, se = self._posterior(g_n, b_n, g_fit, norms, prior=pr, rel_error=prior_rel_error)
+        else:
+            x = nnls_gram(g_fit, b_n, _lstsq_start(g_fit, b_n)) / norms[:, None]
+            se = None
+        err2 = self.residual_sq(x)
+        if se is None:
+            se = _counter_errors(g_n, norms, self._sigma(err2, n), k)
+        tot = np.sqrt(self.sq)
+        err = np.sqrt(err2)
+        ev = np.linalg.eigvalsh(self.gram[:k, :k]) if self.intervals and k else np.zeros(0)
+        sv = np.sqrt(np.clip(ev[::-1], 0.0, None))
+        # singular values from the Gram's eigenvalues: below ~1e-7 of the largest they are rounding
+        rank = int((sv > sv[0] * 1e-7).sum()) if len(sv) and sv[0] > 0 else 0
+        return Attribution(
+            keys=self.keys,
+            bytes_per_phase=x[:k],
+            background_Bps=x[k] if self.background else np.zeros(c),
+            residual_rel=float(np.sqrt(err2.sum())) / max(float(np.sqrt(self.sq.sum())), 1e-300),
+            residual_rel_per_column=np.where(tot > 0, err / np.maximum(tot, 1e-300), 0.0),
+            intervals=self.intervals,
+            rank=rank,
+            condition=float(sv[0] / sv[-1]) if len(sv) and sv[-1] > 0 and rank == len(sv) else float("inf"),
+            se_bytes=se,
+            residual_std=self._sigma(err2, n),
+            prior_used=pr is not None,
+        )
+
+    def residual_sq(self, x: FloatArray) -> FloatArray:
+        """(C,) ‖A·x − m‖² per column, from the sums (clipped at 0 against rounding)."""
+        r2 = np.einsum("kc,kc->c", x, self.gram @ x) - 2.0 * np.einsum("kc,kc->c", x, self.cross) + self.sq
+        out: FloatArray = np.maximum(r2, 0.0)
+        return out
+
+    def _sigma(self, err2: FloatArray, n_par: int) -> FloatArray:
+        """(C,) residual std per interval of each column (degrees of freedom: intervals − unknowns)."""
+        out: FloatArray = np.sqrt(err2 / max(self.intervals - n_par, 1))
+        return out
+
+    def _posterior(
+        self, g_n: FloatArray, b_n: FloatArray, g_fit: FloatArray, norms: FloatArray, *,
+        prior: FloatArray, rel_error: float,
+    ) -> tuple[FloatArray, FloatArray]:
+        """Counters and projection combined as two measurements: (x, se), both (n, C) / (K, C).
+
+        σ_c comes from the counters' own ridge fit (one shared K×K solve); the prior's error is
+        ``rel_error`` of the projected value with a floor of 1 % of the phase's top port, so a
+        projected zero is not taken as exact. Each column is one small solve, batched.
+        """
+        k, n, c = prior.shape[0], len(g_n), self.columns
+        eps = 1e-12 * max(float(np.trace(g_fit)), 1.0)
+        x_ridge = np.linalg.solve(g_fit + eps * np.eye(n), b_n) / norms[:, None]
+        sigma = np.maximum(self._sigma(self.residual_sq(x_ridge), n), 1e-300)  # (C,)
+        tau = _prior_error(prior, rel_error)  # (K, C) bytes
+        tau_n = np.maximum(tau * norms[:k, None], 1e-300)  # in the normalised unknowns
+        w = np.zeros((n, c))
+        w[:k] = (sigma[None, :] / tau_n) ** 2  # prior precision relative to one interval's
+        # a whisker of ridge: every solve regular (the background column has no prior)
+        w += 1e-9 * max(float(np.trace(g_n)) / n, 1.0)
+        h = g_n[None, :, :] + np.einsum("kc,kj->ckj", w, np.eye(n))  # (C, n, n)
+        rhs = b_n.T + (w * np.vstack([prior * norms[:k, None], np.zeros((n - k, c))])).T
+        h_inv = np.linalg.inv(h)
+        x_n = np.einsum("cij,cj->ic", h_inv, rhs)
+        diag = np.einsum("cii->ic", h_inv)[:k]
+        x = np.clip(x_n, 0.0, None) / norms[:, None]
+        se = sigma[None, :] * np.sqrt(np.maximum(diag, 0.0)) / norms[:k, None]
+        return x, se
+
+
+    def __iadd__(self, other: AttributionSums) -> AttributionSums:
+        """Add another set of sums over the same columns (keys aligned to the union, in place)."""
+        if other.columns != self.columns or other.background != self.background:
+            raise ValueError("sums over different columns cannot be added")
+        keys = self.keys + tuple(k for k in other.keys if k not in set(self.keys))
+        mine = self.aligned(keys)
+        theirs = other.aligned(keys)
+        self.keys, self.gram, self.cross = keys, mine.gram + theirs.gram, mine.cross + theirs.cross
+        self.sq = self.sq + other.sq
+        self.intervals += other.intervals
+        return self
+
+
+@dataclass
+class _Chunk:
+    edges: IntArray  # the chunk's poll edges (intervals + 1)
+    sums: AttributionSums
+
+
+class LiveAttribution:
+    """Attribution sums of a run that is still growing: closed intervals summed once, the open
+    edge recomputed on every update, so an update costs O(new intervals + K²·C), not a refit.
+
+    ``sums(timeline, edges, measured)`` returns the :class:`AttributionSums` of exactly those
+    intervals and phase windows — what a fresh pass would sum — and keeps (``folds``) every
+    interval that ends more than ``margin_ns`` before the newest phase end::
+
+        intervals  │ kept chunks (summed once)          │ provisional tail (< margin) │
+                   │ 64 │ 64 │ … │ growing           │ recomputed each update       │
+                                                        ▲ newest phase end − margin
+
+    What is kept is checked, cheaply, on every call and given up where it no longer holds: the
+    kept edges must still be the measured edges (a trimmed live window drops whole chunks from
+    the front; the rows of a partly trimmed chunk are recomputed while they last; anything else
+    — a recreated stream, ``generation`` changed — rebuilds), and the phase instances
+    overlapping the kept intervals must be the same instances with the same windows (a late
+    rank moving a median there, or a new (layer, phase) key in that time, rebuilds). New keys
+    elsewhere just pad the sums.
+    """
+
+    CHUNK = 64
+
+    def __init__(self, margin_ns: int = 10_000_000_000, *, background: bool = False) -> None:
+        self.margin_ns = int(margin_ns)
+        self.background = background
+        self.chunks: list[_Chunk] = []
+        self.total: AttributionSums | None = None
+        self.generation: object = None
+        self.columns = -1
+        self._sig: tuple[IntArray, ...] = ()
+        self.stats = {"rebuilds": 0, "intervals_folded": 0, "intervals_provisional": 0, "chunks_dropped": 0}
+
+    def _reset(self) -> None:
+        if self.chunks:
+            self.stats["rebuilds"] += 1
+        self.chunks, self.total, self._sig = [], None, ()
+
+    @staticmethod
+    def _signature(timeline: PhaseTimeline, lo: int, hi: int) -> tuple[IntArray, ...]:
+        """The instances overlapping [lo, hi): their (layer, phase) key and window, in a fixed order."""
+        s, e = timeline.start_ns, np.maximum(timeline.end_ns, timeline.start_ns + 1)
+        sel = np.flatnonzero((e > lo) & (s < hi))
+        keys = np.array([hash(k) for k in timeline.keys], dtype=np.int64)
+        kk = keys[timeline.key[sel]] if len(keys) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((kk, timeline.end_ns[sel], timeline.start_ns[sel]))
+        return kk[order], timeline.start_ns[sel][order], timeline.end_ns[sel][order]
+
+    def _still_valid(self, timeline: PhaseTimeline, edges: IntArray) -> bool:
+        """Drop front chunks the window trimmed; False when what remains no longer holds."""
+        while self.chunks and self.chunks[0].edges[0] < edges[0]:
+            self.chunks.pop(0)
+            self.stats["chunks_dropped"] += 1
+            self.total = None
+        if not self.chunks:
+            return False
+        lo, hi = int(self.chunks[0].edges[0]), int(self.chunks[-1].edges[-1])
+        j0 = int(np.searchsorted(edges, lo))
+        kept = np.concatenate([self.chunks[0].edges[:1], *[c.edges[1:] for c in self.chunks]])
+        if j0 + len(kept) > len(edges) or not np.array_equal(edges[j0 : j0 + len(kept)], kept):
+            return False
+        if not self._sig:
+            return False
+        k_old, s_old, e_old = self._sig  # kept as of the last fold: narrowed to what is kept now
+        keep = (np.maximum(e_old, s_old + 1) > lo) & (s_old < hi)
+        old = (k_old[keep], s_old[keep], e_old[keep])
+        now = self._signature(timeline, lo, hi)
+        return len(now[0]) == len(old[0]) and all(np.array_equal(a, b) for a, b in zip(now, old, strict=True))
+
+    def sums(
+        self, timeline: PhaseTimeline, edges_ns: IntArray, measured_bytes: FloatArray, *,
+        generation: object = None,
+    ) -> AttributionSums:
+        """The sums over ``edges_ns`` / ``measured_bytes`` (I, C) for ``timeline``'s phases, with the
+        closed intervals kept; ``generation`` names the measurements' source (a change rebuilds)."""
+        edges = np.asarray(edges_ns, dtype=np.int64)
+        m = np.asarray(measured_bytes, dtype=np.float64)
+        if m.ndim != 2 or m.shape[0] != len(edges) - 1:
+            raise ValueError(f"measured bytes {m.shape} do not match {len(edges) - 1} intervals")
+        stale = generation != self.generation or m.shape[1] != self.columns
+        if stale or not self._still_valid(timeline, edges):
+            self._reset()
+        self.generation, self.columns = generation, m.shape[1]
+        if self.chunks and self.total is None:  # chunks dropped: re-add the rest (K×C per chunk)
+            self.total = AttributionSums(timeline.keys, self.columns, background=self.background)
+            for c in self.chunks:
+                self.total += c.sums
+        n_int = len(edges) - 1
+        if self.chunks:
+            j0 = int(np.searchsorted(edges, self.chunks[0].edges[0]))
+            j1 = int(np.searchsorted(edges, self.chunks[-1].edges[-1]))
+        else:
+            j0 = j1 = 0
+        # fold the intervals that closed: ending at least margin before the newest phase end
+        newest = int(timeline.end_ns.max()) if len(timeline.end_ns) else int(edges[0])
+        j2 = max(j1, int(np.searchsorted(edges, newest - self.margin_ns, side="right")) - 1)
+        j2 = min(j2, n_int)
+        if j2 > j1:
+            self._fold(timeline, edges, m, j1, j2)
+            self._sig = self._signature(timeline, int(self.chunks[0].edges[0]), int(edges[j2]))
+            if j0 == j1:  # first fold: the kept region starts here
+                j0 = int(np.searchsorted(edges, self.chunks[0].edges[0]))
+            j1 = j2
+        out = self.total.copy() if self.total is not None else AttributionSums(
+            timeline.keys, self.columns, background=self.background)
+        # the provisional parts: before the kept chunks (a partly trimmed chunk) and the open tail
+        prov = AttributionSums(timeline.keys, self.columns, background=self.background)
+        for a, b in ((0, j0), (j1, n_int)):
+            if b > a:
+                occ, dt_s = design_rows(timeline, edges[a : b + 1])
+                prov.add(occ, m[a:b], dt_s)
+        self.stats["intervals_provisional"] = (j0 - 0) + (n_int - j1)
+        out += prov
+        return out
+
+    def _fold(self, timeline: PhaseTimeline, edges: IntArray, m: FloatArray, j1: int, j2: int) -> None:
+        """Sum intervals [j1, j2) once into the kept chunks (≤ CHUNK intervals each) and the total."""
+        if self.total is None:
+            self.total = AttributionSums(timeline.keys, self.columns, background=self.background)
+        a = j1
+        while a < j2:
+            last = self.chunks[-1] if self.chunks else None
+            room = self.CHUNK - (len(last.edges) - 1) if last is not None else 0
+            if room <= 0:
+                last = None
+                room = self.CHUNK
+            b = min(j2, a + room)
+            occ, dt_s = design_rows(timeline, edges[a : b + 1])
+            part = AttributionSums(timeline.keys, self.columns, background=self.background)
+            part.add(occ, m[a:b], dt_s)
+            if last is None:
+                self.chunks.append(_Chunk(edges[a : b + 1].copy(), part))
+            else:
+                last.sums += part
+                last.edges = np.concatenate([last.edges, edges[a + 1 : b + 1]])
+            self.total += part
+            self.stats["intervals_folded"] += b - a
+            a = b
+
+
+def design_rows(timeline: PhaseTimeline, edges_ns: IntArray) -> tuple[FloatArray, FloatArray]:
+    """(occupancy (I, K), interval lengths in s (I,)) of the intervals between ``edges_ns``."""
+    edges = np.asarray(edges_ns, dtype=np.int64)
+    return occupancy(timeline, edges), np.diff(edges).astype(np.float64) / 1e9
 
 
 def attribute(
@@ -218,115 +573,35 @@ def attribute(
     answer is the posterior mean of counters and prior: each column solves
     ``(AᵀA/σ_c² + diag(1/τ_kc²)) x = Aᵀm/σ_c² + prior/τ²`` (batched K×K solves, no per-port
     loop), so the counters decide what the poll edges can separate and the projection the rest.
+
+    One pass of :class:`AttributionSums` over all intervals: a live run keeps the sums and adds
+    only new intervals instead.
     """
     m = np.asarray(measured_bytes, dtype=np.float64)
     edges = np.asarray(edges_ns, dtype=np.int64)
     if m.ndim != 2 or m.shape[0] != len(edges) - 1:
         raise ValueError(f"measured bytes {m.shape} do not match {len(edges) - 1} intervals")
-    occ = occupancy(timeline, edges)
-    dt_s = np.diff(edges).astype(np.float64) / 1e9
-    a = np.column_stack([occ, dt_s]) if background else occ
-    ok = np.isfinite(m).all(axis=1)
-    a, m_ok = a[ok], m[ok]
-    # Scale columns to unit norm so one step size suits phases and background alike.
-    norms = np.linalg.norm(a, axis=0)
-    norms[norms == 0] = 1.0
-    a_n = a / norms
-    k = len(timeline.keys)
-    a_fit, m_fit = _with_shrink(a_n, m_ok, k, shrink)
-    pr = None
-    if prior is not None:
-        pr = np.asarray(prior, dtype=np.float64)
-        if pr.shape != (k, m.shape[1]):
-            raise ValueError(f"prior {pr.shape} does not match ({k} phases, {m.shape[1]} columns)")
-        if not prior_rel_error > 0:
-            raise ValueError(f"prior_rel_error must be > 0, got {prior_rel_error}")
-    if not ok.any():  # no counters at all: the prior as it stands (± its error), or nothing known
-        x = np.zeros((a.shape[1], m.shape[1]))
-        se = np.full((k, m.shape[1]), np.inf)
-        if pr is not None:
-            x[:k] = np.clip(pr, 0.0, None)
-            se = _prior_error(pr, prior_rel_error)
-    elif pr is not None:
-        x, se = _posterior(a_n, m_ok, (a_fit, m_fit), norms, prior=pr, rel_error=prior_rel_error)
-    else:
-        x = nnls_shared(a_fit, m_fit) / norms[:, None]
-        se = None
-    fit = a @ x
-    resid = fit - m_ok
-    if se is None:
-        se = _counter_errors(a_n, norms, resid, k)
-    err = np.linalg.norm(resid, axis=0)
-    tot = np.linalg.norm(m_ok, axis=0)
-    sv = np.linalg.svd(occ[ok], compute_uv=False) if occ[ok].size else np.zeros(0)
-    rank = int((sv > sv[0] * 1e-9).sum()) if len(sv) else 0
-    return Attribution(
-        keys=timeline.keys,
-        bytes_per_phase=x[:k],
-        background_Bps=x[k] if background else np.zeros(m.shape[1]),
-        residual_rel=float(np.linalg.norm(resid)) / max(float(np.linalg.norm(m_ok)), 1e-300),
-        residual_rel_per_column=np.where(tot > 0, err / np.maximum(tot, 1e-300), 0.0),
-        intervals=int(ok.sum()),
-        rank=rank,
-        condition=float(sv[0] / sv[-1]) if len(sv) and sv[-1] > 0 else float("inf"),
-        se_bytes=se,
-        residual_std=_sigma(resid, a_n.shape[1]),
-        prior_used=pr is not None,
-    )
+    sums = AttributionSums(timeline.keys, m.shape[1], background=background)
+    occ, dt_s = design_rows(timeline, edges)
+    sums.add(occ, m, dt_s)
+    return sums.solve(shrink=shrink, prior=prior, prior_rel_error=prior_rel_error)
 
 
-def _with_shrink(a_n: FloatArray, m: FloatArray, k: int, shrink: float) -> tuple[FloatArray, FloatArray]:
-    """Append the ridge rows sqrt(λ)·(x_k − mean x) (zero targets) to the normalised system.
+def _shrink_gram(g_n: FloatArray, k: int, shrink: float) -> FloatArray:
+    """The ridge λ·Σ(x_k − mean x)² as a K'×K' term added to the normalised Gram matrix (zero
+    targets: nothing added to Aᵀm).
 
     Occupancy rows are nearly parallel (every poll holds ~the same number of every phase): the
     step total is well determined, the split between phases only by the cut at each poll edge. The
     ridge keeps the noise of step-to-step variation from being amplified into the split.
     """
+    n = len(g_n)
     if shrink <= 0 or k <= 1:
-        return a_n, m
-    lam = shrink * float(np.mean(np.sum(a_n[:, :k] ** 2, axis=0)))
-    centre = np.hstack([np.eye(k) - 1.0 / k, np.zeros((k, a_n.shape[1] - k))])
-    return np.vstack([a_n, np.sqrt(lam) * centre]), np.vstack([m, np.zeros((k, m.shape[1]))])
-
-
-def _sigma(resid: FloatArray, n_par: int) -> FloatArray:
-    """(C,) residual std per interval of each column (degrees of freedom: intervals − unknowns)."""
-    var: FloatArray = (resid**2).sum(axis=0) / max(resid.shape[0] - n_par, 1)
-    return np.sqrt(var)
-
-
-def _posterior(
-    a_n: FloatArray, m: FloatArray, fit_rows: tuple[FloatArray, FloatArray], norms: FloatArray, *,
-    prior: FloatArray, rel_error: float,
-) -> tuple[FloatArray, FloatArray]:
-    """Counters and projection combined as two measurements: (x, se), both (n, C) / (K, C).
-
-    σ_c comes from the counters' own ridge fit (one shared K×K solve); the prior's error is
-    ``rel_error`` of the projected value with a floor of 1 % of the phase's top port, so a
-    projected zero is not taken as exact. Each column is one small solve, batched.
-    """
-    a_fit, m_fit = fit_rows
-    k = prior.shape[0]
-    g_fit = a_fit.T @ a_fit
-    eps = 1e-12 * max(float(np.trace(g_fit)), 1.0)
-    x_ridge = np.linalg.solve(g_fit + eps * np.eye(len(g_fit)), a_fit.T @ m_fit)
-    sigma = np.maximum(_sigma(a_n @ x_ridge - m, a_n.shape[1]), 1e-300)  # (C,)
-    n = a_n.shape[1]
-    tau = _prior_error(prior, rel_error)  # (K, C) bytes
-    tau_n = np.maximum(tau * norms[:k, None], 1e-300)  # in the normalised unknowns
-    w = np.zeros((n, m.shape[1]))
-    w[:k] = (sigma[None, :] / tau_n) ** 2  # prior precision relative to one interval's
-    g = a_n.T @ a_n
-    # a whisker of ridge: every solve regular (the background column has no prior)
-    w += 1e-9 * max(float(np.trace(g)) / n, 1.0)
-    h = g[None, :, :] + np.einsum("kc,kj->ckj", w, np.eye(n))  # (C, n, n)
-    rhs = (a_n.T @ m).T + (w * np.vstack([prior * norms[:k, None], np.zeros((n - k, m.shape[1]))])).T
-    h_inv = np.linalg.inv(h)
-    x_n = np.einsum("cij,cj->ic", h_inv, rhs)
-    diag = np.einsum("cii->ic", h_inv)[:k]
-    x = np.clip(x_n, 0.0, None) / norms[:, None]
-    se = sigma[None, :] * np.sqrt(np.maximum(diag, 0.0)) / norms[:k, None]
-    return x, se
+        return np.zeros((n, n))
+    lam = shrink * float(np.mean(np.diag(g_n)[:k]))
+    centre = np.hstack([np.eye(k) - 1.0 / k, np.zeros((k, n - k))])
+    out: FloatArray = lam * (centre.T @ centre)
+    return out
 
 
 def _prior_error(prior: FloatArray, rel_error: float) -> FloatArray:
@@ -337,15 +612,15 @@ def _prior_error(prior: FloatArray, rel_error: float) -> FloatArray:
     return tau
 
 
-def _counter_errors(a_n: FloatArray, norms: FloatArray, resid: FloatArray, k: int) -> FloatArray:
+def _counter_errors(g_n: FloatArray, norms: FloatArray, sigma: FloatArray, k: int) -> FloatArray:
     """(K, C) standard error of each counters-alone estimate: σ_c·sqrt(diag (AᵀA)⁻¹).
 
     The shrink ridge is a stabiliser, not information, so it is left out: a split the poll edges
     cannot see (nearly parallel occupancy columns) gets the huge error it has, not the ridge's
     confidence.
     """
-    ev, vec = np.linalg.eigh(a_n.T @ a_n)
+    ev, vec = np.linalg.eigh(g_n)
     floor = max(float(ev[-1]) * 1e-12, 1e-200) if len(ev) else 1.0
     inv_diag = (vec[:k] ** 2) @ (1.0 / np.maximum(ev, floor))
-    se: FloatArray = np.sqrt(inv_diag / norms[:k] ** 2)[:, None] * _sigma(resid, a_n.shape[1])[None, :]
+    se: FloatArray = np.sqrt(inv_diag / norms[:k] ** 2)[:, None] * sigma[None, :]
     return se

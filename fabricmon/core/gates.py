@@ -212,11 +212,15 @@ def assess(
     edges_ns: Any | None,
     measured_in: Any | None,
     measured_out: Any | None,
+    attribution_sums: Any | None = None,
 ) -> dict[str, SourceView]:
     """Gate and build the three views of a run's phases.
 
     ``projected_*`` are (phases, ports) bytes from the projection; ``measured_*`` (intervals,
     ports) bytes between poll ``edges_ns`` (None: no counters for the run's time).
+    ``attribution_sums`` (a ``core.attribution.AttributionSums`` over exactly these intervals and
+    phase windows, in/out columns as ``hstack([measured_in, measured_out])``): the attribution is
+    solved from them instead of refitted over every interval — what a live run's update passes.
     """
     import numpy as np  # noqa: PLC0415  (keeps the gate vocabulary above import-light)
 
@@ -258,7 +262,10 @@ def assess(
             np.add.at(prior, tl.key, np.hstack([projected_in, projected_out]))
             prior /= np.maximum(np.bincount(tl.key, minlength=len(tl.keys)), 1)[:, None]
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if use_prior else PRIOR_REL_ERROR_FLOOR
-        att = attribute(tl, edges, meas, prior=prior, prior_rel_error=prior_error)
+        if attribution_sums is not None:
+            att = attribution_sums.aligned(tl.keys).solve(prior=prior, prior_rel_error=prior_error)
+        else:
+            att = attribute(tl, edges, meas, prior=prior, prior_rel_error=prior_error)
         p = proj_load.shape[1]
         att_load = att.load(p)
         poll_s = float(np.median(np.diff(edges))) / 1e9

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from projection_twin_runs import measured, poll_edges, recording, timeline_of
 from scipy.optimize import nnls
 
-from fabricmon.core.attribution import PhaseTimeline, attribute, nnls_shared, occupancy
+from fabricmon.core.attribution import (
+    AttributionSums,
+    LiveAttribution,
+    PhaseTimeline,
+    attribute,
+    design_rows,
+    nnls_shared,
+    occupancy,
+)
 from fabricmon.core.gates import PRIOR_REL_ERROR_FLOOR
 from fabricmon.core.projection import FabricLayout, Projector, Routing, place_ranks
 
@@ -206,3 +216,122 @@ def test_without_counters_nothing_is_claimed_and_the_prior_keeps_its_error() -> 
     assert att.se_bytes is not None
     top = prior.argmax(axis=1)
     np.testing.assert_allclose(att.se_bytes[np.arange(len(top)), top], 0.05 * prior.max(axis=1))
+
+
+def _same(got, want, *, se_rtol: float = 1e-9) -> None:  # type: ignore[no-untyped-def]
+    """Two attributions of the same data agree to rounding (summation order only)."""
+    scale = np.abs(want.bytes_per_phase).max()
+    np.testing.assert_allclose(got.bytes_per_phase, want.bytes_per_phase, rtol=0, atol=1e-9 * scale)
+    np.testing.assert_allclose(got.residual_rel_per_column, want.residual_rel_per_column, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.residual_std, want.residual_std, rtol=1e-9)
+    fin = np.isfinite(want.se_bytes)
+    assert (fin == np.isfinite(got.se_bytes)).all()
+    np.testing.assert_allclose(got.se_bytes[fin], want.se_bytes[fin], rtol=0, atol=se_rtol * want.se_bytes[fin].max())
+    assert abs(got.residual_rel - want.residual_rel) < 1e-12
+    assert (got.keys, got.intervals, got.rank, got.prior_used) == (want.keys, want.intervals, want.rank, want.prior_used)
+    assert got.condition == pytest.approx(want.condition, rel=1e-6)
+    p = got.bytes_per_phase.shape[1] // 2
+    a, b = got.hot_ports(p), want.hot_ports(p)
+    assert (a.port == b.port).all() and (a.claimed == b.claimed).all()
+
+
+def _twin(seed: int = 0):  # type: ignore[no-untyped-def]
+    rec = recording(seed=seed)
+    edges = poll_edges(rec, 1.0)
+    m_in, m_out = measured(rec, edges)
+    m = np.hstack([m_in, m_out])
+    m[[4, 17]] = np.nan  # two failed polls
+    return rec, edges, m
+
+
+@pytest.mark.parametrize("kind", ["alone", "prior", "background"])
+def test_sums_fed_in_chunks_equal_attribute(kind: str) -> None:
+    """The accumulator, fed a twin run's intervals in uneven chunks (failed polls among them),
+    gives attribute()'s answer on all of it; and its residual from the sums
+    (xᵀGx − 2xᵀB + Σm²) is the residual of the rows themselves."""
+    rec, edges, m = _twin()
+    tl = timeline_of(rec)
+    kw = {"prior": _projected_per_key(rec, tl), "prior_rel_error": PRIOR_REL_ERROR_FLOOR} if kind == "prior" else {}
+    bg = kind == "background"
+    want = attribute(tl, edges, m, background=bg, **kw)
+    sums = AttributionSums(tl.keys, m.shape[1], background=bg)
+    cuts = [0, 1, 2, 7, 20, 21, len(m)]
+    for a, b in itertools.pairwise(cuts):
+        occ, dt_s = design_rows(tl, edges[a : b + 1])
+        sums.add(occ, m[a:b], dt_s)
+    got = sums.solve(**kw)
+    _same(got, want)
+    assert got.intervals == len(m) - 2
+    occ, dt_s = design_rows(tl, edges)
+    a_mat = np.column_stack([occ, dt_s]) if bg else occ
+    x = np.vstack([got.bytes_per_phase, got.background_Bps[None, :]]) if bg else got.bytes_per_phase
+    ok = np.isfinite(m).all(axis=1)
+    rows = np.linalg.norm(a_mat[ok] @ x - m[ok], axis=0)
+    np.testing.assert_allclose(np.sqrt(sums.residual_sq(x)), rows, rtol=1e-6)
+
+
+def _growing(rec, edges, m, cut_s: float, late_layer_from_s: float):  # type: ignore[no-untyped-def]
+    """What a live run has seen ``cut_s`` into the job: the phases ended by then (layer 7 only
+    from ``late_layer_from_s`` on, so its keys appear late) and the polls ended by then."""
+    t = rec.t0_ns + int(cut_s * 1e9)
+    late = rec.t0_ns + int(late_layer_from_s * 1e9)
+    rows = [(p.step, p.layer, p.phase, p.start_ns, p.end_ns) for p in rec.phases
+            if p.end_ns <= t and (p.layer != 7 or p.start_ns >= late)]
+    tl = PhaseTimeline.from_events(rows)
+    n = int(np.searchsorted(edges, t, side="right"))
+    return tl, edges[:n], m[: n - 1]
+
+
+def test_live_sums_follow_a_growing_run_and_equal_a_fresh_fit() -> None:
+    """A run read every 3 s of job time: intervals folded in once closed, keys (layer 7) appearing
+    half way, failed polls, a late rank moving an old phase's window (kept sums rebuilt), and a
+    trimmed live window (front chunks dropped) — every answer equals attribute() from scratch."""
+    rec, edges, m = _twin(seed=1)
+    live = LiveAttribution(margin_ns=5_000_000_000)
+    live.CHUNK = 8  # small chunks so the trimmed window drops some
+    prior_seen = False
+    for cut in np.arange(8.0, 41.0, 3.0):
+        tl, e, mm = _growing(rec, edges, m, cut, late_layer_from_s=20.0)
+        got_sums = live.sums(tl, e, mm).aligned(tl.keys)
+        _same(got_sums.solve(), attribute(tl, e, mm))
+        if cut > 30:  # the prior path too
+            prior = np.abs(np.random.default_rng(3).standard_normal((len(tl.keys), m.shape[1]))) * 1e8
+            _same(got_sums.solve(prior=prior, prior_rel_error=0.05), attribute(tl, e, mm, prior=prior, prior_rel_error=0.05))
+            prior_seen = True
+    assert prior_seen and live.stats["rebuilds"] == 0, live.stats
+    assert live.stats["intervals_folded"] >= 25 and live.stats["intervals_provisional"] <= 7, live.stats
+    assert len({k for k in tl.keys if k[0] == 7}) == 2
+
+    # a late rank moves an early phase's median end: what was kept no longer holds
+    moved_end = tl.end_ns.copy()
+    moved_end[np.flatnonzero(tl.start_ns > e[3])[0]] += 3_000_000  # inside the kept intervals
+    moved = PhaseTimeline(tl.key, tl.start_ns, moved_end, tl.keys, tl.step)
+    _same(live.sums(moved, e, mm).aligned(tl.keys).solve(), attribute(moved, e, mm))
+    assert live.stats["rebuilds"] == 1
+
+    # the live window trimmed: the first 11 polls gone
+    folded = live.stats["intervals_folded"]
+    e2 = e[11:]
+    _same(live.sums(moved, e2, mm[11:]).aligned(tl.keys).solve(), attribute(moved, e2, mm[11:]))
+    assert live.stats["chunks_dropped"] >= 1 and live.stats["rebuilds"] == 1
+    assert live.stats["intervals_folded"] == folded  # the rest was kept, not summed again
+
+    # a recreated stream (new generation) is never mixed with the old sums
+    _same(live.sums(moved, e2, mm[11:] * 2, generation=1).aligned(tl.keys).solve(), attribute(moved, e2, mm[11:] * 2))
+    assert live.stats["rebuilds"] == 2
+
+
+def test_sums_take_new_keys_and_reject_dropping_summed_ones() -> None:
+    rec, _, m = _twin()
+    tl = timeline_of(rec)
+    early = AttributionSums(tl.keys[:4], m.shape[1])
+    early.add(np.ones((2, 4)), m[:2])
+    grown = early.aligned(tl.keys[::-1])
+    assert grown.gram.shape == (len(tl.keys),) * 2 and grown.intervals == 2
+    k = len(tl.keys)
+    np.testing.assert_array_equal(grown.gram[k - 4 :, k - 4 :], early.gram[::-1, ::-1])
+    assert not grown.gram[: k - 4].any() and not grown.cross[: k - 4].any()
+    with pytest.raises(ValueError, match="not in the new key set"):
+        early.aligned(tl.keys[1:])
+    with pytest.raises(ValueError, match="do not match"):
+        early.add(np.ones((2, 4)), m[:3])
