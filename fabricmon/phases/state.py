@@ -11,8 +11,10 @@ once and remembered; an update reads only what arrived since::
 
 A cheap fingerprint (newest block id, rank-map hash, run state, topology version, newest frame
 id) says whether anything changed at all; an unchanged run answers from the last result. The
-gates and the attribution are re-run on every change: they judge the run as a whole (medians,
-skew, NNLS over all intervals) and are vectorized over the cached arrays.
+gates are re-run on every change (they judge the run as a whole: medians, skew), vectorized over
+the cached arrays. The attribution is not refitted: its normal-equation sums over the closed poll
+intervals are kept (``core.attribution.LiveAttribution``), an update adds the new intervals and
+recomputes only the open tail, then solves the K×K system (docs/phases-live.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy.typing as npt
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
+from fabricmon.core.attribution import LiveAttribution, PhaseTimeline
 from fabricmon.core.clocks import estimate_skew
 from fabricmon.core.frames import Frame
 from fabricmon.core.gates import SourceView, assess
@@ -46,6 +49,7 @@ _LAYOUTS: dict[tuple[str, str], FabricLayout] = {}
 _PORT_ROWS: dict[tuple[str, str], list[dict[str, Any]]] = {}
 _EVENT_FIELDS = ("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_offset_ns")
 MEASURED_MARGIN_NS = 60_000_000_000  # counters read this long after the last phase (as before)
+FOLD_MARGIN_NS = 10_000_000_000  # poll intervals ending this long before the newest phase end are kept summed
 
 
 class NoViewError(Exception):
@@ -121,6 +125,7 @@ class _Frames:
 
     last_id: bytes = b"-"
     frames: list[Frame] = field(default_factory=list)
+    generation: int = 0  # bumped when the stream is read again from scratch (gone or recreated)
 
     def update(self, fabric: str) -> bytes:
         from fabricmon.telemetry import live_window  # noqa: PLC0415
@@ -130,6 +135,7 @@ class _Frames:
         newest_id = newest[0][0] if newest else b"-"
         if newest_id == b"-" or (self.last_id != b"-" and _id_tuple(newest_id) < _id_tuple(self.last_id)):
             self.last_id, self.frames = b"-", []  # stream gone or recreated: start again
+            self.generation += 1
         if newest_id not in (b"-", self.last_id):
             got = live_window.read_window(r, fabric, after_id=self.last_id)
             self.frames.extend(f for _, f in got)
@@ -206,7 +212,9 @@ class RunPhaseState:
         self.rank_hash = ""
         self.results: dict[Routing, tuple[tuple[Any, ...], PhaseSnapshot]] = {}
         self.version = 0
-        self.stats = {"blocks_read": 0, "matrices_read": 0, "columns_projected": 0, "recomputes": 0}
+        self.attribution: OrderedDict[Routing, LiveAttribution] = OrderedDict()
+        self.stats = {"blocks_read": 0, "matrices_read": 0, "columns_projected": 0, "recomputes": 0,
+                      "attribution_rebuilds": 0, "intervals_folded": 0, "intervals_provisional": 0}
 
     # -- reading what is new --------------------------------------------------------------------
     def _fold_in_blocks(self, run: Run) -> None:
@@ -323,6 +331,16 @@ class RunPhaseState:
                 del self.results[next(iter(self.results))]
             return snap
 
+    def _live_attribution(self, routing: Routing) -> LiveAttribution:
+        """The kept attribution sums for ``routing``'s columns (4 routings at most)."""
+        live = self.attribution.get(routing)
+        if live is None:
+            live = self.attribution[routing] = LiveAttribution(FOLD_MARGIN_NS)
+            while len(self.attribution) > 4:
+                self.attribution.popitem(last=False)
+        self.attribution.move_to_end(routing)
+        return live
+
     def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
         layout = layout_of(run.fabric)
         self._fold_in_blocks(run)
@@ -351,6 +369,17 @@ class RunPhaseState:
         if not keys:
             raise NoViewError("no phase events match the run's traffic matrices yet")
         meas = measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
+        sums = None
+        if meas is not None:
+            # the same timeline gates.assess builds; its attribution sums kept across updates
+            windows = zip(keys, s_med[pick], e_med[pick], strict=True)
+            tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in windows])
+            live = self._live_attribution(routing)
+            frames = _FRAMES.get(run.fabric)
+            sums = live.sums(tl, meas[0], np.hstack([meas[1], meas[2]]),
+                             generation=(run.fabric, id(frames), frames.generation if frames else -1))
+            for k in ("rebuilds", "intervals_folded", "intervals_provisional"):
+                self.stats[k if k != "rebuilds" else "attribution_rebuilds"] = live.stats[k]
         views = assess(
             phase_keys=keys,
             start_ns=s_med[pick],
@@ -363,6 +392,7 @@ class RunPhaseState:
             edges_ns=meas[0] if meas else None,
             measured_in=meas[1] if meas else None,
             measured_out=meas[2] if meas else None,
+            attribution_sums=sums,
         )
         meta = {
             "run": run.pk,

@@ -77,6 +77,13 @@ def test_an_update_reads_only_what_arrived_and_equals_a_fresh_answer(
         n_first, n_second = len(first.views["projected"].columns), len(second.views["projected"].columns)
         # new columns, plus the few a batch boundary split between the two posts (they grew)
         assert n_second - n_first <= projected_now < n_second / 2
+        # the attribution was not refitted: the intervals kept after the first answer stayed summed,
+        # only the new ones and the open tail were added (the answer still equals a fresh one, below)
+        assert before["intervals_folded"] >= 10 and st.stats["attribution_rebuilds"] == 0, st.stats
+        assert st.stats["intervals_folded"] > before["intervals_folded"], st.stats
+        # (the first answer's attributed view is withheld — counters run on past the posted events,
+        # residual > 50 % — the second is drawn, and is compared value by value with a fresh one)
+        assert second.views["attributed"].verdict == "show" and second.views["attributed"].load_bytes is not None
         t0 = time.perf_counter()
         fresh = RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN)
         t_fresh = time.perf_counter() - t0
