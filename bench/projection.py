@@ -10,8 +10,12 @@
 * attribution: 1 hour of 1 s samples (3,600 intervals, every port in and out) split over the
   phases of an MoE job (8 layers × dispatch/combine, ~350 ms steps): counters alone (shared-Gram
   NNLS, then hot ports with their confidence) and with the projection as prior (batched K×K solves).
+* attribution update: what a live run's update costs instead — the hour's closed intervals kept
+  as normal-equation sums (``AttributionSums``), one new 1 s interval added, the K×K system solved;
+  and ``LiveAttribution.sums`` (checks of the kept part, the open 10 s tail recomputed).
 
-Prints ``BENCH projection ms_per_phase=… gpus=4096 attribution_s_per_hour=…``. Single core.
+Prints ``BENCH projection ms_per_phase=… gpus=4096 attribution_s_per_hour=… attribution_update_s=…``.
+Single core.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from fabricmon.core.attribution import PhaseTimeline, attribute
+from fabricmon.core.attribution import AttributionSums, LiveAttribution, PhaseTimeline, attribute, design_rows
 from fabricmon.core.projection import FabricLayout, ProjectorCache, RankPlacement, Routing
 from fabricmon.core.railgen import rail_optimized
 from fabricmon.core.topology import build_port_index
@@ -101,8 +105,47 @@ def bench_attribution(ports: int = 12288, hours: float = 1.0) -> dict[str, float
     t = time.perf_counter()
     att_p = attribute(tl, edges, m, prior=prior, prior_rel_error=0.01)
     att_p.hot_ports(ports)
-    return {"alone_s": alone_s, "alone_hot_s": alone_hot_s, "prior_s": time.perf_counter() - t,
-            "residual": att.residual_rel}
+    prior_s = time.perf_counter() - t
+    # a live run's update: the hour's closed intervals already summed, one new 1 s poll arrives
+    out = {"alone_s": alone_s, "alone_hot_s": alone_hot_s, "prior_s": prior_s, "residual": att.residual_rel}
+    out.update(bench_update(tl, edges, m, prior, ports))
+    return out
+
+
+def bench_update(tl: PhaseTimeline, edges: np.ndarray, m: np.ndarray, prior: np.ndarray, ports: int, *,
+                 repeats: int = 3) -> dict[str, float]:
+    """Per-update cost of the live path: sums of the hour but its last interval kept
+    (``AttributionSums``), then copy + add the new interval + solve (+ hot ports); and the whole
+    ``LiveAttribution.sums`` step (checks of what is kept, the 10 s open tail recomputed). Minimum
+    over ``repeats``: the machine is shared."""
+    kept = AttributionSums(tl.keys, m.shape[1])
+    occ, dt_s = design_rows(tl, edges[:-1])
+    kept.add(occ, m[:-1], dt_s)
+    new_occ, new_dt = design_rows(tl, edges[-2:])
+    times: dict[str, list[float]] = {"add_s": [], "alone_s": [], "prior_s": [], "live_sums_s": []}
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sums = kept.copy()
+        sums.add(new_occ, m[-1:], new_dt)
+        times["add_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sums.solve().hot_ports(ports)
+        times["alone_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sums.solve(prior=prior, prior_rel_error=0.01).hot_ports(ports)
+        times["prior_s"].append(time.perf_counter() - t)
+    live = LiveAttribution()
+    live.sums(tl, edges[:-1], m[:-1])  # the hour so far (folded once)
+    for _ in range(repeats):
+        t = time.perf_counter()
+        live.sums(tl, edges, m)
+        times["live_sums_s"].append(time.perf_counter() - t)
+    want = attribute(tl, edges, m, prior=prior, prior_rel_error=0.01).bytes_per_phase
+    got = live.sums(tl, edges, m).solve(prior=prior, prior_rel_error=0.01).bytes_per_phase
+    res = {f"update_{k}": min(v) for k, v in times.items()}
+    res["update_max_rel_diff"] = float(np.abs(got - want).max() / np.abs(want).max())
+    res["live_rebuilds"] = float(live.stats["rebuilds"])
+    return res
 
 
 def main() -> None:
@@ -125,9 +168,18 @@ def main() -> None:
         f" counters + projection prior {a['prior_s']:.1f} s"
     )
     print(
+        f"attribution update, 1 new 1 s interval onto an hour of kept sums ({2 * 12288} counters): add"
+        f" {a['update_add_s'] * 1e3:.0f} ms, solve counters alone {a['update_alone_s']:.2f} s, with prior"
+        f" {a['update_prior_s']:.2f} s; LiveAttribution.sums step (checks + 10 s tail)"
+        f" {a['update_live_sums_s'] * 1e3:.0f} ms; vs the whole-hour refit above;"
+        f" live vs fresh max rel diff {a['update_max_rel_diff']:.1e}"
+    )
+    print(
         f"BENCH projection ms_per_phase={r['ms64']:.1f} ms_per_phase_f32={r['ms32']:.1f} gpus=4096 "
         f"attribution_s_per_hour={a['alone_hot_s']:.2f} attribution_prior_s_per_hour={a['prior_s']:.2f} "
-        f"twin_router_ms_per_phase={r['ref_ms']:.1f}"
+        f"twin_router_ms_per_phase={r['ref_ms']:.1f} "
+        f"attribution_update_s={a['update_add_s'] + a['update_live_sums_s'] + a['update_alone_s']:.3f} "
+        f"attribution_update_prior_s={a['update_add_s'] + a['update_live_sums_s'] + a['update_prior_s']:.3f}"
     )
 
 
