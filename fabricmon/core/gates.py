@@ -127,13 +127,16 @@ def projection_gate(rel_error: float) -> Gate:
     )
 
 
-def poll_gate(poll_s: float, phase_s: float, intervals: int, keys: int) -> Gate:
-    """Attribution needs polls that cut steps at many places: ≥ 2 intervals per (layer, phase)."""
+def poll_gate(poll_s: float, phase_s: float, intervals: int, keys: int, sampled: str = "") -> Gate:
+    """Attribution needs polls that cut steps at many places: ≥ 2 intervals per (layer, phase).
+    ``sampled``: how many steps the run reports, when not all (only gap-free intervals count)."""
     ratio = intervals / max(keys, 1)
+    among = f" (the run reports {sampled} steps: only intervals without unreported ones count)"
+    among = among if sampled else ""
     return check(
         "poll_vs_phase",
         f"enough poll intervals ({_fmt(poll_s, 's')} polls, {_fmt(phase_s, 's')} phases) to separate "
-        "the phases: at least 2 per (layer, phase)",
+        f"the phases: at least 2 per (layer, phase){among}",
         ratio, flag_bound=2.0, withhold_bound=1.0, unit="intervals/phase", higher_is_better=True,
     )
 
@@ -146,9 +149,59 @@ def residual_gate(residual_rel: float) -> Gate:
     )
 
 
-def projected_vs_measured(start_ns: Any, end_ns: Any, projected: Any, edges_ns: Any, measured: Any) -> float:
+@dataclass(frozen=True)
+class StepCoverage:
+    """Which training steps the run reported, and which poll intervals saw unreported ones.
+
+    A job may report only some steps (a sampling probe, the demo's twin reporting every k-th step
+    to spare a laptop). Counters still carry every step's traffic, so a poll interval that
+    overlaps the gap between two reported steps that are not consecutive holds bytes no event
+    explains: comparing the projection with it, or attributing it, would blame the model."""
+
+    reported: int  # distinct steps with events
+    span: int  # last step - first step + 1
+    gap_intervals: Any  # (intervals,) bool: the interval overlaps an unreported stretch
+
+    @property
+    def fraction(self) -> float:
+        return self.reported / self.span if self.span else 1.0
+
+
+def step_coverage(steps: Any, start_ns: Any, end_ns: Any, edges_ns: Any) -> StepCoverage:
+    """Per-phase ``steps`` with their windows against poll ``edges_ns`` (vectorized over steps)."""
+    import numpy as np  # noqa: PLC0415
+
+    steps = np.asarray(steps, dtype=np.int64)
+    edges = np.asarray(edges_ns, dtype=np.int64)
+    n_int = max(len(edges) - 1, 0)
+    if not len(steps):
+        return StepCoverage(0, 0, np.zeros(n_int, dtype=bool))
+    uniq, inv = np.unique(steps, return_inverse=True)
+    first = np.full(len(uniq), np.iinfo(np.int64).max)
+    last = np.full(len(uniq), np.iinfo(np.int64).min)
+    np.minimum.at(first, inv, np.asarray(start_ns, dtype=np.int64))
+    np.maximum.at(last, inv, np.asarray(end_ns, dtype=np.int64))
+    jump = np.flatnonzero(np.diff(uniq) > 1)  # reported step uniq[j] is followed by uniq[j+1] > +1
+    gap_lo, gap_hi = last[jump], first[jump + 1]  # the unreported stretch between them
+    gap = np.zeros(n_int, dtype=bool)
+    if len(jump) and n_int:
+        # interval i overlaps gap g when edges[i] < gap_hi and edges[i+1] > gap_lo: mark via a
+        # difference array over the interval range each gap touches
+        i0 = np.clip(np.searchsorted(edges, gap_lo, side="right") - 1, 0, n_int)
+        i1 = np.clip(np.searchsorted(edges, gap_hi, side="left"), 0, n_int)
+        mark = np.zeros(n_int + 1, dtype=np.int64)
+        np.add.at(mark, i0, 1)
+        np.add.at(mark, i1, -1)
+        gap = np.cumsum(mark[:-1]) > 0
+    return StepCoverage(len(uniq), int(uniq[-1] - uniq[0] + 1), gap)
+
+
+def projected_vs_measured(
+    start_ns: Any, end_ns: Any, projected: Any, edges_ns: Any, measured: Any, *, skip: Any | None = None
+) -> float:
     """Σ|projected − measured| / Σ|measured| over the poll intervals that lie inside the phases
-    (the run's edges would count as error); ``projected`` (phases, C), ``measured`` (intervals, C)."""
+    (the run's edges would count as error) and are not in ``skip`` (intervals with unreported
+    steps); ``projected`` (phases, C), ``measured`` (intervals, C). NaN: no interval to compare."""
     import numpy as np  # noqa: PLC0415
 
     from fabricmon.core.projection import interval_bytes  # noqa: PLC0415
@@ -160,6 +213,8 @@ def projected_vs_measured(start_ns: Any, end_ns: Any, projected: Any, edges_ns: 
     pred = interval_bytes(start, end, np.asarray(projected, dtype=np.float64), edges)
     ok = np.isfinite(meas).all(axis=1)
     inside = (edges[:-1] >= start.min()) & (edges[1:] <= end.max()) & ok
+    if skip is not None:
+        inside &= ~np.asarray(skip, dtype=bool)
     denom = float(np.abs(meas[inside]).sum())
     return float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
 
@@ -239,8 +294,19 @@ def assess(
     if have_measured:
         edges = np.asarray(edges_ns, dtype=np.int64)
         meas = np.hstack([measured_in, measured_out])
-        rel = projected_vs_measured(start, end, np.hstack([projected_in, projected_out]), edges, meas)
-        proj_gates.append(projection_gate(rel))
+        steps = step_coverage([k[0] for k in cols], start, end, edges)
+        rel = projected_vs_measured(start, end, np.hstack([projected_in, projected_out]), edges, meas,
+                                    skip=steps.gap_intervals)
+        if math.isnan(rel) and steps.fraction < 1.0:
+            proj_gates.append(Gate(
+                "projected_vs_measured", "projected bytes per poll interval match measured counters",
+                math.nan, "ratio", 0.1, 0.25, False, "flag",
+                f"projected_vs_measured: the run reports {steps.reported} of {steps.span} steps and no poll "
+                "interval lies between consecutively reported steps — projection unverified"))
+        else:
+            proj_gates.append(projection_gate(rel))
+        # counters of intervals with unreported steps carry bytes no phase explains: not attributed
+        meas_att = np.where(steps.gap_intervals[:, None], np.nan, meas) if steps.gap_intervals.any() else meas
     else:
         proj_gates.append(Gate("projected_vs_measured", "projected bytes per poll interval match measured counters",
                                math.nan, "ratio", 0.1, 0.25, False, "flag",
@@ -265,11 +331,12 @@ def assess(
         if attribution_sums is not None:
             att = attribution_sums.aligned(tl.keys).solve(prior=prior, prior_rel_error=prior_error)
         else:
-            att = attribute(tl, edges, meas, prior=prior, prior_rel_error=prior_error)
+            att = attribute(tl, edges, meas_att, prior=prior, prior_rel_error=prior_error)
         p = proj_load.shape[1]
         att_load = att.load(p)
         poll_s = float(np.median(np.diff(edges))) / 1e9
-        att_gates = (clock, poll_gate(poll_s, phase_s, att.intervals, len(tl.keys)), residual_gate(att.residual_rel))
+        att_gates = (clock, poll_gate(poll_s, phase_s, att.intervals, len(tl.keys),
+                                        f"{steps.reported} of {steps.span}" if steps.fraction < 1 else ""), residual_gate(att.residual_rel if att.intervals else math.nan))
         av = view_verdict(att_gates)
         views["attributed"] = SourceView("attributed", av, att_gates, tuple((-1, k[0], k[1]) for k in tl.keys),
                                          att_load if av != "withhold" else None,

@@ -33,7 +33,7 @@ from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.core.attribution import LiveAttribution, PhaseTimeline
 from fabricmon.core.clocks import estimate_skew
 from fabricmon.core.frames import Frame
-from fabricmon.core.gates import SourceView, assess
+from fabricmon.core.gates import SourceView, assess, step_coverage
 from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
 from fabricmon.jobs.columns import decode_block
 from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
@@ -376,7 +376,10 @@ class RunPhaseState:
             tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in windows])
             live = self._live_attribution(routing)
             frames = _FRAMES.get(run.fabric)
-            sums = live.sums(tl, meas[0], np.hstack([meas[1], meas[2]]),
+            both = np.hstack([meas[1], meas[2]])
+            # as gates.assess does: intervals with unreported steps are not attributed
+            gap = step_coverage([k[0] for k in keys], s_med[pick], e_med[pick], meas[0]).gap_intervals
+            sums = live.sums(tl, meas[0], np.where(gap[:, None], np.nan, both) if gap.any() else both,
                              generation=(run.fabric, id(frames), frames.generation if frames else -1))
             for k in ("rebuilds", "intervals_folded", "intervals_provisional"):
                 self.stats[k if k != "rebuilds" else "attribution_rebuilds"] = live.stats[k]

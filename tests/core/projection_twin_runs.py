@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -36,14 +37,18 @@ def measured(rec: TwinJobRecording, edges: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def scenario(rec: TwinJobRecording, *, routing: Routing = Routing("pxn"), coverage: float = 1.0,
-             skew_ns_by_host: dict[int, int] | None = None) -> dict[str, SourceView]:
-    """The whole derived-view pipeline, as the phases app runs it, on the twin's job."""
+             skew_ns_by_host: dict[int, int] | None = None,
+             reported: Callable[[int], bool] | None = None) -> dict[str, SourceView]:
+    """The whole derived-view pipeline, as the phases app runs it, on the twin's job.
+    ``reported(step)``: the job reports only the steps it accepts (a sampling probe)."""
     layout = FabricLayout.from_spec(rec.fabric, rec.ports)
     placement = place_ranks(layout, rec.rank_map(coverage), rec.world_size)
     proj = CACHE.get(layout, placement, routing)
     keys: dict[tuple[int, int, str], int] = {}
     inst, rank, ends, starts = [], [], [], []
     for ev in rec.events(skew_ns_by_host=skew_ns_by_host):
+        if reported is not None and not reported(ev["step"]):
+            continue
         k = keys.setdefault((ev["step"], ev["layer"], ev["phase"]), len(keys))
         inst.append(k)
         rank.append(ev["rank"])

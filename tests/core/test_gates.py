@@ -4,12 +4,13 @@ view with the reason; without faults every gate of the derived views passes."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from projection_twin_runs import gate_summary, recording, scenario
 
 from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.gates import check, clock_gate, view_verdict
+from fabricmon.core.gates import check, clock_gate, step_coverage, view_verdict
 from fabricmon.core.projection import Routing
 
 
@@ -93,3 +94,36 @@ def test_unknown_values_withhold_and_verdicts_combine() -> None:
     ok = check("y", "small", 0.5, flag_bound=1, withhold_bound=2)
     warn = check("z", "small", 1.5, flag_bound=1, withhold_bound=2)
     assert (view_verdict([ok]), view_verdict([ok, warn]), view_verdict([ok, warn, g])) == ("show", "flag", "withhold")
+
+
+def test_step_coverage_marks_intervals_that_overlap_unreported_steps() -> None:
+    # steps 0, 1 reported (0-100, 100-200 ns), 2-3 not, 4 reported (400-500); polls every 50 ns
+    cov = step_coverage([0, 0, 1, 4], [0, 50, 100, 400], [50, 100, 200, 500], np.arange(0, 551, 50))
+    assert (cov.reported, cov.span) == (3, 5) and cov.fraction == 0.6
+    # the gap runs from step 1's end (200) to step 4's start (400): intervals 200-250 … 350-400
+    assert cov.gap_intervals.tolist() == [False] * 4 + [True] * 4 + [False] * 3
+    full = step_coverage([0, 1, 2], [0, 100, 200], [100, 200, 300], np.arange(0, 301, 50))
+    assert full.fraction == 1.0 and not full.gap_intervals.any()
+
+
+def test_a_sampled_run_is_compared_only_where_every_step_was_reported() -> None:
+    """A job that reports every 8th step: the counters carry the other 7 too, so comparing them
+    with the projection would blame it for bytes no event describes (97 % off). Without a gap-free
+    interval the projection is shown flagged as unverified, naming the sampling; the attribution
+    keeps no interval and is withheld, saying why. Reported in blocks of 8 steps of every 16, the
+    gap-free intervals check the projection and it passes."""
+    rec = recording()
+    sampled = scenario(rec, reported=lambda s: s % 8 == 0)
+    proj = {g.name: g for g in sampled["projected"].gates}["projected_vs_measured"]
+    assert sampled["projected"].verdict == "flag" and proj.verdict == "flag"
+    said = re.search(r"the run reports (\d+) of (\d+) steps and no poll interval lies between", proj.reason)
+    assert said and abs(int(said[2]) - 8 * int(said[1])) <= 8, proj.reason
+    att = {g.name: g for g in sampled["attributed"].gates}["poll_vs_phase"]
+    assert sampled["attributed"].verdict == "withhold" and att.verdict == "withhold" and att.value == 0
+    assert "only intervals without unreported ones count" in att.reason
+    residual = {g.name: g for g in sampled["attributed"].gates}["attribution_residual"]
+    assert math.isnan(residual.value)  # nothing fitted: unknown, not 0 %
+    blocks = scenario(rec, reported=lambda s: (s // 8) % 2 == 0)
+    proj = {g.name: g for g in blocks["projected"].gates}["projected_vs_measured"]
+    assert proj.verdict == "pass" and proj.value < 0.01, proj.reason
+    assert blocks["projected"].verdict == "show"
