@@ -46,6 +46,7 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         # the twin's MoE job reports its phase events to the jobs API, like a real job with the probe
         "--report-url", "{report_url}", "--report-token-file", "{report_token_file}",
         "--run-name", "twin-moe", "--report-every-steps", "{report_every_steps}",
+        "--report-block-steps", "{report_block_steps}",
     ],
     "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
             # every k-th step only: 256 GPUs x 16 phases per step is ~4k events, a lot for a laptop
             "report_every_steps": str(max(1, gpus // 8)),
+            # … in blocks of 8 steps (~3 s): poll intervals of only reported steps verify the projection
+            "report_block_steps": "8",
         }
         env["FABRICMON_TWIN_URL"] = f"http://127.0.0.1:{values['twin_control_port']}"
         print("demo: starting the fabric twin …")

@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="file holding the jobs API token (needed with --report-url)")
     ap.add_argument("--run-name", default="twin-moe", help="name of the reported run")
     ap.add_argument("--report-every-steps", type=int, default=1, help="report every k-th training step")
+    ap.add_argument("--report-block-steps", type=int, default=1,
+                    help="with --report-every-steps k: report B consecutive steps of every k·B (the same "
+                         "share, but whole poll intervals of reported steps, which the projection gate checks)")
     ap.add_argument("--report-connect-timeout-s", type=float, default=300.0,
                     help="retry creating the run (token file, server) this long, then stop reporting")
     ap.add_argument("--report-skew-ns", type=int, default=0,
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         run_name=args.run_name,
         report_skew_ns=args.report_skew_ns,
         report_every_steps=args.report_every_steps,
+        report_block_steps=args.report_block_steps,
     )
     twin = Twin(cfg).start()
     stop = threading.Event()

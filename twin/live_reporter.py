@@ -64,17 +64,21 @@ class LiveJobReporter:
         tags: list[str],
         skew_ns: int = 0,
         every_steps: int = 1,
+        block_steps: int = 1,
         connect_timeout_s: float = 120.0,
         retry_s: float = 1.0,
         max_buffer_events: int = 20_000,
     ) -> None:
-        if every_steps < 1:
-            raise ValueError(f"report every_steps must be ≥ 1, got {every_steps}")
+        if every_steps < 1 or block_steps < 1:
+            raise ValueError(f"report every_steps and block_steps must be ≥ 1: {every_steps}, {block_steps}")
         self.fabric = fabric
         self.client = IngestClient(base_url, token, timeout_s=5.0)
         self.token_file = token_file  # read when connecting if ``token`` is empty
         self.run_name, self.tags = run_name, tags
-        self.skew_ns, self.every_steps = int(skew_ns), every_steps
+        # report block_steps consecutive steps of every every_steps * block_steps: the same share of
+        # the job as every k-th step, but with poll intervals that hold only reported steps, so the
+        # server can check the projection against the counters (core.gates.step_coverage)
+        self.skew_ns, self.every_steps, self.block_steps = int(skew_ns), every_steps, block_steps
         self.connect_timeout_s, self.retry_s = connect_timeout_s, retry_s
         self.max_buffer_events = max_buffer_events
         self.hosts = rank_hosts(fabric)
@@ -97,7 +101,7 @@ class LiveJobReporter:
 
     # -- the timeline's hook (twin loop thread): O(1), never blocks -----------------------------
     def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
-        if ph.step % self.every_steps:
+        if (ph.step // self.block_steps) % self.every_steps:
             return
         with self._lock:
             self.phases_seen += 1
@@ -119,7 +123,7 @@ class LiveJobReporter:
         st = self.poster.stats if self.poster is not None else None
         return {
             "url": self.client.base_url, "run_id": self.run_id, "state": self.state, "error": self.error,
-            "every_steps": self.every_steps, "skew_ns": self.skew_ns,
+            "every_steps": self.every_steps, "block_steps": self.block_steps, "skew_ns": self.skew_ns,
             "phases_seen": self.phases_seen, "phases_reported": self.phases_reported,
             "phases_dropped": self.phases_dropped, "pending_phases": len(self._pending),
             "events_queued": st.queued if st else 0, "events_posted": st.posted if st else 0,

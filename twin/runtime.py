@@ -83,6 +83,7 @@ class TwinConfig:
     run_name: str = "twin-moe"
     report_skew_ns: int = 0  # shift event times: a wrong host clock (gate tests)
     report_every_steps: int = 1  # report every k-th training step (load on a small demo server)
+    report_block_steps: int = 1  # … in blocks of this many consecutive steps
     report_connect_timeout_s: float = 120.0  # retry run creation this long (server starting later)
 
     def __post_init__(self) -> None:
@@ -217,6 +218,7 @@ class Twin:
                                         token_file=cfg.report_token_file, run_name=cfg.run_name,
                                         tags=tags, skew_ns=cfg.report_skew_ns,
                                         every_steps=cfg.report_every_steps,
+                                        block_steps=cfg.report_block_steps,
                                         connect_timeout_s=cfg.report_connect_timeout_s)
         self.timeline.on_phase = self.reporter.on_phase
         self.reporter.start()

@@ -87,3 +87,21 @@ def test_server_down_twin_keeps_running_and_counts_drops() -> None:
         t1 = max(t - 500_000_000, started_ns)  # never before the kept history (failed once in CI)
         assert tw.true_rates(None, t1, t - 100_000_000)["out_octets_per_s"].sum() >= 0
     assert tw.status()["report"]["state"] == "ended" or tw.status()["report"]["state"] == "failed"
+
+
+def test_block_reporting_keeps_runs_of_consecutive_steps() -> None:
+    """``every_steps=4, block_steps=2``: steps 0-1, 8-9, 16-17 … — a quarter of the job, as every
+    4th step would be, but in runs of consecutive steps whose poll intervals the gates can use."""
+    from fabricmon.core.railgen import rail_optimized  # noqa: PLC0415
+    from twin.live_reporter import LiveJobReporter  # noqa: PLC0415
+    from twin.schedule import Phase  # noqa: PLC0415
+
+    fabric = rail_optimized("blocks", servers=2, gpus_per_server=4, spines=2, speed_gbps=400)
+    reporter = LiveJobReporter(fabric, "http://127.0.0.1:9", "t" * 20, run_name="b", tags=[],
+                               every_steps=4, block_steps=2)
+    zeros = np.zeros(1)
+    for step in range(24):
+        reporter.on_phase(Phase(step, 0, "dispatch", step, step + 1, zeros, zeros, zeros, 0, 0.0), np.zeros((8, 8)))
+    assert [p[0] for p in reporter._pending] == [0, 1, 8, 9, 16, 17]
+    with pytest.raises(ValueError, match="block_steps"):
+        LiveJobReporter(fabric, "http://127.0.0.1:9", "t" * 20, run_name="b", tags=[], block_steps=0)
