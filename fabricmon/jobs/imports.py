@@ -104,9 +104,13 @@ def import_trace(
     return upload, run_import(upload, stream)
 
 
-def run_import(upload: TraceUpload, stream: IO[bytes]) -> IngestResult:
+def run_import(
+    upload: TraceUpload, stream: IO[bytes], before_done: Callable[[], None] | None = None
+) -> IngestResult:
     """Read ``stream`` as ``upload.kind`` into the upload's run, keeping the upload row current
-    (bytes read, counts, state). A format error marks it failed and raises ``InputError``."""
+    (bytes read, counts, state). A format error marks it failed and raises ``InputError``.
+    ``before_done`` runs after the last event is stored and before the row says done (the queued
+    path deletes its file there: whoever sees "done" sees the cleanup finished too)."""
     from collectors.traces import TraceFormatError, read_events  # importers are pure, no Django  # noqa: PLC0415
 
     pk = upload.pk
@@ -133,6 +137,8 @@ def run_import(upload: TraceUpload, stream: IO[bytes]) -> IngestResult:
     except Exception as exc:
         save(state=TraceUpload.State.FAILED, error=f"import failed: {exc}", finished_at=timezone.now())
         raise
+    if before_done is not None:
+        before_done()
     save(
         state=TraceUpload.State.DONE,
         bytes_read=upload.size_bytes or reader.tell(),
@@ -199,9 +205,14 @@ def import_queued(upload_id: int) -> TraceUpload | None:
         return None
     upload = TraceUpload.objects.select_related("run").get(pk=upload_id)
     path = Path(upload.path)
+
+    def clean_up() -> None:
+        path.unlink(missing_ok=True)
+        TraceUpload.objects.filter(pk=upload_id).update(path="")
+
     try:
         with path.open("rb") as stream:
-            run_import(upload, stream)
+            run_import(upload, stream, before_done=clean_up)
     except InputError:
         pass  # recorded on the upload (state failed, error)
     except FileNotFoundError:
@@ -211,7 +222,6 @@ def import_queued(upload_id: int) -> TraceUpload | None:
             finished_at=timezone.now(),
         )
     finally:
-        path.unlink(missing_ok=True)
-        TraceUpload.objects.filter(pk=upload_id).update(path="")
+        clean_up()  # failed: the row says why (a dead worker never gets here; its redelivery finds the file)
     upload.refresh_from_db()
     return upload
