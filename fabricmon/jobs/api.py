@@ -273,9 +273,14 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
         raise services.InputError("file", "missing multipart file field 'file'")
     size = upload_file.size or 0
     if not import_inline(size, mode):
-        upload = imports.queue_import(
-            run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
-        )
+        try:
+            upload = imports.queue_import(
+                run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
+            )
+        except imports.ImportQueueUnavailableError as exc:
+            response = _error(503, str(exc), "file")
+            response["Retry-After"] = "30"
+            return response
         return JsonResponse(upload.as_dict() | {"status_url": upload_status_url(upload)}, status=202)
     upload, result = imports.import_trace(
         run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size

@@ -186,10 +186,27 @@ def queue_import(
         state=TraceUpload.State.QUEUED,
         path=str(path),
     )
-    transaction.on_commit(
-        lambda: import_upload.apply_async((upload.pk,), queue=settings.FABRICMON_IMPORT_QUEUE)
-    )
+
+    def enqueue() -> None:
+        try:
+            import_upload.apply_async((upload.pk,), queue=settings.FABRICMON_IMPORT_QUEUE)
+        except Exception as exc:  # broker unreachable: say so now, leave no row waiting forever
+            path.unlink(missing_ok=True)
+            reason = (
+                f"the import queue is unreachable ({type(exc).__name__}: {exc}); "
+                "nothing was imported — upload the file again"
+            )
+            TraceUpload.objects.filter(pk=upload.pk).update(
+                state=TraceUpload.State.FAILED, error=reason, path="", finished_at=timezone.now()
+            )
+            raise ImportQueueUnavailableError(reason) from exc
+
+    transaction.on_commit(enqueue)  # outside a transaction (the API view): runs, and raises, now
     return upload
+
+
+class ImportQueueUnavailableError(Exception):
+    """The Celery broker refused the import task: the upload is marked failed and its file gone."""
 
 
 def import_queued(upload_id: int) -> TraceUpload | None:

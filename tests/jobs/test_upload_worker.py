@@ -9,6 +9,7 @@ and the status URL goes queued → (running) → done with the counts.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -51,3 +52,30 @@ def test_a_real_worker_imports_a_queued_upload(tmp_path: Path, redis_url: str, f
             exported = [json.loads(line) for line in resp.read().splitlines() if line.strip()]
         assert len(exported) == n_a2a and all(e["collective"] for e in exported)
         assert "jobs.import_upload" in (tmp_path / "logs" / "worker.log").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_import_queue_is_a_503_that_leaves_nothing_behind(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The broker is a closed port: the queued upload is answered 503 with the reason at once (not
+    a 202 whose import never starts, nor a 500), the upload row says failed, and no file stays."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # bound, never listening: connections are refused
+        trace = tmp_path / "kineto_rank1.json"
+        write_kineto_trace(trace, 1)
+        with upload_stack(
+            tmp_path, redis_url, "import-nowhere", 100_000, f"redis://127.0.0.1:{closed}/0"
+        ) as stack:
+            token = stack.manage("create_api_token", "bob", "--create-user")
+            client = IngestClient(stack.url, token, timeout_s=60)
+            run_id = client.create_run("no-queue")
+            status, body = client.upload_trace(run_id, "kineto", trace, mode="queue")
+            assert status == 503, body
+            assert "import queue is unreachable" in body["error"] and body["field"] == "file", body
+            status, rows = client.request("GET", f"/jobs/api/runs/{run_id}/uploads")
+            assert status == 200, rows
+            (row,) = rows["uploads"] if isinstance(rows, dict) else rows
+            assert row["state"] == "failed" and "unreachable" in row["error"], row
+            assert list((tmp_path / "uploads").iterdir()) == []

@@ -52,7 +52,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def upload_stack(tmp_path: Path, redis_url: str, queue: str, inline_bytes: int) -> Iterator[UploadStack]:
+def upload_stack(
+    tmp_path: Path, redis_url: str, queue: str, inline_bytes: int, broker_url: str | None = None
+) -> Iterator[UploadStack]:
+    """``broker_url``: the Celery broker of both processes (default: the test Redis)."""
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
@@ -61,7 +64,7 @@ def upload_stack(tmp_path: Path, redis_url: str, queue: str, inline_bytes: int) 
         "FABRICMON_UPLOAD_INLINE_BYTES": str(inline_bytes),
         "FABRICMON_IMPORT_QUEUE": queue,
         "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": redis_url,
+        "CELERY_BROKER_URL": broker_url or redis_url,
         "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
     }
     logs = tmp_path / "logs"
