@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from asgi_server import start_daphne
 
 from collectors.probe import IngestClient
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -54,25 +47,7 @@ def fabricmon_server(tmp_path_factory: pytest.TempPathFactory):
         ).stdout.strip()
         for user in ("alice", "mallory")
     ]
-    port = _free_port()
-    proc = subprocess.Popen(
-        [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fabricmon.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"daphne did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.2)
+    proc, base = start_daphne(env, tmp / "daphne.log")
     yield base, tokens[0], tokens[1]
     proc.terminate()
     proc.wait(10)

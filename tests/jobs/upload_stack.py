@@ -8,14 +8,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from asgi_server import start_daphne
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -45,12 +45,6 @@ def write_kineto_trace(path: Path, mb: int) -> int:
     return bench.write_trace(path, mb)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def upload_stack(
     tmp_path: Path, redis_url: str, queue: str, inline_bytes: int, broker_url: str | None = None
@@ -71,19 +65,11 @@ def upload_stack(
     logs.mkdir()
     stack = UploadStack("", env, logs)
     stack.manage("migrate", "--noinput", "-v", "0")
-    port = _free_port()
     procs = []
-    files = [open(logs / "daphne.log", "w"), open(logs / "worker.log", "w")]  # noqa: SIM115 - closed below
+    files = [open(logs / "worker.log", "w")]  # noqa: SIM115 - closed below
     try:
-        procs.append(
-            subprocess.Popen(
-                [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "fabricmon.asgi:application"],
-                cwd=ROOT,
-                env=env,
-                stdout=files[0],
-                stderr=subprocess.STDOUT,
-            )
-        )
+        proc, stack.url = start_daphne(env, logs / "daphne.log")
+        procs.append(proc)
         procs.append(
             subprocess.Popen(
                 [
@@ -104,20 +90,10 @@ def upload_stack(
                 ],
                 cwd=ROOT,
                 env=env,
-                stdout=files[1],
+                stdout=files[0],
                 stderr=subprocess.STDOUT,
             )
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if procs[0].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not start:\n{stack.log_tail()}") from None
-                time.sleep(0.2)
-        stack.url = f"http://127.0.0.1:{port}"
         yield stack
     finally:
         for proc in procs:
