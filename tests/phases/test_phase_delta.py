@@ -148,3 +148,40 @@ def test_packed_instances_are_numpys_unique_rows(rows: list[tuple[int, int, int]
     want, want_inv = np.unique(a, axis=0, return_inverse=True)
     got, got_inv = instances(a[:, 0], a[:, 1], a[:, 2])
     assert np.array_equal(got, want) and np.array_equal(got_inv, want_inv.reshape(-1))
+
+
+def test_a_burst_of_nudges_is_one_recompute_per_min_gap() -> None:
+    """Twenty nudges in a burst (a job posting twenty batches), and the ticks, cost no recompute
+    before the socket's minimum gap has passed (without it: 41 here, one per nudge and tick). The
+    gap is an hour, so the count is not a timing race."""
+    import asyncio  # noqa: PLC0415
+
+    from fabricmon.phases.state import PhaseSnapshot  # noqa: PLC0415
+    from fabricmon.phases.stream import PhaseStream  # noqa: PLC0415
+
+    computed: list[int] = []
+
+    class Counting(PhaseStream):
+        async def _compute(self) -> PhaseSnapshot:
+            computed.append(1)
+            return PhaseSnapshot(len(computed), "running", {}, {})
+
+    async def scenario() -> int:
+        sent: list[dict] = []
+
+        async def send(msg: dict) -> None:
+            sent.append(msg)
+
+        stream = Counting(1, send, tick_s=0.01, min_gap_s=3600.0)
+        task = asyncio.create_task(stream.follow())
+        while not sent:
+            await asyncio.sleep(0.01)
+        await stream.on_ack(stream.seq)  # the browser has room: only the gap holds a recompute back
+        for _ in range(20):
+            stream.wake.set()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # twenty ticks too
+        task.cancel()
+        return len(computed)
+
+    assert asyncio.run(scenario()) == 1  # the snapshot only
