@@ -219,6 +219,41 @@ def projected_vs_measured(
     return float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
 
 
+def unverified_projection_gate(why: str) -> Gate:
+    """``projected_vs_measured`` that could not be evaluated for a reason that is no fault of the
+    projection (no counters, only sampled steps): flagged as unverified, never passed."""
+    return Gate("projected_vs_measured", "projected bytes per poll interval match measured counters",
+                math.nan, "ratio", 0.1, 0.25, False, "flag",
+                f"projected_vs_measured: {why} — projection unverified")
+
+
+@dataclass(frozen=True)
+class AttributionInput:
+    """What the attribution of one run's phases is fitted on: the phase timeline, which steps the
+    run reported, and the counters with the intervals that hold unreported steps set to NaN
+    (dropped by the fit, like failed polls). Built once per update by whoever calls ``assess``."""
+
+    timeline: Any  # core.attribution.PhaseTimeline
+    steps: StepCoverage
+    measured: Any  # (intervals, 2·ports) in | out bytes
+
+
+def attribution_input(
+    phase_keys: Any, start_ns: Any, end_ns: Any, *, edges_ns: Any, measured_in: Any, measured_out: Any
+) -> AttributionInput:
+    import numpy as np  # noqa: PLC0415
+
+    from fabricmon.core.attribution import PhaseTimeline  # noqa: PLC0415
+
+    windows = zip(phase_keys, start_ns, end_ns, strict=True)
+    timeline = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in windows])
+    steps = step_coverage([k[0] for k in phase_keys], start_ns, end_ns, edges_ns)
+    meas = np.hstack([measured_in, measured_out])
+    if steps.gap_intervals.any():
+        meas = np.where(steps.gap_intervals[:, None], np.nan, meas)
+    return AttributionInput(timeline, steps, meas)
+
+
 PRIOR_REL_ERROR_FLOOR = 0.01  # the projection as attribution prior is never trusted beyond 1 % per phase
 
 
@@ -268,6 +303,7 @@ def assess(
     measured_in: Any | None,
     measured_out: Any | None,
     attribution_sums: Any | None = None,
+    prepared: AttributionInput | None = None,
 ) -> dict[str, SourceView]:
     """Gate and build the three views of a run's phases.
 
@@ -275,11 +311,12 @@ def assess(
     ports) bytes between poll ``edges_ns`` (None: no counters for the run's time).
     ``attribution_sums`` (a ``core.attribution.AttributionSums`` over exactly these intervals and
     phase windows, in/out columns as ``hstack([measured_in, measured_out])``): the attribution is
-    solved from them instead of refitted over every interval — what a live run's update passes.
+    solved from them instead of refitted over every interval — what a live run's update passes,
+    with the ``prepared`` input (``attribution_input`` of the same arguments) it built them from.
     """
     import numpy as np  # noqa: PLC0415  (keeps the gate vocabulary above import-light)
 
-    from fabricmon.core.attribution import PhaseTimeline, attribute  # noqa: PLC0415
+    from fabricmon.core.attribution import attribute  # noqa: PLC0415
 
     start = np.asarray(start_ns, dtype=np.int64)
     end = np.asarray(end_ns, dtype=np.int64)
@@ -294,28 +331,27 @@ def assess(
     if have_measured:
         edges = np.asarray(edges_ns, dtype=np.int64)
         meas = np.hstack([measured_in, measured_out])
-        steps = step_coverage([k[0] for k in cols], start, end, edges)
+        # counters of intervals with unreported steps carry bytes no phase explains: neither
+        # compared with the projection nor attributed
+        inp = prepared or attribution_input(
+            cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out
+        )
+        steps = inp.steps
         rel = projected_vs_measured(start, end, np.hstack([projected_in, projected_out]), edges, meas,
                                     skip=steps.gap_intervals)
         if math.isnan(rel) and steps.fraction < 1.0:
-            proj_gates.append(Gate(
-                "projected_vs_measured", "projected bytes per poll interval match measured counters",
-                math.nan, "ratio", 0.1, 0.25, False, "flag",
-                f"projected_vs_measured: the run reports {steps.reported} of {steps.span} steps and no poll "
-                "interval lies between consecutively reported steps — projection unverified"))
+            proj_gates.append(unverified_projection_gate(
+                f"the run reports {steps.reported} of {steps.span} steps and no poll interval lies "
+                "between consecutively reported steps"))
         else:
             proj_gates.append(projection_gate(rel))
-        # counters of intervals with unreported steps carry bytes no phase explains: not attributed
-        meas_att = np.where(steps.gap_intervals[:, None], np.nan, meas) if steps.gap_intervals.any() else meas
     else:
-        proj_gates.append(Gate("projected_vs_measured", "projected bytes per poll interval match measured counters",
-                               math.nan, "ratio", 0.1, 0.25, False, "flag",
-                               "projected_vs_measured: no counters for the run's time — projection unverified"))
+        proj_gates.append(unverified_projection_gate("no counters for the run's time"))
     v = view_verdict(proj_gates)
     views["projected"] = SourceView("projected", v, tuple(proj_gates), cols, proj_load if v != "withhold" else None)
 
     if have_measured:
-        tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in zip(cols, start, end, strict=True)])
+        tl = inp.timeline
         # 1 s counters fix each port's bytes per step but barely the split between phases (see
         # docs/phases.md): where the projection has passed every gate against those counters, its
         # per-(layer, phase) pattern is the prior, trusted to its measured error (≥ 1 %: the gate
@@ -331,12 +367,16 @@ def assess(
         if attribution_sums is not None:
             att = attribution_sums.aligned(tl.keys).solve(prior=prior, prior_rel_error=prior_error)
         else:
-            att = attribute(tl, edges, meas_att, prior=prior, prior_rel_error=prior_error)
+            att = attribute(tl, edges, inp.measured, prior=prior, prior_rel_error=prior_error)
         p = proj_load.shape[1]
         att_load = att.load(p)
         poll_s = float(np.median(np.diff(edges))) / 1e9
-        att_gates = (clock, poll_gate(poll_s, phase_s, att.intervals, len(tl.keys),
-                                        f"{steps.reported} of {steps.span}" if steps.fraction < 1 else ""), residual_gate(att.residual_rel if att.intervals else math.nan))
+        sampled = f"{steps.reported} of {steps.span}" if steps.fraction < 1 else ""
+        att_gates = (
+            clock,
+            poll_gate(poll_s, phase_s, att.intervals, len(tl.keys), sampled),
+            residual_gate(att.residual_rel if att.intervals else math.nan),  # nothing fitted: unknown
+        )
         av = view_verdict(att_gates)
         views["attributed"] = SourceView("attributed", av, att_gates, tuple((-1, k[0], k[1]) for k in tl.keys),
                                          att_load if av != "withhold" else None,

@@ -30,10 +30,10 @@ import numpy.typing as npt
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.core.attribution import LiveAttribution, PhaseTimeline
+from fabricmon.core.attribution import LiveAttribution
 from fabricmon.core.clocks import estimate_skew
 from fabricmon.core.frames import Frame
-from fabricmon.core.gates import SourceView, assess, step_coverage
+from fabricmon.core.gates import SourceView, assess, attribution_input
 from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
 from fabricmon.jobs.columns import decode_block
 from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
@@ -369,17 +369,15 @@ class RunPhaseState:
         if not keys:
             raise NoViewError("no phase events match the run's traffic matrices yet")
         meas = measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
-        sums = None
+        sums = prepared = None
         if meas is not None:
-            # the same timeline gates.assess builds; its attribution sums kept across updates
-            windows = zip(keys, s_med[pick], e_med[pick], strict=True)
-            tl = PhaseTimeline.from_events([(k[0], k[1], k[2], int(s), int(e)) for k, s, e in windows])
+            # what gates.assess fits the attribution on, built once; its sums kept across updates
+            prepared = attribution_input(
+                keys, s_med[pick], e_med[pick], edges_ns=meas[0], measured_in=meas[1], measured_out=meas[2]
+            )
             live = self._live_attribution(routing)
             frames = _FRAMES.get(run.fabric)
-            both = np.hstack([meas[1], meas[2]])
-            # as gates.assess does: intervals with unreported steps are not attributed
-            gap = step_coverage([k[0] for k in keys], s_med[pick], e_med[pick], meas[0]).gap_intervals
-            sums = live.sums(tl, meas[0], np.where(gap[:, None], np.nan, both) if gap.any() else both,
+            sums = live.sums(prepared.timeline, meas[0], prepared.measured,
                              generation=(run.fabric, id(frames), frames.generation if frames else -1))
             for k in ("rebuilds", "intervals_folded", "intervals_provisional"):
                 self.stats[k if k != "rebuilds" else "attribution_rebuilds"] = live.stats[k]
@@ -396,6 +394,7 @@ class RunPhaseState:
             measured_in=meas[1] if meas else None,
             measured_out=meas[2] if meas else None,
             attribution_sums=sums,
+            prepared=prepared,
         )
         meta = {
             "run": run.pk,
