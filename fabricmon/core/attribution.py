@@ -99,10 +99,6 @@ class Attribution:
     residual_std: FloatArray | None = None  # (C,) per-interval residual std of each column
     prior_used: bool = False  # the projection's per-phase pattern was used as a prior
 
-    def hot_column(self) -> IntArray:
-        """(K,) the column (port) with the most attributed bytes in each (layer, phase)."""
-        return np.argmax(self.bytes_per_phase, axis=1)
-
     def load(self, ports: int | None = None) -> FloatArray:
         """(K, P) attributed bytes per instance; with ``ports``, columns are [in | out] of P ports
         and a port's load is its busier direction."""
