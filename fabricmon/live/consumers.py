@@ -95,7 +95,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
             stream.fabric,
             lambda msg: self.send(text_data=json.dumps(msg)),
             lambda: max(0, stream.newest_ts_ns - int(stream.window_s * 1e9)) if stream.newest_ts_ns else 0,
-            tick_s=float(getattr(settings, "FABRICMON_PHASES_TICK_S", 2.0)),
+            tick_s=settings.FABRICMON_PHASES_TICK_S,
         )
         self.markers = asyncio.create_task(self._follow_markers(feed))
 

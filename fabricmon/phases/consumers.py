@@ -46,7 +46,7 @@ class PhaseConsumer(AsyncWebsocketConsumer):
         self.stream = PhaseStream(
             run_id,
             lambda msg: self.send(text_data=json.dumps(msg, separators=(",", ":"))),
-            tick_s=float(getattr(settings, "FABRICMON_PHASES_TICK_S", 2.0)),
+            tick_s=settings.FABRICMON_PHASES_TICK_S,
         )
         if self.channel_layer is not None:
             self.group = group_name(run_id)
