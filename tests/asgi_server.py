@@ -28,6 +28,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def manage(env: dict[str, str], *args: str, stdin: bytes | None = None, timeout: float = 180) -> str:
+    """``manage.py`` with ``env`` in a subprocess; its stdout, or an AssertionError with its output."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode:
+        raise AssertionError(
+            f"manage.py {' '.join(args)} failed:\n{done.stdout.decode()}\n{done.stderr.decode()[-3000:]}"
+        )
+    return done.stdout.decode()
+
+
 @dataclass
 class LiveServer:
     url: str
@@ -43,20 +61,7 @@ class LiveServer:
         )
 
     def manage(self, *args: str, stdin: bytes | None = None) -> str:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env=self.env,
-            cwd=ROOT,
-            input=stdin,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode:
-            raise AssertionError(
-                f"manage.py {' '.join(args)} failed:\n{done.stdout.decode()}\n{done.stderr.decode()}"
-            )
-        return done.stdout.decode()
+        return manage(self.env, *args, stdin=stdin, timeout=120)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -114,16 +119,7 @@ def start_daphne(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes
 def live_server(tmp: Path, redis_url: str, **extra_env: str) -> LiveServer:
     """Migrate a fresh SQLite database and start Daphne on it."""
     env = server_env(tmp, redis_url, **extra_env)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=180,
-        check=False,
-    )
-    if done.returncode:
-        raise AssertionError(f"migrate failed:\n{done.stderr.decode()[-3000:]}")
+    manage(env, "migrate", "--noinput")
     proc, url = start_daphne(env, tmp / "daphne.log")
     return LiveServer(url=url, env=env, proc=proc)
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from asgi_server import start_daphne
+from asgi_server import manage, start_daphne
 
 from collectors.probe import IngestClient
 
@@ -35,18 +35,8 @@ def fabricmon_server(tmp_path_factory: pytest.TempPathFactory):
         "FABRICMON_VAR_DIR": str(tmp),
         "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
     }
-    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    tokens = [
-        subprocess.run(
-            [PY, "manage.py", "create_api_token", user, "--create-user"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        for user in ("alice", "mallory")
-    ]
+    manage(env, "migrate", "--noinput", "-v", "0")
+    tokens = [manage(env, "create_api_token", user, "--create-user").strip() for user in ("alice", "mallory")]
     proc, base = start_daphne(env, tmp / "daphne.log")
     yield base, tokens[0], tokens[1]
     proc.terminate()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from asgi_server import start_daphne
+from asgi_server import manage, start_daphne
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -28,10 +28,7 @@ class UploadStack:
     logs: Path
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [PY, "manage.py", *args], cwd=ROOT, env=self.env, check=True, capture_output=True, text=True
-        )
-        return done.stdout.strip()
+        return manage(self.env, *args).strip()
 
     def log_tail(self) -> str:
         return "".join(p.read_text()[-2500:] for p in sorted(self.logs.glob("*.log")))
