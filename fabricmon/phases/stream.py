@@ -91,11 +91,11 @@ def hot_claims(hot: Any) -> list[dict[str, Any]]:
 def view_message(view: SourceView, mode: str = "full") -> ViewMessage:
     d = view.as_dict(with_values=False)
     shown = d["hot_port"] is not None
-    hot = getattr(view, "hot", None)
+    hot = view.hot
     return {
         "mode": mode,  # type: ignore[typeddict-item]
         "source": view.source,
-        "basis": getattr(view, "basis", "") or None,
+        "basis": view.basis or None,
         "verdict": view.verdict,
         "gates": d["gates"],
         "failed": d["failed"],
@@ -125,9 +125,9 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
     kept = np.flatnonzero(~changed)
     if len(kept):
         changed[kept] = np.any(np.rint(old.load_bytes[idx[kept]]) != np.rint(new.load_bytes[kept]), axis=1)
-    claims = hot_claims(new.hot) if getattr(new, "hot", None) is not None else None
+    claims = hot_claims(new.hot) if new.hot is not None else None
     if claims is not None:  # a column whose claim changed (e.g. ambiguous → claimed) goes too
-        was = hot_claims(old.hot) if getattr(old, "hot", None) is not None else [None] * len(old.columns)
+        was = hot_claims(old.hot) if old.hot is not None else [None] * len(old.columns)
         changed[kept] |= np.array([was[idx[i]] != claims[i] for i in kept], dtype=bool)
     rows = np.flatnonzero(changed)
     if not len(rows) and not judged:
@@ -136,7 +136,7 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
     return {
         "mode": "upsert",
         "source": new.source,
-        "basis": getattr(new, "basis", "") or None,
+        "basis": new.basis or None,
         "verdict": new.verdict,
         "gates": [g.as_dict() for g in new.gates],
         "failed": [g.reason for g in failing(new.gates)],
