@@ -175,8 +175,8 @@ def nnls_shared(a: FloatArray, m: FloatArray, iterations: int = 2000, tol: float
     FISTA on the shared Gram matrix, started from the clipped least-squares solution; each
     iteration is one (K×K)·(K×C) product, so thousands of ports cost what one does in a loop.
     """
-    g = a.T @ a
-    return nnls_gram(g, a.T @ m, _lstsq_start(g, a.T @ m), iterations, tol)
+    g, b = a.T @ a, a.T @ m
+    return nnls_gram(g, b, _lstsq_start(g, b), iterations, tol)
 
 
 def _lstsq_start(g: FloatArray, b: FloatArray) -> FloatArray:
