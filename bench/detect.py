@@ -20,9 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install needed
 
-from fabricmon.core.detect import DetectConfig, MovingState, conditions, detect_window, fabric_geometry
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.detection.conditions import conditions
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import fabric_geometry
+from fabricmon.core.detection.window import MovingState, detect_window
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 
 
 def main() -> None:

@@ -40,10 +40,11 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout, no install needed
 
-from fabricmon.core.frames import Frame  # noqa: E402
-from fabricmon.core.railgen import rail_optimized  # noqa: E402
-from fabricmon.core.topology import build_port_index  # noqa: E402
-from fabricmon.core.topology_yaml import dump_fabric, load_fabric  # noqa: E402
+from fabricmon.core.telemetry.frames import Frame  # noqa: E402
+from fabricmon.core.topology.port_index import build_port_index  # noqa: E402
+from fabricmon.core.topology.railgen import rail_optimized  # noqa: E402
+from fabricmon.core.topology.yaml_dump import dump_fabric
+from fabricmon.core.topology.yaml_load import load_fabric  # noqa: E402
 from fabricmon.telemetry import live_window  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -31,10 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from fabricmon.core.attribution import AttributionSums, LiveAttribution, PhaseTimeline, attribute, design_rows
-from fabricmon.core.projection import FabricLayout, ProjectorCache, RankPlacement, Routing
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.phases.attribution_fit import AttributionSums, attribute
+from fabricmon.core.phases.layout import FabricLayout, RankPlacement
+from fabricmon.core.phases.live_attribution import LiveAttribution
+from fabricmon.core.phases.projector import ProjectorCache
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.phases.timeline import PhaseTimeline, design_rows
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 
 
 def _per_phase_ms(fn, mats: list, phases: int) -> tuple[float, float]:  # type: ignore[type-arg]
@@ -92,7 +96,7 @@ def bench_attribution(ports: int = 12288, hours: float = 1.0) -> dict[str, float
     tl = PhaseTimeline.from_events(rows)
     edges = t0 + np.arange(int(hours * 3600) + 1, dtype=np.int64) * 1_000_000_000
     x = rng.random((len(tl.keys), 2 * ports)) * 1e8
-    from fabricmon.core.attribution import occupancy
+    from fabricmon.core.phases.timeline import occupancy
 
     m = occupancy(tl, edges) @ x * (1 + 0.05 * rng.standard_normal((len(edges) - 1, 2 * ports)))
     t = time.perf_counter()

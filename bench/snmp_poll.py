@@ -54,7 +54,7 @@ from collectors.snmp import IfSnapshot, SnmpPoller, SnmpTarget, close_loop_conte
 from collectors.snmp.netsnmp import Snmpd, start_snmpd
 from collectors.snmp.oids import COLUMNS, dotted
 from collectors.snmp.poller import Engine
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.spec import SnmpSettings
 
 COLUMN_OIDS = [dotted(c.oid) for c in COLUMNS]
 SETTINGS = SnmpSettings(timeout_s=5.0, retries=0, interval_s=30.0)

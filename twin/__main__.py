@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.core.topology.yaml_dump import dump_fabric
 from twin.control import serve_control
 from twin.runtime import Twin, TwinConfig
 from twin.snmp_v3 import V3User

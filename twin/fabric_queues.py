@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.queues import PhaseResult, QueueConfig, advance
-from fabricmon.core.topology import PortIndex
+from fabricmon.core.topology.port_index import PortIndex
+from twin.queue_model import PhaseResult, QueueConfig, advance
 from twin.schedule import JobTimeline, Phase
 
 log = logging.getLogger(__name__)

@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 
 from collectors.probe import EventPoster, IngestClient, events_from_matrix
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import FabricSpec
 from twin.moe import MoeTraffic
 from twin.routing import Router, Wiring
 from twin.runtime import TwinConfig
 from twin.schedule import JobTimeline
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import FabricSpec, build_port_index
 
 NS = 1_000_000_000
 

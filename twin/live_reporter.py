@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from collectors.probe import EventPoster, IngestClient, events_from_matrix
-from fabricmon.core.topology import FabricSpec
+from fabricmon.core.topology.spec import FabricSpec
 from twin.job_reporter import rank_hosts, rank_map_entries
 from twin.schedule import Phase
 
@@ -77,7 +77,7 @@ class LiveJobReporter:
         self.run_name, self.tags = run_name, tags
         # report block_steps consecutive steps of every every_steps * block_steps: the same share of
         # the job as every k-th step, but with poll intervals that hold only reported steps, so the
-        # server can check the projection against the counters (core.gates.step_coverage)
+        # server can check the projection against the counters (core.phases.gates.step_coverage)
         self.skew_ns, self.every_steps, self.block_steps = int(skew_ns), every_steps, block_steps
         self.connect_timeout_s, self.retry_s = connect_timeout_s, retry_s
         self.max_buffer_events = max_buffer_events

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from fabricmon.core.topology import PortSpec
+from fabricmon.core.topology.spec import PortSpec
 from twin.counters import METRICS
 
 SYS = (1, 3, 6, 1, 2, 1, 1)

@@ -1,6 +1,6 @@
 """Queue-driven counter sources for the twin's gNMI targets.
 
-:class:`QueueCounterSource` runs :class:`fabricmon.core.queues.QueueBank` (one egress queue per
+:class:`QueueCounterSource` runs :class:`twin.queue_model.QueueBank` (one egress queue per
 port) over a schedule of constant-rate phases and serves every leaf of
 :mod:`collectors.gnmi.paths` from it — octets and packets, ECN marks, drops, PFC frames and
 duration, the read-and-clear watermark. It keeps each read it served, so tests can compare a
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from collectors.gnmi.paths import speed_identity
-from fabricmon.core.queues import QueueBank, QueueConfig
+from twin.queue_model import QueueBank, QueueConfig
 
 if TYPE_CHECKING:
     from twin.fabric_queues import FabricQueues

@@ -22,8 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 # The ECMP hash model is the product's (core) so the twin and projection route alike by design.
-from fabricmon.core.projection import splitmix64
-from fabricmon.core.topology import FabricSpec, PortIndex
+from fabricmon.core.phases.routing import splitmix64
+from fabricmon.core.topology.port_index import PortIndex
+from fabricmon.core.topology.spec import FabricSpec
 
 RoutingMode = Literal["pxn", "ecmp"]
 IntArray = npt.NDArray[np.int64]

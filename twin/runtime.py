@@ -34,8 +34,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import FabricSpec, GnmiSettings, SnmpSettings, build_port_index
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import FabricSpec, GnmiSettings, SnmpSettings
 from twin.agent_state import TICKS_PER_S, SwitchAgentState
 from twin.counters import HC_METRICS, METRICS, RATE_NAMES, CounterClock
 from twin.fabric_queues import FabricQueues, peer_positions

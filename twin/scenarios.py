@@ -4,7 +4,7 @@ The live twin runs in real time; scoring detection over 20 seeds × 10 minutes n
 models faster than that. This runner drives the twin's own pieces — the MoE job
 (:mod:`twin.moe`: expert popularity, hot expert, regime shifts), its phase timeline
 (:mod:`twin.schedule`), routing (:mod:`twin.routing`, PXN or plain ECMP) and the egress queue
-model of :mod:`twin.fabric_queues` (the closed-form fluid queues of :mod:`fabricmon.core.queues`,
+model of :mod:`twin.fabric_queues` (the closed-form fluid queues of :mod:`twin.queue_model`,
 with its burst → Xon pre-drain → tail decomposition of a phase and its switch-wide PFC
 attribution) — and turns them into the per-window frames detection reads.
 
@@ -36,14 +36,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.detect import FabricGeometry, fabric_geometry
-from fabricmon.core.incast_scenarios import KINDS, Scenario
-from fabricmon.core.queues import QueueConfig, advance
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import FabricSpec, PortIndex, build_port_index
+from fabricmon.core.detection.geometry import FabricGeometry, fabric_geometry
+from fabricmon.core.topology.port_index import PortIndex, build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import FabricSpec
 from twin.fabric_queues import peer_positions
 from twin.moe import LayerTraffic, MoeConfig, MoeTraffic
+from twin.queue_model import QueueConfig, advance
 from twin.routing import Router, RoutingMode, Wiring
+from twin.scenario_scoring import KINDS, Scenario
 from twin.schedule import JobTimeline, Phase
 
 FloatArray = npt.NDArray[np.float64]
@@ -426,6 +427,6 @@ if __name__ == "__main__":
     # python -m twin.scenarios [seeds]: the issue-7 confusion table on the twin's scenarios
     import sys
 
-    from fabricmon.core.incast_scenarios import format_table, score
+    from twin.scenario_scoring import format_table, score
 
     print(format_table(score(int(sys.argv[1]) if len(sys.argv) > 1 else 20, batch=run_batch)))

@@ -1,4 +1,4 @@
-"""Decoded gNMI state → the frame metrics of one interval (names from fabricmon.core.frames).
+"""Decoded gNMI state → the frame metrics of one interval (names from fabricmon.core.telemetry.frames).
 
 The collection loop calls :func:`take_interval` once per frame tick per target; it snapshots the
 target's arrays and compares with the previous snapshot *per leaf and port*, using the device
@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from collectors.gnmi.decode import TargetArrays
 from collectors.gnmi.paths import LEAF_INDEX
-from fabricmon.core.rates import LINE_RATE_SLACK, MIN_FRAME_BITS
+from fabricmon.core.telemetry.rates import LINE_RATE_SLACK, MIN_FRAME_BITS
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]

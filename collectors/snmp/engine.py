@@ -43,7 +43,7 @@ from pysnmp.hlapi.v3arch.asyncio import (
 from pysnmp.hlapi.v3arch.asyncio.cmdgen import LCD
 
 from collectors.snmp.fastv2c import close_clients
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.spec import SnmpSettings
 
 AUTH_PROTOCOLS: dict[str, Any] = {
     "NONE": USM_AUTH_NONE,

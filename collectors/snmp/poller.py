@@ -32,8 +32,8 @@ from collectors.snmp import fastv2c
 from collectors.snmp.engine import LoopContext, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
-from fabricmon.core.rates import align_ports
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.telemetry.rates import align_ports
+from fabricmon.core.topology.spec import SnmpSettings
 
 _KIND_TYPES: dict[str, type | tuple[type, ...]] = {
     "counter64": rfc1902.Counter64,

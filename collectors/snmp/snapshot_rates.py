@@ -1,6 +1,6 @@
 """From two :class:`IfSnapshot` of one switch to per-port rates in a fixed port order.
 
-The bridge between the poller and :mod:`fabricmon.core.rates`: aligns both snapshots to the
+The bridge between the poller and :mod:`fabricmon.core.telemetry.rates`: aligns both snapshots to the
 switch's ports as the fabric's port index orders them (``ifindex``), picks the counter width per
 column (Counter64 octets/packets, Counter32 discards/errors) and passes sysUpTime and
 ifCounterDiscontinuityTime through. ``None`` for a snapshot = that poll failed = every port a gap.
@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from collectors.snmp.oids import COUNTER_WIDTH_BITS
 from collectors.snmp.poller import IfSnapshot
-from fabricmon.core.rates import CounterRates, CounterRead, align_ports, counter_rates
+from fabricmon.core.telemetry.rates import CounterRates, CounterRead, align_ports, counter_rates
 
 
 def _read(snap: IfSnapshot | None, key: str, ifindex: npt.NDArray[np.int64], prev_ts_ns: int) -> CounterRead:

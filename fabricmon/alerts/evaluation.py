@@ -16,7 +16,8 @@ import numpy as np
 import redis
 
 from fabricmon.alerts import services
-from fabricmon.core.detect import FabricGeometry, MovingState, detect_window, fabric_geometry
+from fabricmon.core.detection.geometry import FabricGeometry, fabric_geometry
+from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
 
 log = logging.getLogger(__name__)

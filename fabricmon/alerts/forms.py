@@ -1,7 +1,7 @@
 from django import forms
 
 from fabricmon.alerts.models import KINDS, Receiver, Rule
-from fabricmon.core.detect import DetectConfig
+from fabricmon.core.detection.config import DetectConfig
 
 
 class ReceiverForm(forms.ModelForm):

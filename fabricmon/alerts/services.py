@@ -37,15 +37,11 @@ from fabricmon.alerts.models import (
 )
 from fabricmon.alerts.netguard import Policy
 from fabricmon.alerts.transports import Message, Target, TransportError, transport_for
-from fabricmon.core.detect import (
-    Condition,
-    DetectConfig,
-    FabricGeometry,
-    WindowFindings,
-    conditions,
-    trajectory_step,
-)
-from fabricmon.core.incast_lifecycle import DEFAULT_LIFECYCLE, LifecycleConfig, Slot, advance
+from fabricmon.core.detection.conditions import Condition, conditions, trajectory_step
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import FabricGeometry
+from fabricmon.core.detection.lifecycle import DEFAULT_LIFECYCLE, LifecycleConfig, Slot, advance
+from fabricmon.core.detection.window import WindowFindings
 
 log = logging.getLogger(__name__)
 

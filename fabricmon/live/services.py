@@ -23,9 +23,9 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ObjectDoesNotExist
 
-from fabricmon.core.frames import Frame
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.heatmap_rows import fabric_layout
 from fabricmon.live import wire
-from fabricmon.live.layout import fabric_layout
 from fabricmon.live.messages import PROTOCOL_VERSION, Hello
 from fabricmon.telemetry import live_window
 from fabricmon.topology import services as topology_services

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.frames import METRICS, Frame
+from fabricmon.core.telemetry.frames import METRICS, Frame
 from fabricmon.live.messages import (
     CODE_MAX,
     COLUMN_HEADER_BYTES,

@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from fabricmon.core.projection import ROUTING_MODES, Routing
+from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
 from fabricmon.live.messages import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED
 from fabricmon.phases.stream import PhaseStream, group_name

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from collectors.traces.schema import PHASES
-from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.gates import clock_gate
-from fabricmon.core.projection import Routing
+from fabricmon.core.phases.clocks import estimate_skew
+from fabricmon.core.phases.gates import clock_gate
+from fabricmon.core.phases.routing import Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases import state
 

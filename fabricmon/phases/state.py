@@ -13,7 +13,7 @@ A cheap fingerprint (newest block id, rank-map hash, run state, topology version
 id) says whether anything changed at all; an unchanged run answers from the last result. The
 gates are re-run on every change (they judge the run as a whole: medians, skew), vectorized over
 the cached arrays. The attribution is not refitted: its normal-equation sums over the closed poll
-intervals are kept (``core.attribution.LiveAttribution``), an update adds the new intervals and
+intervals are kept (``core.phases.live_attribution.LiveAttribution``), an update adds the new intervals and
 recomputes only the open tail, then solves the K×K system (docs/phases-live.md).
 """
 
@@ -30,11 +30,13 @@ import numpy.typing as npt
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.core.attribution import LiveAttribution
-from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.frames import Frame
-from fabricmon.core.gates import SourceView, assess, attribution_input
-from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
+from fabricmon.core.phases.assess import SourceView, assess, attribution_input
+from fabricmon.core.phases.clocks import estimate_skew
+from fabricmon.core.phases.layout import FabricLayout, place_ranks
+from fabricmon.core.phases.live_attribution import LiveAttribution
+from fabricmon.core.phases.projector import ProjectorCache
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.telemetry.frames import Frame
 from fabricmon.jobs.columns import decode_block
 from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
 from fabricmon.topology import services as topology

@@ -25,8 +25,9 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from collectors.traces.schema import PHASES
-from fabricmon.core.gates import SourceView, failing
-from fabricmon.core.projection import Routing
+from fabricmon.core.phases.assess import SourceView
+from fabricmon.core.phases.gates import failing
+from fabricmon.core.phases.routing import Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases.messages import PROTOCOL_VERSION, Delta, Snapshot, ViewMessage
 from fabricmon.phases.state import PXN, PhaseSnapshot

@@ -27,8 +27,8 @@ from typing import Any
 
 import redis
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.topology import SwitchSpec
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.spec import SwitchSpec
 from fabricmon.telemetry import gnmi_part, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from fabricmon.core.frames import METRICS, Frame, FrameFormatError
-from fabricmon.core.topology import FabricSpec, PortIndex, build_port_index
+from fabricmon.core.telemetry.frames import METRICS, Frame, FrameFormatError
+from fabricmon.core.topology.port_index import PortIndex, build_port_index
+from fabricmon.core.topology.spec import FabricSpec
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.slices import SLICE_METRICS
 

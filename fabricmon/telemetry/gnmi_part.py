@@ -25,7 +25,7 @@ import numpy as np
 from collectors.gnmi.metrics import GnmiSnapshot, IntervalTaker
 from collectors.gnmi.paths import LEAF_INDEX
 from collectors.gnmi.session import GnmiCollector, GnmiSession, GnmiTargetSpec
-from fabricmon.core.topology import SwitchSpec
+from fabricmon.core.topology.spec import SwitchSpec
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.slices import SwitchSlice
 

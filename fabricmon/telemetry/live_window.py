@@ -3,7 +3,7 @@
 Layout (all keys prefixed ``fm:``):
 
 - ``fm:frames:{fabric}`` — a Redis *stream*; each entry has one field ``f`` holding an encoded
-  :class:`~fabricmon.core.frames.Frame`. Trimmed to about the window length. Stream IDs let a live
+  :class:`~fabricmon.core.telemetry.frames.Frame`. Trimmed to about the window length. Stream IDs let a live
   consumer ``XREAD BLOCK`` for the next frame and resume after a reconnect from the last ID it saw.
 - ``fm:health:{fabric}`` — a hash, switch name → JSON health (``up``, ``last_success_ns``,
   ``poll_ms``, ``errors``, ``error_counts``, ``last_error``).
@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from fabricmon.core.frames import Frame
+from fabricmon.core.telemetry.frames import Frame
 
 FIELD = b"f"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from django.db import models
 
-from fabricmon.core.frames import Frame
+from fabricmon.core.telemetry.frames import Frame
 
 
 class HistoryFrame(models.Model):
     """One fabric's frames over one history step, downsampled to one encoded frame.
 
-    The blob is a :class:`~fabricmon.core.frames.Frame` (ts = end of the step) holding, per port,
+    The blob is a :class:`~fabricmon.core.telemetry.frames.Frame` (ts = end of the step) holding, per port,
     the mean of every metric over the step's frames (NaN samples ignored; NaN if the port had no
     data at all) plus ``util_max`` — the highest utilisation seen, so a short hotspot survives the
     averaging. Arrays follow the port index named by ``topology_version``; after re-cabling, old
@@ -24,7 +24,7 @@ class HistoryFrame(models.Model):
     ts = models.DateTimeField(help_text="start of the step")
     step_s = models.FloatField(help_text="length of the step in seconds")
     n_samples = models.PositiveIntegerField(help_text="frames averaged into this row")
-    blob = models.BinaryField(help_text="encoded core.frames.Frame of per-port means (+ util_max)")
+    blob = models.BinaryField(help_text="encoded core.telemetry.frames.Frame of per-port means (+ util_max)")
 
     class Meta:
         ordering = ["fabric", "ts"]

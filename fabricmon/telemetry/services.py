@@ -19,12 +19,12 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from collectors.snmp import SnmpPoller, SnmpPollError, SnmpTarget
-from fabricmon.core.frames import Frame, FrameFormatError
-from fabricmon.core.topology import FabricSpec, SwitchSpec
+from fabricmon.core.telemetry.downsample import downsample
+from fabricmon.core.telemetry.frames import Frame, FrameFormatError
+from fabricmon.core.topology.spec import FabricSpec, SwitchSpec
 from fabricmon.telemetry import live_window, runtime
 from fabricmon.telemetry.collector import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.history import downsample
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fabricmon.core.topology import FabricSpec
+from fabricmon.core.topology.spec import FabricSpec
 
 
 @dataclass(frozen=True)

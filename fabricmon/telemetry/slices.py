@@ -1,9 +1,9 @@
 """One switch's part of a frame: counters → rates → the frame metrics for that switch's ports.
 
 A poll returns a snapshot of one switch (``collectors.snmp.IfSnapshot``). It is first aligned to
-the switch's ports in the fabric's :class:`~fabricmon.core.topology.PortIndex` (a
+the switch's ports in the fabric's :class:`~fabricmon.core.topology.port_index.PortIndex` (a
 :class:`SwitchRead`, raw counters as ``uint64``), then turned into rates against the previous read
-with :func:`fabricmon.core.rates.counter_rates`::
+with :func:`fabricmon.core.telemetry.rates.counter_rates`::
 
     prev read ──▶ cur read            in_octets/out_octets: Counter64 → in_bps, out_bps, util
                                        discards/errors:      Counter32 → *_ps
@@ -33,15 +33,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.rates import CounterRead, RateReason, align_ports, counter_rates
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.telemetry.rates import CounterRead, RateReason, align_ports, counter_rates
 
 U64Array = npt.NDArray[np.uint64]
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
 F32Array = npt.NDArray[np.float32]
 
-# The frame metrics a switch slice fills, in the order of fabricmon.core.frames.METRICS.
+# The frame metrics a switch slice fills, in the order of fabricmon.core.telemetry.frames.METRICS.
 SLICE_METRICS = ("in_bps", "out_bps", "util", "in_discards_ps", "out_discards_ps", "in_errors_ps")
 # Snapshot counter → (width, unit, metric, scale). Octets are bytes: x8 for bit/s.
 _COUNTERS: tuple[tuple[str, int, str, str, float], ...] = (

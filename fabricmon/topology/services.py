@@ -12,19 +12,18 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from fabricmon.core.topology import (
+from fabricmon.core.topology.port_index import PortIndex, build_port_index
+from fabricmon.core.topology.spec import (
     FabricSpec,
     GnmiSettings,
     GpuSpec,
     HostSpec,
     LinkSpec,
-    PortIndex,
     PortSpec,
     SnmpSettings,
     SwitchSpec,
-    build_port_index,
 )
-from fabricmon.core.topology_yaml import check_fabric
+from fabricmon.core.topology.yaml_load import check_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
 

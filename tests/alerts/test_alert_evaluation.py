@@ -8,9 +8,9 @@ import pytest
 
 from fabricmon.alerts.evaluation import cursor_key, evaluate_fabric, geometry, state_key
 from fabricmon.alerts.models import Alert, Episode
-from fabricmon.core.detect import DetectConfig
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.topology import services as topology
 

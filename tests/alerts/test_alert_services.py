@@ -12,9 +12,11 @@ import pytest
 
 from fabricmon.alerts import services
 from fabricmon.alerts.models import Alert, AlertTransition, Episode, Outbox, Receiver, Rule
-from fabricmon.core.detect import DetectConfig, MovingState, detect_window, fabric_geometry
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import fabric_geometry
+from fabricmon.core.detection.window import MovingState, detect_window
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

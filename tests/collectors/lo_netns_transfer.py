@@ -60,7 +60,7 @@ from pathlib import Path
 
 from collectors.snmp import SnmpPoller, SnmpTarget, close_loop_context
 from collectors.snmp.netsnmp import start_snmpd
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.spec import SnmpSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamps option 12 (Linux default on)

@@ -8,7 +8,7 @@ import numpy as np
 
 from collectors.snmp import IfSnapshot
 from collectors.snmp.snapshot_rates import snapshot_rates
-from fabricmon.core.rates import RateReason
+from fabricmon.core.telemetry.rates import RateReason
 
 G = 1_000_000_000
 

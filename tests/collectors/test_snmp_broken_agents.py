@@ -19,7 +19,7 @@ from collectors.snmp import (
     SnmpTarget,
     close_loop_context,
 )
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.spec import SnmpSettings
 
 pytestmark = pytest.mark.integration
 

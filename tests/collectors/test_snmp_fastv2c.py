@@ -19,7 +19,7 @@ from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 
 from collectors.snmp import IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget, close_loop_context, fastv2c
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.spec import SnmpSettings
 from twin.runtime import Twin, TwinConfig
 
 pytestmark = pytest.mark.integration

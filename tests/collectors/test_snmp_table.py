@@ -18,8 +18,8 @@ from collectors.snmp import (
 )
 from collectors.snmp.netsnmp import Snmpd
 from collectors.snmp.oids import COUNTER_WIDTH_BITS
-from fabricmon.core.rates import CounterRead, RateReason, counter_rates
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.telemetry.rates import CounterRead, RateReason, counter_rates
+from fabricmon.core.topology.spec import SnmpSettings
 
 pytestmark = pytest.mark.integration
 

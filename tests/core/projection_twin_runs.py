@@ -8,10 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from fabricmon.core.attribution import PhaseTimeline
-from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.gates import SourceView, assess
-from fabricmon.core.projection import FabricLayout, ProjectorCache, Routing, place_ranks
+from fabricmon.core.phases.assess import SourceView, assess
+from fabricmon.core.phases.clocks import estimate_skew
+from fabricmon.core.phases.layout import FabricLayout, place_ranks
+from fabricmon.core.phases.projector import ProjectorCache
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.phases.timeline import PhaseTimeline
 from twin.job_reporter import TwinJobRecording
 from twin.runtime import TwinConfig
 

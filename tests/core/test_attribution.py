@@ -9,17 +9,13 @@ import pytest
 from projection_twin_runs import measured, poll_edges, recording, timeline_of
 from scipy.optimize import nnls
 
-from fabricmon.core.attribution import (
-    AttributionSums,
-    LiveAttribution,
-    PhaseTimeline,
-    attribute,
-    design_rows,
-    nnls_shared,
-    occupancy,
-)
-from fabricmon.core.gates import PRIOR_REL_ERROR_FLOOR
-from fabricmon.core.projection import FabricLayout, Projector, Routing, place_ranks
+from fabricmon.core.phases.attribution_fit import AttributionSums, attribute, nnls_shared
+from fabricmon.core.phases.gates import PRIOR_REL_ERROR_FLOOR
+from fabricmon.core.phases.layout import FabricLayout, place_ranks
+from fabricmon.core.phases.live_attribution import LiveAttribution
+from fabricmon.core.phases.projector import Projector
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.phases.timeline import PhaseTimeline, design_rows, occupancy
 
 
 def _truth(rec, edges):  # type: ignore[no-untyped-def]

@@ -13,19 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricmon.core.detect import (
-    Condition,
-    DetectConfig,
-    MovingState,
-    conditions,
-    detect_window,
-    fabric_geometry,
-    trajectory_step,
-)
-from fabricmon.core.incast_lifecycle import LifecycleConfig, advance, fingerprint
-from fabricmon.core.incast_scenarios import KINDS, evaluate, format_table, make_scenario, score
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.detection.conditions import Condition, conditions, trajectory_step
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import fabric_geometry
+from fabricmon.core.detection.lifecycle import LifecycleConfig, advance, fingerprint
+from fabricmon.core.detection.window import MovingState, detect_window
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from twin.scenario_scoring import KINDS, evaluate, format_table, score
+from twin.synthetic_scenarios import make_scenario, synthetic_batch
 
 KMAX = DetectConfig().watermark_kmax_bytes
 
@@ -162,7 +158,7 @@ def test_balanced_ten_minutes_raise_no_alert_at_all() -> None:
 
 def test_detection_quality_on_seeded_scenarios() -> None:
     """≥ 20 seeds per kind: moving-incast recall/precision ≥ 0.95, alerts within 2 windows."""
-    result = score(seeds=20)
+    result = score(seeds=20, batch=synthetic_batch())
     print("\n" + format_table(result))
     table = result["table"]
     assert result["moving_recall"] >= 0.95 and result["moving_precision"] >= 0.95

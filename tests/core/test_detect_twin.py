@@ -7,7 +7,7 @@ confusion table is printed (``pytest -s``) and the issue's thresholds are assert
 
 from __future__ import annotations
 
-from fabricmon.core.incast_scenarios import format_table, score
+from twin.scenario_scoring import format_table, score
 from twin.scenarios import run_batch
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fabricmon.core.frames import Frame, FrameFormatError
+from fabricmon.core.telemetry.frames import Frame, FrameFormatError
 
 
 def make_frame(n: int = 5) -> Frame:

@@ -9,9 +9,9 @@ import re
 import numpy as np
 from projection_twin_runs import gate_summary, recording, scenario
 
-from fabricmon.core.clocks import estimate_skew
-from fabricmon.core.gates import check, clock_gate, step_coverage, view_verdict
-from fabricmon.core.projection import Routing
+from fabricmon.core.phases.clocks import estimate_skew
+from fabricmon.core.phases.gates import check, clock_gate, step_coverage, view_verdict
+from fabricmon.core.phases.routing import Routing
 
 
 def _gate(views, source, name):  # type: ignore[no-untyped-def]

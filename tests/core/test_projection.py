@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from fabricmon.core.projection import (
-    FabricLayout,
-    Projector,
-    ProjectorCache,
-    RankPlacement,
-    Routing,
-    interval_bytes,
-    place_ranks,
-)
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
 from projection_twin_runs import poll_edges, recording
+
+from fabricmon.core.phases.intervals import interval_bytes
+from fabricmon.core.phases.layout import FabricLayout, RankPlacement, place_ranks
+from fabricmon.core.phases.projector import Projector, ProjectorCache
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 from twin.routing import Router, Wiring
 
 

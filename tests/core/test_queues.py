@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricmon.core.queues import QueueBank, QueueConfig, advance, ecn_probability, spread_to_upstream
+from twin.queue_model import QueueBank, QueueConfig, advance, ecn_probability, spread_to_upstream
 
 # Small units so an Euler reference can resolve the PFC sawtooth: C = 1000 B/s per queue.
 C = 1000.0

@@ -1,7 +1,7 @@
 import numpy as np
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 
 
 def test_one_scalable_unit_matches_superpod_shape() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricmon.core.rates import (
+from fabricmon.core.telemetry.rates import (
     CounterRead,
     CounterUnit,
     RateReason,

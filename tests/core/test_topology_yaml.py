@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import SnmpSettings, build_port_index
-from fabricmon.core.topology_yaml import TopologyError, check_fabric, dump_fabric, load_fabric
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import SnmpSettings
+from fabricmon.core.topology.yaml_dump import dump_fabric
+from fabricmon.core.topology.yaml_fields import TopologyError
+from fabricmon.core.topology.yaml_load import check_fabric, load_fabric
 
 
 def two_leaf_one_spine() -> dict[str, Any]:

@@ -13,9 +13,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import GnmiSettings
-from fabricmon.core.topology_yaml import TopologyError, dump_fabric, load_fabric
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import GnmiSettings
+from fabricmon.core.topology.yaml_dump import dump_fabric
+from fabricmon.core.topology.yaml_fields import TopologyError
+from fabricmon.core.topology.yaml_load import load_fabric
 
 
 def fabric_with_gnmi():

@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
-from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricmon.core.topology import build_port_index
-from fabricmon.core.topology_yaml import dump_fabric, load_fabric
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.yaml_dump import dump_fabric
+from fabricmon.core.topology.yaml_load import load_fabric
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import pytest
 from phase_events import GAP_MS, phase_ndjson
 from test_fabric_page import Feeder, wait_js
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
-from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

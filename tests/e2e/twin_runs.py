@@ -25,7 +25,7 @@ def twin_job_runs(daphne_server, redis_client, fabric_name: str, names: tuple[st
         "\n".join(
             [
                 "from django.contrib.auth import get_user_model",
-                "from fabricmon.core.railgen import rail_optimized",
+                "from fabricmon.core.topology.railgen import rail_optimized",
                 "from fabricmon.jobs import services as jobs",
                 "from fabricmon.jobs.tokens import issue_token",
                 "from fabricmon.topology.services import import_fabric",

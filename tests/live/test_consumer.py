@@ -19,7 +19,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from fabricmon.asgi import application
-from fabricmon.core.frames import Frame
+from fabricmon.core.telemetry.frames import Frame
 from fabricmon.live import messages, wire
 from fabricmon.live.services import MAX_IN_FLIGHT, ClientStalledError, FabricStream
 from fabricmon.telemetry import live_window

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from phase_events import GAP_MS, phase_ndjson
 
-from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.jobs import services as jobs
 from fabricmon.jobs.models import Run
 from fabricmon.topology.services import import_fabric

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from django.contrib.auth.models import Group, User
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.topology.services import import_fabric
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.heatmap_rows import fabric_layout
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.live import messages, wire
-from fabricmon.live.layout import fabric_layout
 
 
 def make_frame(values: dict[str, list[float]], ts_ns: int = 1_700_000_000_000_000_000) -> Frame:

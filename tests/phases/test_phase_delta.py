@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricmon.core.gates import Gate, SourceView
+from fabricmon.core.phases.assess import SourceView
+from fabricmon.core.phases.gates import Gate
 from fabricmon.phases.state import grouped_median
 from fabricmon.phases.stream import split_message, view_delta, view_message
 
@@ -104,7 +105,7 @@ def test_grouped_median_is_numpys_median_per_group(rows: list[tuple[int, int]]) 
 
 
 def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_upserted() -> None:
-    from fabricmon.core.attribution import HotPorts  # noqa: PLC0415
+    from fabricmon.core.phases.attribution import HotPorts  # noqa: PLC0415
 
     def hot(claimed: list[bool]) -> HotPorts:
         tied = np.array([[True, False, False], [True, True, True], [False, False, True]])

@@ -31,7 +31,7 @@ T0_NS = 1_800_000_000_000_000_000
 USER, PASSWORD = "phase-op", "phase-op-password"
 SETUP = """
 from django.contrib.auth import get_user_model
-from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.jobs import services as jobs
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.topology.services import import_fabric

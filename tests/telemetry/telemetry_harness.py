@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fabricmon.core.topology import FabricSpec
-from fabricmon.core.topology_yaml import load_fabric
+from fabricmon.core.topology.spec import FabricSpec
+from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.telemetry import runtime, services
 from fabricmon.telemetry.collector import PollRecord, ShardReport
 

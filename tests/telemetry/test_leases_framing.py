@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder, lease_key

@@ -17,7 +17,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
-from fabricmon.core.railgen import rail_optimized
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder

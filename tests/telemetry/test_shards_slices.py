@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from collectors.snmp import IfSnapshot
-from fabricmon.core.frames import Frame
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.telemetry.history import downsample
+from fabricmon.core.telemetry.downsample import downsample
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry.shards import UnknownShardError, find_shard, plan_shards
 from fabricmon.telemetry.slices import (
     COUNTER_NAMES,

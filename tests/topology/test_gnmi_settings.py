@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import GnmiSettings
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import GnmiSettings
 from fabricmon.topology.models import Switch
 from fabricmon.topology.services import fabric_spec, gnmi_settings, import_fabric
 

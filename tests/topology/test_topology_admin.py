@@ -16,8 +16,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import SnmpSettings
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import import_fabric
 

@@ -21,8 +21,9 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology_yaml import dump_fabric, load_fabric
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.yaml_dump import dump_fabric
+from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import fabric_spec
 

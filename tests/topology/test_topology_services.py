@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 from django.db import IntegrityError
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import FabricSpec, GpuSpec, HostSpec, SnmpSettings, build_port_index
-from fabricmon.core.topology_yaml import TopologyError
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.spec import FabricSpec, GpuSpec, HostSpec, SnmpSettings
+from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import (
     FabricExistsError,

@@ -7,7 +7,7 @@ import pytest
 from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 
-from fabricmon.core.topology import PortSpec
+from fabricmon.core.topology.spec import PortSpec
 from twin.agent_state import SwitchAgentState
 from twin.counters import METRICS
 from twin.mib import build_switch_mib

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from netsnmp_cli import net_snmp, parse_walk
 
-from fabricmon.core.topology_yaml import load_fabric
+from fabricmon.core.topology.yaml_load import load_fabric
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pbg
 
-from fabricmon.core.topology_yaml import load_fabric
+from fabricmon.core.topology.yaml_load import load_fabric
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -92,7 +92,7 @@ def test_server_down_twin_keeps_running_and_counts_drops() -> None:
 def test_block_reporting_keeps_runs_of_consecutive_steps() -> None:
     """``every_steps=4, block_steps=2``: steps 0-1, 8-9, 16-17 … — a quarter of the job, as every
     4th step would be, but in runs of consecutive steps whose poll intervals the gates can use."""
-    from fabricmon.core.railgen import rail_optimized  # noqa: PLC0415
+    from fabricmon.core.topology.railgen import rail_optimized  # noqa: PLC0415
     from twin.live_reporter import LiveJobReporter  # noqa: PLC0415
     from twin.schedule import Phase  # noqa: PLC0415
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology import build_port_index
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 from twin.moe import MoeConfig, MoeTraffic
 from twin.routing import Router, Wiring
 

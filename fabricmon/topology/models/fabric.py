@@ -9,7 +9,7 @@ class Fabric(models.Model):
     """One monitored network fabric (e.g. a scalable unit of a training cluster).
 
     Its switches, ports, cables, hosts, GPUs and NICs hang off it; ``topology_version`` names the
-    current port index (``core.topology.build_port_index``) — the order every frame's arrays
+    current port index (``core.topology.port_index.build_port_index``) — the order every frame's arrays
     follow. Re-importing a fabric keeps this row (so telemetry, jobs and version history that
     point at it survive) and replaces everything below it.
     """

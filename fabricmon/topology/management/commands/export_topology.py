@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.topology.models import Fabric
 from fabricmon.topology.services import fabric_spec
 

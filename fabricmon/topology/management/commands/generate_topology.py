@@ -1,4 +1,4 @@
-"""``manage.py generate_topology``: a rail-optimized fabric (``core.railgen``) as topology YAML."""
+"""``manage.py generate_topology``: a rail-optimized fabric (``core.topology.railgen``) as topology YAML."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fabricmon.core.railgen import rail_optimized
-from fabricmon.core.topology_yaml import dump_fabric
+from fabricmon.core.topology.railgen import rail_optimized
+from fabricmon.core.topology.yaml_dump import dump_fabric
 
 
 class Command(BaseCommand):

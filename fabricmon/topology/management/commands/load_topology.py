@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from fabricmon.core.topology_yaml import TopologyError, load_fabric
+from fabricmon.core.topology.yaml_fields import TopologyError
+from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.topology.services import FabricExistsError, import_fabric
 
 

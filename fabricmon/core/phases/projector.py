@@ -6,17 +6,7 @@
     rank s ─▶ GPU ─▶ NIC ─▶ [leaf port in] leaf ─┬─▶ [leaf port out] ─▶ NIC of rank d     (same leaf)
                                                  └─▶ [uplink] spine [downlink] ─▶ leaf ─▶ NIC of d
 
-Routing models (``Routing.mode``):
-
-* ``pxn``  NCCL PXN: a server's senders are folded onto the local GPU whose NIC sits on the
-           destination's leaf (else its rail, else same local index), so traffic stays on-rail;
-* ``ecmp`` every NIC pair is one flow hashed onto one uplink and one spine downlink;
-* ``spray`` packet spraying: a cross-leaf flow's bytes split evenly over every usable uplink, and at
-           each spine evenly over its downlinks to the destination leaf.
-
-The ECMP hash model is splitmix64 of ``(src_gpu << 32 | dst_gpu) ^ seed`` (then splitmix64 again
-for the spine downlink), choosing among the candidate cables in cabling order — the twin's model,
-so "the same routing" is checkable (tests/core/test_projection.py compares with twin/routing.py).
+Routing models: see ``routing.py`` (PXN, ECMP hash, spray).
 
 Routing is precomputed once per (fabric layout, rank map, routing) into a sparse incidence matrix
 ``A`` of shape (2·ports, flows): projected bytes = ``A @ flow_bytes``. For PXN the flows are
@@ -26,168 +16,21 @@ pass over M — so the 4,096-GPU case is 2 M columns, not 16 M.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from fabricmon.core.topology import FabricSpec, PortIndex
+from fabricmon.core.phases.layout import FabricLayout, RankPlacement
+from fabricmon.core.phases.routing import Routing, splitmix64
 
-RoutingMode = Literal["pxn", "ecmp", "spray"]
-ROUTING_MODES: tuple[str, ...] = ("pxn", "ecmp", "spray")
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
 _Hops = tuple[IntArray, IntArray, FloatArray]  # (flow, cable, fraction of the flow's bytes)
-
-
-def splitmix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """The ECMP hash model: splitmix64 finaliser, vectorized (uint64 arithmetic wraps on purpose)."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return (z ^ (z >> np.uint64(31))) & _MASK64
-
-
-@dataclass(frozen=True)
-class Routing:
-    """How traffic is assumed to cross the fabric: the mode and, for ECMP, the hash seed."""
-
-    mode: RoutingMode = "pxn"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.mode not in ROUTING_MODES:
-            raise ValueError(f"routing mode must be one of {', '.join(ROUTING_MODES)}, got {self.mode!r}")
-
-    def label(self) -> str:
-        return f"{self.mode}(seed={self.seed})" if self.mode == "ecmp" else self.mode
-
-
-@dataclass(frozen=True, eq=False)
-class FabricLayout:
-    """Per-GPU and per-cable arrays of a fabric, positions in the PortIndex (built once per fabric).
-
-    GPUs are numbered host by host (fabric order), by local index inside a host.
-    """
-
-    index: PortIndex
-    gpu_host: IntArray  # (G,) host number
-    gpu_local: IntArray  # (G,) GPU index inside its host
-    gpu_rail: IntArray
-    nic_pos: IntArray  # (G,) port position of the leaf port facing the GPU's NIC
-    nic_leaf: IntArray  # (G,) leaf number (leaf_names order)
-    link: IntArray  # (L, 4): leaf number, leaf port position, spine number, spine port position
-    host_names: tuple[str, ...]
-    leaf_names: tuple[str, ...]
-    spine_names: tuple[str, ...]
-    gpu_by_port: dict[tuple[str, str], int] = field(repr=False)  # (switch, port name) → GPU
-    gpu_by_host_local: dict[tuple[str, int], int] = field(repr=False)
-
-    @property
-    def n_gpus(self) -> int:
-        return len(self.gpu_host)
-
-    @classmethod
-    def from_spec(cls, fabric: FabricSpec, index: PortIndex) -> FabricLayout:
-        ifindex_of = {(sw.name, p.name): p.ifindex for sw in fabric.switches for p in sw.ports}
-        role = {sw.name: sw.role for sw in fabric.switches}
-
-        def pos(switch: str, port: str) -> int:
-            if (switch, port) not in ifindex_of:
-                raise ValueError(f"cabling names unknown port {switch}:{port}")
-            return index.position(switch, ifindex_of[(switch, port)])
-
-        host, local, rail, nic, nic_switch = [], [], [], [], []
-        by_port: dict[tuple[str, str], int] = {}
-        by_host_local: dict[tuple[str, int], int] = {}
-        for h, hs in enumerate(fabric.hosts):
-            for g in sorted(hs.gpus, key=lambda g: g.index):
-                by_port[(g.switch, g.port)] = len(host)
-                by_host_local[(hs.name, g.index)] = len(host)
-                host.append(h)
-                local.append(g.index)
-                rail.append(g.rail)
-                nic.append(pos(g.switch, g.port))
-                nic_switch.append(g.switch)
-        leaves = sorted(set(nic_switch) | {sw.name for sw in fabric.switches if sw.role == "leaf"})
-        spines = sorted(sw.name for sw in fabric.switches if sw.role == "spine")
-        leaf_id = {n: i for i, n in enumerate(leaves)}
-        spine_id = {n: i for i, n in enumerate(spines)}
-        links: list[tuple[int, int, int, int]] = []
-        for ln in fabric.links:
-            a, b = pos(ln.a_switch, ln.a_port), pos(ln.b_switch, ln.b_port)
-            if role[ln.a_switch] == "leaf" and role[ln.b_switch] == "spine":
-                links.append((leaf_id[ln.a_switch], a, spine_id[ln.b_switch], b))
-            elif role[ln.b_switch] == "leaf" and role[ln.a_switch] == "spine":
-                links.append((leaf_id[ln.b_switch], b, spine_id[ln.a_switch], a))
-        i64 = np.int64
-        return cls(
-            index=index,
-            gpu_host=np.asarray(host, dtype=i64),
-            gpu_local=np.asarray(local, dtype=i64),
-            gpu_rail=np.asarray(rail, dtype=i64),
-            nic_pos=np.asarray(nic, dtype=i64),
-            nic_leaf=np.asarray([leaf_id[s] for s in nic_switch], dtype=i64),
-            link=np.asarray(links, dtype=i64).reshape(-1, 4),
-            host_names=tuple(h.name for h in fabric.hosts),
-            leaf_names=tuple(leaves),
-            spine_names=tuple(spines),
-            gpu_by_port=by_port,
-            gpu_by_host_local=by_host_local,
-        )
-
-
-@dataclass(frozen=True, eq=False)
-class RankPlacement:
-    """Rank → GPU of the layout (-1: the rank map does not place it), for a world of ``world_size``."""
-
-    gpu_of_rank: IntArray
-    problems: tuple[str, ...] = ()  # rank-map entries that could not be placed, and why
-
-    @property
-    def world_size(self) -> int:
-        return len(self.gpu_of_rank)
-
-    @property
-    def coverage(self) -> float:
-        """Fraction of the world's ranks the map places on a GPU of the fabric."""
-        return float(np.mean(self.gpu_of_rank >= 0)) if self.world_size else 0.0
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha1(self.gpu_of_rank.astype("<i8").tobytes()).hexdigest()[:16]
-
-
-def place_ranks(layout: FabricLayout, entries: list[dict[str, object]], world_size: int) -> RankPlacement:
-    """Match rank-map entries (rank, host, local_rank, switch, switch_port) to the layout's GPUs.
-
-    The NIC's switch port wins when given (it is what the cabling says); else (host, local_rank).
-    Entries that match nothing are reported in ``problems`` and leave their rank unplaced.
-    """
-    gpu = np.full(world_size, -1, dtype=np.int64)
-    problems: list[str] = []
-    for e in entries:
-        rank = e.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < world_size:
-            problems.append(f"rank {rank!r} outside the world of {world_size}")
-            continue
-        g = layout.gpu_by_port.get((str(e.get("switch") or ""), str(e.get("switch_port") or "")))
-        if g is None and isinstance(e.get("local_rank"), int):
-            g = layout.gpu_by_host_local.get((str(e.get("host") or ""), int(e["local_rank"])))  # type: ignore[call-overload]
-        if g is None:
-            problems.append(
-                f"rank {rank}: no GPU of the fabric at {e.get('switch')}:{e.get('switch_port')} "
-                f"or {e.get('host')}/{e.get('local_rank')}"
-            )
-            continue
-        gpu[rank] = g
-    return RankPlacement(gpu, tuple(problems))
 
 
 @dataclass(frozen=True)
@@ -551,25 +394,3 @@ class ProjectorCache:
         while len(self._items) > self.max_entries:
             self._items.popitem(last=False)
         return proj
-
-
-def interval_bytes(
-    phase_start_ns: IntArray, phase_end_ns: IntArray, phase_bytes: FloatArray, edges_ns: IntArray
-) -> FloatArray:
-    """Bytes per port per interval [edges[i], edges[i+1]), each phase spread evenly over its window.
-
-    ``phase_bytes`` is (K, P); the answer is (len(edges) − 1, P). This is what a counter polled at
-    ``edges`` should read if the projection (and the clocks) are right.
-    """
-    occ = phase_occupancy(phase_start_ns, phase_end_ns, edges_ns)  # (I, K)
-    return occ @ phase_bytes
-
-
-def phase_occupancy(start_ns: IntArray, end_ns: IntArray, edges_ns: IntArray) -> FloatArray:
-    """(intervals, phases): fraction of each phase's window inside each interval (vectorized)."""
-    s = np.asarray(start_ns, dtype=np.float64)[None, :]
-    e = np.asarray(end_ns, dtype=np.float64)[None, :]
-    a = np.asarray(edges_ns[:-1], dtype=np.float64)[:, None]
-    b = np.asarray(edges_ns[1:], dtype=np.float64)[:, None]
-    overlap = np.clip(np.minimum(b, e) - np.maximum(a, s), 0.0, None)
-    return overlap / np.maximum(e - s, 1.0)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from fabricmon.core.detect import Condition
+from fabricmon.core.detection.conditions import Condition
 
 State = Literal["inactive", "pending", "firing", "resolved"]
 

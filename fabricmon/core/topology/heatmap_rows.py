@@ -19,7 +19,8 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from fabricmon.core.topology import FabricSpec, PortIndex, build_port_index
+from fabricmon.core.topology.port_index import PortIndex, build_port_index
+from fabricmon.core.topology.spec import FabricSpec
 
 
 class Group(TypedDict):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fabricmon.core.topology import (
+from fabricmon.core.topology.spec import (
     FabricSpec,
     GpuSpec,
     HostSpec,

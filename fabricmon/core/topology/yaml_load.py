@@ -1,4 +1,4 @@
-"""Read and write the topology file (docs/topology-format.md) as a :class:`FabricSpec`.
+"""Read the topology file (docs/topology-format.md) into a :class:`FabricSpec`.
 
 ``load_fabric`` checks the whole file and reports *every* problem at once, each naming the file,
 the entry and the field::
@@ -7,25 +7,19 @@ the entry and the field::
     su1.yaml: hosts[0] (node001).gpus[2]: field 'port': switch 'leaf-r2' has no port 'Ethernet99'
 
 so an operator fixes a file in one pass. Nothing here touches a database: the Django import
-(``fabricmon.topology.services.import_fabric``) only ever sees a spec that passed.
-
-``dump_fabric`` writes the same format. SNMP settings shared by most switches go to
-``defaults.snmp``; each switch lists only what differs. v3 secrets are written inline (the spec holds
-them) — export files with v3 fabrics are secrets; hand-written files should prefer
-``v3_auth_key_env`` / ``v3_priv_key_env``.
+(``fabricmon.topology.services.import_fabric``) only ever sees a spec that passed. The field
+readers are in ``yaml_fields.py``, the writer in ``yaml_dump.py``.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
 from typing import Any, cast
 
 import yaml
 
-from fabricmon.core.topology import (
+from fabricmon.core.topology.spec import (
     FabricSpec,
     GnmiSettings,
     GpuSpec,
@@ -35,44 +29,30 @@ from fabricmon.core.topology import (
     SnmpSettings,
     SwitchSpec,
 )
+from fabricmon.core.topology.yaml_dump import _SNMP_FIELDS, FORMAT, GBPS, _Loader, fabric_doc
+from fabricmon.core.topology.yaml_fields import (
+    _MISSING,
+    TopologyError,
+    _any_str,
+    _choice,
+    _nonneg_int,
+    _one_of,
+    _pos_int,
+    _pos_number,
+    _Reader,
+    _show,
+    _str,
+    _udp_port,
+)
 
-FORMAT = "fabricmon-topology/1"
 AUTH_PROTOCOLS = ("NONE", "MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512")
 PRIV_PROTOCOLS = ("NONE", "DES", "3DES", "AES", "AES128", "AES192", "AES256")
 # RFC 3414 / pysnmp refuse shorter USM pass phrases; better to say so at import than at first poll.
 MIN_V3_KEY_LEN = 8
-GBPS = 1_000_000_000
 
-_SnmpField = str
-_SNMP_FIELDS: tuple[_SnmpField, ...] = tuple(f.name for f in fields(SnmpSettings))
+
 # Secrets that may instead name an environment variable: ``<field>_env: NAME``.
 _SNMP_ENV_FIELDS = ("community", "v3_auth_key", "v3_priv_key")
-
-try:  # libyaml is ~10x faster on a 1-SU file; the pure-Python classes give the same result.
-    _Loader: type = yaml.CSafeLoader
-    _Dumper: type = yaml.CSafeDumper
-except AttributeError:  # pragma: no cover - PyYAML built without libyaml
-    _Loader, _Dumper = yaml.SafeLoader, yaml.SafeDumper
-
-
-class TopologyError(ValueError):
-    """A topology file that cannot be imported; ``problems`` holds one line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        n = len(problems)
-        head = f"{n} problem{'s' if n != 1 else ''} in topology:"
-        super().__init__("\n".join([head, *problems]))
-
-
-# ---------------------------------------------------------------------------------------------- dump
-
-
-def dump_fabric(spec: FabricSpec) -> str:
-    """The spec as a topology file; ``load_fabric(dump_fabric(s)) == s``."""
-    text: str = yaml.dump(fabric_doc(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=None,
-                          width=200, allow_unicode=True)
-    return text
 
 
 def check_fabric(spec: FabricSpec, *, source: str | None = None) -> None:
@@ -81,188 +61,6 @@ def check_fabric(spec: FabricSpec, *, source: str | None = None) -> None:
     Same rules and messages as :func:`load_fabric`, without the YAML text in between.
     """
     fabric_from_doc(fabric_doc(spec), source=source or f"fabric {spec.name!r}")
-
-
-def fabric_doc(spec: FabricSpec) -> dict[str, Any]:
-    """The spec as the plain data of a topology file (what YAML would hold)."""
-    defaults = _common_snmp([sw.snmp for sw in spec.switches])
-    doc: dict[str, Any] = {"format": FORMAT, "fabric": spec.name}
-    if spec.description:
-        doc["description"] = spec.description
-    doc["defaults"] = {"snmp": _snmp_dict(defaults, base=SnmpSettings())}
-    # gNMI blocks are written whole per switch (no defaults.gnmi on export: a switch either has a
-    # target or not, and the ports differ per switch anyway)
-    doc["switches"] = [_switch_dict(sw, defaults) for sw in spec.switches]
-    doc["hosts"] = [
-        {"name": h.name, "gpus": [
-            {"index": g.index, "nic": g.nic, "rail": g.rail, "switch": g.switch, "port": g.port}
-            for g in h.gpus
-        ]}
-        for h in spec.hosts
-    ]
-    doc["links"] = [
-        {"a": f"{ln.a_switch}:{ln.a_port}", "b": f"{ln.b_switch}:{ln.b_port}"} for ln in spec.links
-    ]
-    return doc
-
-
-def _common_snmp(all_snmp: list[SnmpSettings]) -> SnmpSettings:
-    """Per field, the value most switches share (so per-switch blocks stay short)."""
-    if not all_snmp:
-        return SnmpSettings()
-    dicts = [asdict(s) for s in all_snmp]
-    common = {k: Counter(d[k] for d in dicts).most_common(1)[0][0] for k in _SNMP_FIELDS}
-    return SnmpSettings(**common)
-
-
-def _snmp_dict(snmp: SnmpSettings, *, base: SnmpSettings) -> dict[str, Any]:
-    have, ref = asdict(snmp), asdict(base)
-    return {k: have[k] for k in _SNMP_FIELDS if have[k] != ref[k]}
-
-
-def _switch_dict(sw: SwitchSpec, defaults: SnmpSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": sw.name, "role": sw.role}
-    if sw.rail is not None:
-        out["rail"] = sw.rail
-    out["mgmt_address"] = sw.mgmt_address
-    snmp = _snmp_dict(sw.snmp, base=defaults)
-    if snmp:
-        out["snmp"] = snmp
-    if sw.gnmi is not None:
-        out["gnmi"] = _gnmi_dict(sw.gnmi)
-    out["ports"] = [_port_dict(p) for p in sw.ports]
-    return out
-
-
-def _gnmi_dict(g: GnmiSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {"port": g.port}
-    if g.sample_interval_s != GnmiSettings().sample_interval_s:
-        out["sample_interval_s"] = g.sample_interval_s
-    return out
-
-
-def _port_dict(p: PortSpec) -> dict[str, Any]:
-    speed: dict[str, int] = (
-        {"speed_gbps": p.speed_bps // GBPS} if p.speed_bps % GBPS == 0 else {"speed_bps": p.speed_bps}
-    )
-    return {"ifindex": p.ifindex, "name": p.name, **speed, "facing": p.facing}
-
-
-# ---------------------------------------------------------------------------------------------- load
-
-
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
-
-
-@dataclass
-class _Reader:
-    """Collects problems while pulling typed fields out of plain YAML data."""
-
-    source: str
-    problems: list[str]
-
-    def error(self, where: str, message: str, field: str | None = None) -> None:
-        prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
-        line = f"{prefix}field '{field}': {message}" if field else f"{prefix}{message}"
-        if line not in self.problems:  # a bad default would otherwise repeat once per switch
-            self.problems.append(line)
-
-    def mapping(self, value: Any, where: str, field: str | None = None) -> Mapping[str, Any] | None:
-        if isinstance(value, Mapping):
-            return value
-        self.error(where, f"expected a mapping, got {_show(value)}", field)
-        return None
-
-    def items(self, doc: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> list[Any]:
-        value = doc.get(key, _MISSING)
-        if value is _MISSING or value is None:
-            if required:
-                self.error(where, "missing", key)
-            return []
-        if not isinstance(value, list):
-            self.error(where, f"expected a list, got {_show(value)}", key)
-            return []
-        return value
-
-    def field(self, doc: Mapping[str, Any], key: str, where: str, check: Callable[[Any], Any],
-              expected: str, *, default: Any = _MISSING) -> Any:
-        """``check(value)`` returns the converted value or raises ValueError/TypeError."""
-        value = doc.get(key, _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                self.error(where, "missing", key)
-            return default
-        try:
-            return check(value)
-        except (TypeError, ValueError):
-            self.error(where, f"expected {expected}, got {_show(value)}", key)
-            return _MISSING
-
-    def unknown(self, doc: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-        for key in doc:
-            if key not in allowed:
-                self.error(where, f"unknown field (allowed: {', '.join(allowed)})", str(key))
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str) or not v:
-        raise TypeError
-    return v
-
-
-def _any_str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError
-    return v
-
-
-def _pos_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise TypeError
-    return v
-
-
-def _nonneg_int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise TypeError
-    return v
-
-
-def _pos_number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf"):
-        raise TypeError
-    return float(v)
-
-
-def _udp_port(v: Any) -> int:
-    if _pos_int(v) > 65535:
-        raise ValueError
-    return cast(int, v)
-
-
-def _choice(*options: str, upper: bool = False) -> Callable[[Any], str]:
-    def check(v: Any) -> str:
-        if isinstance(v, bool) or not isinstance(v, str | int):
-            raise TypeError
-        s = str(v).upper() if upper else str(v)
-        if s not in options:
-            raise ValueError
-        return s
-
-    return check
-
-
-def _one_of(*options: str) -> str:
-    return "one of " + ", ".join(repr(o) for o in options)
 
 
 def load_fabric(text: str, *, source: str = "<string>") -> FabricSpec:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fabricmon.core.frames import Frame
+from fabricmon.core.telemetry.frames import Frame
 
 
 def downsample(frames: Sequence[Frame], *, end_ns: int, step_s: float) -> Frame:

@@ -1,7 +1,7 @@
 """Frames: the unit that flows from collectors to every consumer.
 
 A frame is one fabric at one instant: for each metric, one float32 per port in the order of the
-fabric's :class:`~fabricmon.core.topology.PortIndex`. ``NaN`` means *no data* (failed poll, stale
+fabric's :class:`~fabricmon.core.topology.port_index.PortIndex`. ``NaN`` means *no data* (failed poll, stale
 switch, dropped reset sample) — never zero. A frame names the port-index ``topology_version`` it
 was built against.
 

@@ -1,0 +1,1 @@
+"""Incast and moving-incast detection over frames, and the pure alert lifecycle."""

@@ -1,0 +1,142 @@
+"""From one window's findings to rule conditions (the alert lifecycle's input) and the named
+trajectory step of a hot set: ports → hosts → GPUs (→ ranks when a run is known).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fabricmon.core.detection.geometry import FabricGeometry
+from fabricmon.core.detection.window import WindowFindings
+
+
+@dataclass(frozen=True)
+class TrajectoryStep:
+    """Where the hot set was in one window: ports → hosts → GPUs (→ ranks when a run is known)."""
+
+    ts_ns: int
+    ports: tuple[str, ...]  # "switch:port"
+    hosts: tuple[str, ...]
+    gpus: tuple[int, ...]
+    ranks: tuple[int, ...] = ()
+    leaf_jump: bool = False
+    rail_jump: bool = False
+
+
+def trajectory_step(
+    findings: WindowFindings, geo: FabricGeometry, rank_of_port: Mapping[int, int] | None = None
+) -> TrajectoryStep:
+    """Names for the hot set of one window (small: hot set only)."""
+    idx = geo.index
+    ports = tuple(f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}" for p in findings.hot_ports)
+    hosts = tuple(
+        geo.host_names[h] if 0 <= h < len(geo.host_names) else "" for h in geo.host_of[findings.hot_ports]
+    )
+    ranks = (
+        tuple(rank_of_port[int(p)] for p in findings.hot_ports if int(p) in rank_of_port)
+        if rank_of_port
+        else ()
+    )
+    return TrajectoryStep(
+        ts_ns=findings.ts_ns,
+        ports=ports,
+        hosts=hosts,
+        gpus=tuple(int(g) for g in geo.gpu_of[findings.hot_ports]),
+        ranks=ranks,
+        leaf_jump=findings.leaf_jump,
+        rail_jump=findings.rail_jump,
+    )
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One rule's verdict for one scope in one window — the input of the alert lifecycle.
+
+    ``key`` identifies the scope (the fingerprint is built from fabric + kind + key), so a moving
+    incast is one key per fabric (it stays one alert while it moves), a static incast one per port.
+    """
+
+    kind: str  # incast | moving_incast | pfc_storm | ecmp_imbalance | rail_violation | target_down
+    key: str
+    summary: str
+    value: float = 0.0
+    ports: tuple[int, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
+    """Turn findings into rule conditions. Per-port incast is inhibited while the hot set moves,
+    so operators get one moving-incast alert rather than one alert per port it visits."""
+    idx = geo.index
+    out: list[Condition] = []
+
+    def port_name(p: int) -> str:
+        return f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}"
+
+    if findings.moving:
+        out.append(
+            Condition(
+                "moving_incast",
+                "fabric",
+                f"moving incast: hot set {', '.join(port_name(int(p)) for p in findings.hot_ports[:4])}"
+                f" (J={findings.jaccard:.2f}, {findings.migrations} migrations"
+                f"{', leaf jump' if findings.leaf_jump else ''}"
+                f"{', rail jump' if findings.rail_jump else ''})",
+                value=findings.migration_rate,
+                ports=tuple(int(p) for p in findings.hot_ports),
+                details={
+                    "leaf_jump": findings.leaf_jump,
+                    "rail_jump": findings.rail_jump,
+                    "migrations": findings.migrations,
+                    "fan_in_known": findings.fan_in_known,
+                },
+            )
+        )
+    else:
+        for p, f, ld in zip(findings.hot_ports, findings.hot_fan_in, findings.hot_load, strict=True):
+            fan = f"fan-in {f:.0f}" if np.isfinite(f) else "fan-in unknown"
+            out.append(
+                Condition(
+                    "incast",
+                    port_name(int(p)),
+                    f"incast on {port_name(int(p))}: load {ld:.2f}, {fan}",
+                    value=float(ld),
+                    ports=(int(p),),
+                )
+            )
+    sw_storm = np.unique(idx.switch_of[findings.storm_ports])
+    for s in sw_storm:
+        ports = findings.storm_ports[idx.switch_of[findings.storm_ports] == s]
+        out.append(
+            Condition(
+                "pfc_storm",
+                idx.switch_names[s],
+                f"PFC storm on {idx.switch_names[s]}: {len(ports)} port(s) paused",
+                value=float(len(ports)),
+                ports=tuple(int(p) for p in ports),
+            )
+        )
+    for s, r in zip(findings.ecmp_switches, findings.ecmp_ratio, strict=True):
+        out.append(
+            Condition(
+                "ecmp_imbalance",
+                idx.switch_names[s],
+                f"ECMP imbalance on {idx.switch_names[s]} uplinks: busiest {r:.1f}× mean",
+                value=float(r),
+            )
+        )
+    for s in np.unique(idx.switch_of[findings.rail_violation_ports]):
+        out.append(
+            Condition(
+                "rail_violation",
+                idx.switch_names[s],
+                f"rail-plan violation: traffic leaves rail via {idx.switch_names[s]} uplinks",
+            )
+        )
+    for s in findings.down_switches:
+        out.append(Condition("target_down", idx.switch_names[s], f"{idx.switch_names[s]}: no data"))
+    return out

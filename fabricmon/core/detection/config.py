@@ -1,0 +1,65 @@
+"""Detection thresholds for one fabric (fabric_model.md §1.6/§7), with per-fabric overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    """Thresholds for one fabric. Defaults follow fabric_model.md §1.6/§7; every field can be
+    overridden per fabric with :meth:`from_mapping`."""
+
+    fan_in_min: float = 4.0  # F_min: "many" senders (A2A on one SU gives up to 31)
+    assume_fan_in_when_unknown: bool = True  # no run known → judge by counters, say fan-in unknown
+    watermark_kmax_bytes: float = 1_600_000.0  # ECN Kmax on 400G RoCE queues (~1.6 MB)
+    ecn_min_ps: float = 1_000.0  # ECN-marked packets/s that count as pressure
+    pfc_min_ps: float = 100.0  # pause frames/s that count as pressure
+    load_min: float = 0.95  # absolute egress load that is incast-worthy on its own
+    # … or this many times the mean load of its peer ports. 1.6, not 2.0: on the twin's traffic the
+    # balanced combine all-to-all that follows each dispatch dilutes a 4.5× hot expert to ~2×
+    # port load (5th percentile 1.5×), while warm experts of σ = 0.3 skew stay ≤ ~1.6×.
+    rel_load_min: float = 1.6
+    top_m: int = 16  # cap the hot set to the top-m ports by WM·F
+    # J_max: at or below, the hot set's identity changed. 0.34, not 0.5: one warm port joining a
+    # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
+    jaccard_max: float = 0.34
+    moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
+    storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
+    storm_min_ports: int = 1
+    ecmp_max_over_mean: float = 1.6  # busiest uplink / mean uplink of the same leaf
+    ecmp_min_util: float = 0.5  # … and the busiest uplink at least this loaded
+    rail_violation_util: float = 0.05  # uplink load on a rail the run's routing keeps local (PXN)
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{f.name} must be ≥ 0 (got {getattr(self, f.name)})"
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), int | float) and getattr(self, f.name) < 0
+        ]
+        if not 0.0 <= self.jaccard_max <= 1.0:
+            problems.append(f"jaccard_max must be within [0, 1] (got {self.jaccard_max})")
+        if self.top_m < 1 or self.moving_hold_windows < 1:
+            problems.append("top_m and moving_hold_windows must be ≥ 1")
+        if problems:
+            raise ValueError("DetectConfig: " + "; ".join(problems))
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> DetectConfig:
+        """Per-fabric overrides (e.g. a JSON field); unknown keys are an error naming them."""
+        raw = dict(raw or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ValueError(f"DetectConfig: unknown setting(s) {', '.join(unknown)}")
+        typed: dict[str, Any] = {}
+        for key, value in raw.items():
+            kind = type(getattr(cls(), key))
+            try:
+                typed[key] = kind(value) if kind is not bool else bool(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"DetectConfig: {key}={value!r} is not a {kind.__name__}") from exc
+        return replace(cls(), **typed)

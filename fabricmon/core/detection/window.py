@@ -1,0 +1,236 @@
+"""Per-window detection: incast, the hot set, moving incast, PFC storm, ECMP imbalance, rail-plan
+violation and targets down — vectorized over the port index (fabric_model.md §7.2).
+
+For window w and egress port p (``frame`` metrics are per-port float32, NaN = no data)::
+
+    load ρ_p      = out_bps / speed_bps          (util when out_bps is absent)
+    pressure_p    = WM_p ≥ Kmax  ∨  ECN_p ≥ ecn_min  ∨  PFC_p ≥ pfc_min
+    incast(p)     = F_p ≥ F_min ∧ pressure_p ∧ (ρ_p ≥ load_min ∨ ρ_p ≥ rel_load · mean ρ of its peers)
+    H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
+    J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|
+    migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
+    moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
+
+Why relative load: a 1 s poll averages MoE phases away (a 5 ms burst is 0.5 % of the sample), so
+ρ > 1 is never measured; but the *ratio* of a hot GPU's port to its peers survives averaging
+(≈4.5× under realistic skew), while microbursts of a balanced all-to-all raise watermarks
+without raising that ratio. Leaf uplinks are judged by the ECMP rule, not the incast rule.
+
+Everything here is pure numpy over arrays; the only per-window Python work is on the hot set,
+which is small (a handful of ports), never on all ports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import FabricGeometry
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class MovingState:
+    """What the moving-incast rule carries from one window to the next."""
+
+    prev_hot: BoolArray
+    dwell: IntArray  # consecutive windows each port has been in H
+    windows_since_migration: int = 1 << 30
+    migrations: int = 0  # in this run of non-empty hot sets
+    completed_dwell_sum: int = 0  # over stays that ended (for mean dwell)
+    completed_dwell_count: int = 0
+
+    @classmethod
+    def initial(cls, n_ports: int) -> MovingState:
+        return cls(prev_hot=np.zeros(n_ports, np.bool_), dwell=np.zeros(n_ports, np.int64))
+
+
+@dataclass(frozen=True)
+class WindowFindings:
+    """Everything one window revealed. Arrays of port indices are small (hot set, offenders)."""
+
+    ts_ns: int
+    hot_ports: IntArray  # H(w), sorted by score, hottest first
+    fan_in_known: bool
+    jaccard: float  # NaN when either hot set is empty
+    migrated: bool
+    moving: bool
+    leaf_jump: bool
+    rail_jump: bool
+    migration_rate: float  # 1 − J(w), 0 when no comparison
+    mean_dwell_windows: float  # over stays that ended so far (NaN if none)
+    hot_dwell_windows: IntArray  # per hot port
+    hot_fan_in: FloatArray
+    hot_load: FloatArray
+    storm_ports: IntArray
+    ecmp_switches: IntArray  # leaf switch ids with imbalanced uplinks
+    ecmp_ratio: FloatArray  # busiest / mean uplink load per flagged leaf
+    rail_violation_ports: IntArray
+    down_switches: IntArray
+    migrations: int = 0
+
+    @property
+    def incast(self) -> bool:
+        return len(self.hot_ports) > 0
+
+
+def _metric(metrics: Mapping[str, FloatArray], name: str, n: int) -> FloatArray:
+    arr = metrics.get(name)
+    if arr is None:
+        return np.zeros(n, np.float32)
+    if arr.shape != (n,):
+        raise ValueError(f"metric {name!r} has shape {arr.shape}, expected ({n},)")
+    return arr
+
+
+def _load(metrics: Mapping[str, FloatArray], geo: FabricGeometry) -> FloatArray:
+    n = geo.n_ports
+    if "out_bps" in metrics:
+        return _metric(metrics, "out_bps", n) / geo.speed_bps
+    return _metric(metrics, "util", n)
+
+
+def _mean_where(values: FloatArray, mask: BoolArray) -> float:
+    sel = values[mask]
+    ok = np.isfinite(sel)
+    count = int(ok.sum())
+    return float(sel[ok].sum() / count) if count else float("nan")
+
+
+def detect_window(
+    metrics: Mapping[str, FloatArray],
+    geo: FabricGeometry,
+    state: MovingState,
+    cfg: DetectConfig,
+    *,
+    ts_ns: int = 0,
+    fan_in: FloatArray | None = None,
+    rail_confined_switch: BoolArray | None = None,
+) -> tuple[MovingState, WindowFindings]:
+    """One window: returns the carried state for the next window and what was found.
+
+    ``fan_in`` is per port (senders above ε of the port's bytes; from the run's projected traffic
+    matrix), NaN or absent when unknown. ``rail_confined_switch`` marks leaves (by switch id) whose
+    traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
+    """
+    n = geo.n_ports
+    load = _load(metrics, geo)
+    wm = _metric(metrics, "watermark_bytes", n)
+    ecn = _metric(metrics, "ecn_marked_ps", n)
+    pfc = _metric(metrics, "pfc_pause_ps", n)
+    with np.errstate(invalid="ignore"):
+        pressure = (wm >= cfg.watermark_kmax_bytes) | (ecn >= cfg.ecn_min_ps) | (pfc >= cfg.pfc_min_ps)
+        if fan_in is None:
+            fan = np.full(n, np.nan, np.float32)
+        else:
+            if fan_in.shape != (n,):
+                raise ValueError(f"fan_in has shape {fan_in.shape}, expected ({n},)")
+            fan = fan_in.astype(np.float32, copy=False)
+        fan_unknown = np.isnan(fan)
+        fan_ok = (fan >= cfg.fan_in_min) | (fan_unknown & cfg.assume_fan_in_when_unknown)
+        # Peers: host-facing ports compare with host-facing ports, spine ports with spine ports.
+        ref = np.where(geo.is_spine, _mean_where(load, geo.is_spine), _mean_where(load, geo.is_leaf_host))
+        loaded = (load >= cfg.load_min) | (load >= cfg.rel_load_min * ref)
+        hot = geo.incast_candidate & pressure & fan_ok & loaded
+    hot_idx = np.flatnonzero(hot)
+    if len(hot_idx) > cfg.top_m:
+        score = np.nan_to_num(wm[hot_idx], nan=0.0) * np.nan_to_num(fan[hot_idx], nan=1.0) + load[hot_idx]
+        keep = hot_idx[np.argsort(-score, kind="stable")[: cfg.top_m]]
+        hot = np.zeros(n, np.bool_)
+        hot[keep] = True
+        hot_idx = np.sort(keep)
+
+    # --- moving incast: Jaccard, dwell, jumps -----------------------------------------------
+    prev = state.prev_hot
+    prev_idx = np.flatnonzero(prev)
+    inter = int(np.count_nonzero(hot & prev))
+    union = int(np.count_nonzero(hot | prev))
+    both = len(hot_idx) > 0 and len(prev_idx) > 0
+    jaccard = inter / union if both else float("nan")
+    new_idx = hot_idx[~prev[hot_idx]]
+    mean_fan = (
+        float(np.nanmean(fan[hot_idx])) if len(hot_idx) and not fan_unknown[hot_idx].all() else float("nan")
+    )
+    fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
+    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
+    sw = geo.index.switch_of
+    leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
+    rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
+
+    ended = prev & ~hot
+    dwell = np.where(hot, state.dwell + 1, 0)
+    since = 0 if migrated else state.windows_since_migration + 1
+    moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
+    new_state = MovingState(
+        prev_hot=hot,
+        dwell=dwell,
+        windows_since_migration=since,
+        migrations=(state.migrations + int(migrated)) if len(hot_idx) else 0,
+        completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
+        completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
+    )
+    mean_dwell = (
+        new_state.completed_dwell_sum / new_state.completed_dwell_count
+        if new_state.completed_dwell_count
+        else float("nan")
+    )
+
+    # --- PFC storm, ECMP imbalance, rail-plan violation, targets down --------------------------
+    with np.errstate(invalid="ignore"):
+        storm = np.flatnonzero(_metric(metrics, "pfc_paused_fraction", n) >= cfg.storm_paused_fraction)
+    if len(storm) < cfg.storm_min_ports:
+        storm = storm[:0]
+    ecmp_sw, ecmp_ratio = _ecmp_imbalance(load, geo, cfg)
+    rail_bad = np.zeros(0, np.int64)
+    if rail_confined_switch is not None:
+        with np.errstate(invalid="ignore"):
+            bad = geo.is_uplink & rail_confined_switch[sw] & (load >= cfg.rail_violation_util)
+        rail_bad = np.flatnonzero(bad)
+    has_data = np.isfinite(load)
+    per_switch = np.bincount(sw, weights=has_data, minlength=len(geo.index.switch_names))
+    down = np.flatnonzero(per_switch == 0).astype(np.int64)
+
+    findings = WindowFindings(
+        ts_ns=ts_ns,
+        hot_ports=hot_idx.astype(np.int64),
+        fan_in_known=not bool(fan_unknown[hot_idx].any()) if len(hot_idx) else fan_in is not None,
+        jaccard=jaccard,
+        migrated=migrated,
+        moving=moving,
+        leaf_jump=leaf_jump,
+        rail_jump=rail_jump,
+        migration_rate=(1.0 - jaccard) if both else 0.0,
+        mean_dwell_windows=mean_dwell,
+        hot_dwell_windows=dwell[hot_idx],
+        hot_fan_in=fan[hot_idx],
+        hot_load=load[hot_idx],
+        storm_ports=storm.astype(np.int64),
+        ecmp_switches=ecmp_sw,
+        ecmp_ratio=ecmp_ratio,
+        rail_violation_ports=rail_bad.astype(np.int64),
+        down_switches=down,
+        migrations=new_state.migrations,
+    )
+    return new_state, findings
+
+
+def _ecmp_imbalance(load: FloatArray, geo: FabricGeometry, cfg: DetectConfig) -> tuple[IntArray, FloatArray]:
+    """Per leaf: busiest uplink over the mean of its uplinks (reduceat over contiguous groups)."""
+    if not len(geo.uplink_ports):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    up = np.nan_to_num(load[geo.uplink_ports], nan=0.0)
+    starts = geo.uplink_group_starts
+    sizes = np.diff(np.r_[starts, len(up)])
+    peak = np.maximum.reduceat(up, starts)
+    mean = np.add.reduceat(up, starts) / sizes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(mean > 0, peak / mean, 0.0)
+    flagged = (peak >= cfg.ecmp_min_util) & (ratio >= cfg.ecmp_max_over_mean)
+    return geo.uplink_group_switch[flagged], ratio[flagged].astype(np.float32)

@@ -1,0 +1,101 @@
+"""What an attribution says: per-(layer, phase) bytes per port with standard errors, how well they
+fit the counters, and the hot port of each phase — claimed only where the counters vouch for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Per-(layer, phase) bytes per port, estimated from coarse counters, and how well they fit."""
+
+    keys: tuple[tuple[int, str], ...]
+    bytes_per_phase: FloatArray  # (K, C): bytes one instance of key k puts on column c
+    background_Bps: FloatArray  # (C,) rate not explained by phases
+    residual_rel: float  # ‖O·x + dt·b − m‖ / ‖m‖ over everything
+    residual_rel_per_column: FloatArray  # (C,)
+    intervals: int
+    rank: int  # numerical rank of the occupancy matrix (< K: phases not separable)
+    condition: float
+
+    se_bytes: FloatArray | None = None  # (K, C) standard error of bytes_per_phase (see ``attribute``)
+    residual_std: FloatArray | None = None  # (C,) per-interval residual std of each column
+    prior_used: bool = False  # the projection's per-phase pattern was used as a prior
+
+    def load(self, ports: int | None = None) -> FloatArray:
+        """(K, P) attributed bytes per instance; with ``ports``, columns are [in | out] of P ports
+        and a port's load is its busier direction."""
+        x = self.bytes_per_phase
+        return np.maximum(x[:, :ports], x[:, ports:]) if ports else x
+
+    def hot_ports(self, ports: int | None = None, z: float = 2.0) -> HotPorts:
+        """The hot port of each (layer, phase), claimed only where it beats the runner-up by more
+        than ``z`` standard errors of the difference; otherwise the ports it cannot be told from."""
+        x = self.bytes_per_phase
+        k_n = x.shape[0]
+        se = self.se_bytes if self.se_bytes is not None else np.full(x.shape, np.inf)
+        if ports:
+            busier_out = x[:, ports:] > x[:, :ports]
+            load = np.where(busier_out, x[:, ports:], x[:, :ports])
+            se_p = np.where(busier_out, se[:, ports:], se[:, :ports])
+        else:
+            load, se_p = x, se
+        rows = np.arange(k_n)
+        order = np.argsort(-load, axis=1, kind="stable")
+        top, second = order[:, 0], order[:, 1] if load.shape[1] > 1 else order[:, 0]
+        top_b = load[rows, top]
+        # SE of (top − other) ≤ se_top + se_other whatever the two estimates' correlation: the
+        # claim is conservative.
+        se_diff = se_p[rows, top][:, None] + se_p
+        with np.errstate(invalid="ignore"):
+            tied = load >= top_b[:, None] - z * se_diff
+        tied[rows, top] = True
+        scale = np.where(top_b > 0, top_b, 1.0)
+        lead = (top_b - load[rows, second]) / scale
+        lead_se = se_diff[rows, second] / scale
+        claimed = (lead > z * lead_se) & (top_b > 0)
+        return HotPorts(self.keys, top, second, lead, lead_se, claimed, tied, z)
+
+
+@dataclass(frozen=True)
+class HotPorts:
+    """Per (layer, phase): the attributed hot port and whether the counters can vouch for it.
+
+    ``claimed[k]``: the top port beats the runner-up by more than z standard errors — draw the
+    hot-port marker. Otherwise the cell is *ambiguous*: the top two are within ``lead ± lead_se``
+    and ``tied[k]`` marks every port that cannot be told from the top.
+    """
+
+    keys: tuple[tuple[int, str], ...]
+    port: IntArray  # (K,) attributed hottest port (column)
+    runner_up: IntArray  # (K,)
+    lead_rel: FloatArray  # (K,) (top − runner-up) / top
+    lead_se_rel: FloatArray  # (K,) standard error of lead_rel (inf: not separable at all)
+    claimed: npt.NDArray[np.bool_]  # (K,)
+    tied: npt.NDArray[np.bool_]  # (K, P) ports not separable from the top (the top included)
+    z: float
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready: per key the port (None when not claimed), lead, its SE and the tied ports."""
+        def num(v: float) -> float | None:
+            return float(v) if np.isfinite(v) else None
+
+        return {
+            "z": self.z,
+            "port": [int(p) if c else None for p, c in zip(self.port, self.claimed, strict=True)],
+            "top": self.port.tolist(),
+            "runner_up": self.runner_up.tolist(),
+            "lead_rel": [num(v) for v in self.lead_rel],
+            "lead_se_rel": [num(v) for v in self.lead_se_rel],
+            "claimed": self.claimed.tolist(),
+            "tied": [np.flatnonzero(t).tolist() for t in self.tied],
+        }

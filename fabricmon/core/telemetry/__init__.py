@@ -1,0 +1,1 @@
+"""Counters to rates to frames: the maths of telemetry, vectorized over ports."""

@@ -1,0 +1,1 @@
+"""The fabric as data: specs, the port index, the rail-optimized generator, the topology file."""
