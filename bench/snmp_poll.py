@@ -10,7 +10,7 @@ Run (from the repository root, < 2 min on 2 cores):
     ``collectors/snmp/pass_persist_iftable.py`` (the agent costs are the same for every client).
     Every client reads the poller's 10 columns (ifXTable 6/7/10/11/15/19, ifTable 8/13/14/19):
     - ours-fast: ``SnmpPoller(engine="fast").poll_many`` — our own v2c client and BER decoder
-      (``collectors/snmp/fastv2c.py``, ``ber.py``), one multi-column GETBULK walk per switch,
+      (``collectors/snmp/v2c.py``, ``ber.py``), one multi-column GETBULK walk per switch,
       all switches concurrently through one UDP socket.
     - ours-pysnmp: the same poller with ``engine="pysnmp"`` (pysnmp 7 + pyasn1 decoding).
       CPU for both = ``time.thread_time()`` of the polling thread (agents run elsewhere).
@@ -209,7 +209,8 @@ def bench_exporter(endpoints: Sequence[tuple[str, int]], rounds: int, workdir: P
 
 def bench_twin(rounds: int, max_repetitions: int, workdir: Path) -> None:
     try:
-        from twin.runtime import Twin, TwinConfig  # noqa: PLC0415 - optional: built in parallel
+        from twin.cluster import Twin
+        from twin.config import TwinConfig  # noqa: PLC0415 - optional: built in parallel
     except ImportError as exc:
         print(f"(b) twin: not available ({exc}); skipped")
         return

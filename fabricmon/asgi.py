@@ -11,7 +11,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from fabricmon.live.routing import websocket_urlpatterns  # noqa: E402
+from fabricmon.live import routing as live_routing  # noqa: E402
+from fabricmon.phases import routing as phases_routing  # noqa: E402
+
+# Each app owns its socket routes; only this file knows them all (no app imports another's consumers).
+websocket_urlpatterns = [*live_routing.websocket_urlpatterns, *phases_routing.websocket_urlpatterns]
 
 application = ProtocolTypeRouter(
     {

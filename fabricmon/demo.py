@@ -33,6 +33,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import redis
+
+# Neither imports Django at load time: the demo's children get their settings from the environment.
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
+from fabricmon.telemetry import live_window
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The long-running services. `{python}` and `{...}` fields are filled in by the demo; compose
@@ -78,8 +85,6 @@ def free_port(preferred: int = 0, host: str = "127.0.0.1") -> int:
 
 
 def redis_answers(url: str) -> bool:
-    import redis
-
     try:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
     except redis.RedisError:
@@ -299,23 +304,14 @@ def twin_report(twin_url: str) -> dict:
 def forget_live_state(redis_url: str, fabric: str) -> None:
     """A new twin is a new cluster: drop the previous demo's frames, health and counter baselines
     for this fabric so the heatmap does not splice two unrelated runs together."""
-    import redis
-
-    # The telemetry app's own key names (these modules import no Django at load time).
-    from fabricmon.telemetry.collector import read_key
-    from fabricmon.telemetry.framing import latest_key
-    from fabricmon.telemetry.live_window import frames_key, health_key
-
-    r = redis.Redis.from_url(redis_url)
-    keys = [frames_key(fabric), health_key(fabric), latest_key(fabric)]
-    keys += list(r.scan_iter(match=read_key(fabric, "*"), count=1000))
-    r.delete(*keys)
+    r = connect(redis_url)
+    live_window.forget(r, fabric)
+    stale = [keys.latest_slices(fabric), *r.scan_iter(match=keys.switch_read(fabric, "*"), count=1000)]
+    r.delete(*stale)
 
 
 def count_frames(redis_url: str, fabric: str) -> int:
-    import redis
-
-    return int(redis.Redis.from_url(redis_url).xlen(f"fm:frames:{fabric}"))
+    return live_window.length(connect(redis_url), fabric)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ import threading
 from pathlib import Path
 
 from fabricmon.core.topology.yaml_dump import dump_fabric
+from twin.cluster import Twin
+from twin.config import TwinConfig
 from twin.control import serve_control
-from twin.runtime import Twin, TwinConfig
 from twin.snmp_v3 import V3User
 
 

@@ -15,7 +15,8 @@ import os
 import subprocess
 import time
 
-from twin.runtime import Twin, TwinConfig
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 IFX = "1.3.6.1.2.1.31.1.1.1"
 

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from twin.runtime import Twin
+from twin.cluster import Twin
 
 
 class ApiError(Exception):

@@ -28,9 +28,9 @@ from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import FabricSpec
+from twin.config import TwinConfig
 from twin.moe import MoeTraffic
 from twin.routing import Router, Wiring
-from twin.runtime import TwinConfig
 from twin.schedule import JobTimeline
 
 NS = 1_000_000_000

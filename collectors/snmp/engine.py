@@ -42,7 +42,7 @@ from pysnmp.hlapi.v3arch.asyncio import (
 )
 from pysnmp.hlapi.v3arch.asyncio.cmdgen import LCD
 
-from collectors.snmp.fastv2c import close_clients
+from collectors.snmp.v2c import close_clients
 from fabricmon.core.topology.spec import SnmpSettings
 
 AUTH_PROTOCOLS: dict[str, Any] = {

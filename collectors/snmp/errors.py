@@ -1,6 +1,6 @@
 """The one error type of the SNMP collector and its per-process parse-error counts.
 
-Kept apart from the poller so the pysnmp path and the fast v2c path (``fastv2c``/``ber``) raise
+Kept apart from the poller so the pysnmp path and the fast v2c path (``v2c``/``ber``) raise
 the same :class:`SnmpPollError` without importing each other.
 """
 

@@ -28,7 +28,7 @@ from pyasn1.type.univ import Null
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.proto import errind, rfc1902, rfc1905
 
-from collectors.snmp import fastv2c
+from collectors.snmp import v2c
 from collectors.snmp.engine import LoopContext, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
@@ -137,7 +137,7 @@ Engine = Literal["fast", "pysnmp"]
 class SnmpPoller:
     """Polls IF-MIB of many switches from one event loop.
 
-    ``engine="fast"`` (default) polls v2c targets with our own client (:mod:`fastv2c`, one UDP
+    ``engine="fast"`` (default) polls v2c targets with our own client (:mod:`collectors.snmp.v2c`, one UDP
     endpoint per loop); v3 targets, and every target with ``engine="pysnmp"``, go through that
     loop's pysnmp engine. Both give the same :class:`IfSnapshot` and the same errors.
     ``max_repetitions`` rows per column per GETBULK (the agent may return fewer).
@@ -214,7 +214,7 @@ class SnmpPoller:
     async def _poll_fast(self, target: SnmpTarget) -> IfSnapshot:
         s = target.settings
         t0_ns, t0 = time.time_ns(), time.perf_counter()
-        fast = await fastv2c.walk_columns(
+        fast = await v2c.walk_columns(
             target.name, target.address, target.port, community=s.community,
             columns=[c.oid for c in self.columns], kinds=[c.kind for c in self.columns],
             uptime_oid=SYS_UPTIME, max_repetitions=self.max_repetitions, timeout_s=s.timeout_s,

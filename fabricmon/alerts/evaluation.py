@@ -16,20 +16,14 @@ import numpy as np
 import redis
 
 from fabricmon.alerts import services
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
 from fabricmon.core.detection.geometry import FabricGeometry, fabric_geometry
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
 
 log = logging.getLogger(__name__)
 _GEO: dict[tuple[str, str], FabricGeometry] = {}
-
-
-def cursor_key(fabric: str) -> str:
-    return f"fm:alerts:cursor:{fabric}"
-
-
-def state_key(fabric: str) -> str:
-    return f"fm:alerts:state:{fabric}"
 
 
 def geometry(fabric: str) -> FabricGeometry:
@@ -43,7 +37,7 @@ def geometry(fabric: str) -> FabricGeometry:
 
 
 def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState:
-    raw = r.get(state_key(fabric))
+    raw = r.get(keys.alerts_state(fabric))
     state = MovingState.initial(geo.n_ports)
     if not raw:
         return state
@@ -60,7 +54,7 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
     hot = np.flatnonzero(s.prev_hot)
     r.set(
-        state_key(fabric),
+        keys.alerts_state(fabric),
         json.dumps(
             {
                 "topo": geo.index.version,
@@ -77,10 +71,10 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
 
 def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: int = 200) -> int:
     """Evaluate every frame not yet seen (oldest first). Returns how many frames were evaluated."""
-    r = r or live_window.connect()
+    r = r or connect()
     geo = geometry(fabric)
     cfg = services.detect_config(fabric)
-    cursor = r.get(cursor_key(fabric)) or b"-"
+    cursor = r.get(keys.alerts_cursor(fabric)) or b"-"
     state = _load_state(r, fabric, geo)
     done = 0
     for eid, frame in live_window.read_window(r, fabric, after_id=cursor, count=max_frames):
@@ -99,5 +93,5 @@ def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: in
         done += 1
     if done or cursor != b"-":
         _save_state(r, fabric, geo, state)
-        r.set(cursor_key(fabric), cursor)
+        r.set(keys.alerts_cursor(fabric), cursor)
     return done

@@ -57,7 +57,7 @@ class Episode(models.Model):
     # [{ts_ns, ports, hosts, gpus, ranks, leaf_jump, rail_jump}], one entry per hot-set change
     trajectory = models.JSONField(default=list)
     migrations = models.PositiveIntegerField(default=0)
-    # attribution.Attribution.as_json() of the first attributed alert: run, rank, layer, phase
+    # culprit.Culprit.as_json() of the first attributed alert: run, rank, layer, phase
     attribution = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -88,7 +88,7 @@ class Alert(models.Model):
     state = models.CharField(max_length=16, choices=State.choices)
     summary = models.TextField(default="")
     details = models.JSONField(default=dict, blank=True)
-    # attribution.Attribution.as_json() when it fired: run, rank, (layer, phase); {"line": "unknown"}
+    # culprit.Culprit.as_json() when it fired: run, rank, (layer, phase); {"line": "unknown"}
     attribution = models.JSONField(default=dict, blank=True)
     episode = models.ForeignKey(Episode, null=True, on_delete=models.SET_NULL, related_name="alerts")
     active_since = models.DateTimeField()

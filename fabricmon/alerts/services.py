@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from fabricmon.alerts.attribution import attribute_ports
+from fabricmon.alerts.culprit import attribute_ports
 from fabricmon.alerts.models import (
     Alert,
     AlertTransition,

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from fabricmon.alerts import services
 from fabricmon.alerts.forms import ReceiverForm, RuleForm, SilenceForm
 from fabricmon.alerts.models import Alert, Episode, Receiver, Rule, Silence
+from fabricmon.base import access
 
 
 @login_required
@@ -87,10 +88,10 @@ def receivers(request: HttpRequest) -> HttpResponse:
     form = ReceiverForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         rcv = form.save(commit=False)
-        rcv.owner = None if request.user.is_staff else request.user  # job owners route their own runs
+        rcv.owner = None if access.is_staff(request.user) else request.user  # job owners route their own runs
         rcv.save()
         return redirect("alerts:receivers")
-    visible = Receiver.objects.all() if request.user.is_staff else Receiver.objects.filter(owner=request.user)
+    visible = Receiver.objects.all() if access.is_staff(request.user) else Receiver.objects.filter(owner=request.user)
     return render(request, "alerts/receivers.html", {"receivers": visible, "form": form})
 
 
@@ -98,7 +99,7 @@ def receivers(request: HttpRequest) -> HttpResponse:
 @require_POST
 def send_test(request: HttpRequest, pk: int) -> HttpResponse:
     rcv = get_object_or_404(Receiver, pk=pk)
-    if not request.user.is_staff and rcv.owner_id != request.user.pk:
+    if not access.is_staff(request.user) and rcv.owner_id != request.user.pk:
         return HttpResponse("not your receiver", status=403)
     error = services.send_test(rcv)
     if error:
@@ -112,7 +113,7 @@ def send_test(request: HttpRequest, pk: int) -> HttpResponse:
 def rules(request: HttpRequest) -> HttpResponse:
     form = RuleForm(request.POST or None)
     if request.method == "POST":
-        if not request.user.is_staff:
+        if not access.is_staff(request.user):
             return HttpResponse("only staff manage rules", status=403)
         if form.is_valid():
             form.save()

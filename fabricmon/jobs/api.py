@@ -20,7 +20,8 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from fabricmon.jobs import imports, ratelimit, services
+from fabricmon.base import sockets
+from fabricmon.jobs import imports, ratelimit, services, tasks
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
@@ -213,10 +214,7 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
     result = services.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
     if result.stored:
-        # wake the run's open phase sockets now rather than at their next tick (best effort)
-        from fabricmon.phases.stream import notify_run_changed  # noqa: PLC0415  (jobs must not import phases at load)
-
-        notify_run_changed(run.pk)
+        sockets.run_changed(run.pk)  # wake the run's phase sockets now, not at their next tick
     status = 200 if not result.rejected else (422 if result.lines else 400)
     if result.lines == 0:
         return _error(400, "empty batch: send one JSON event per line", "body")
@@ -275,7 +273,8 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     if not import_inline(size, mode):
         try:
             upload = imports.queue_import(
-                run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size
+                run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size,
+                enqueue=tasks.enqueue_import,
             )
         except imports.ImportQueueUnavailableError as exc:
             response = _error(503, str(exc), "file")

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fabricmon.base import sockets
 from fabricmon.jobs.models import Run, TraceUpload
 from fabricmon.jobs.services import IngestResult, InputError, ingest_events
 
@@ -147,9 +148,7 @@ def run_import(
         **counts(result),
     )
     if result.stored:
-        from fabricmon.phases.stream import notify_run_changed  # noqa: PLC0415  (jobs must not import phases at load)
-
-        notify_run_changed(upload.run_id)
+        sockets.run_changed(upload.run_id)
     return result
 
 
@@ -161,11 +160,11 @@ def queue_import(
     filename: str = "",
     rank: int | None = None,
     size_bytes: int = 0,
+    enqueue: Callable[[int], None],
 ) -> TraceUpload:
-    """Save an uploaded file under ``FABRICMON_UPLOAD_DIR`` and queue its import (Celery task
-    ``jobs.import_upload``, after this transaction commits); the upload row shows its progress."""
-    from fabricmon.jobs.tasks import import_upload  # noqa: PLC0415  (Celery app only when queuing)
-
+    """Save an uploaded file under ``FABRICMON_UPLOAD_DIR`` and queue its import with ``enqueue``
+    (the upload's id; ``tasks.enqueue_import`` queues the Celery task ``jobs.import_upload``) after
+    this transaction commits; the upload row shows its progress."""
     _check_import(kind, rank)
     folder = Path(settings.FABRICMON_UPLOAD_DIR)
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,9 +186,9 @@ def queue_import(
         path=str(path),
     )
 
-    def enqueue() -> None:
+    def send() -> None:
         try:
-            import_upload.apply_async((upload.pk,), queue=settings.FABRICMON_IMPORT_QUEUE)
+            enqueue(upload.pk)
         except Exception as exc:  # broker unreachable: say so now, leave no row waiting forever
             path.unlink(missing_ok=True)
             reason = (
@@ -201,7 +200,7 @@ def queue_import(
             )
             raise ImportQueueUnavailableError(reason) from exc
 
-    transaction.on_commit(enqueue)  # outside a transaction (the API view): runs, and raises, now
+    transaction.on_commit(send)  # outside a transaction (the API view): runs, and raises, now
     return upload
 
 

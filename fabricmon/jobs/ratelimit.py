@@ -17,9 +17,10 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from fabricmon.base import keys
+
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "fabricmon:jobs:rate:"
 
 _TAKE = """
 local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -59,7 +60,7 @@ def take(token_key: str, cost: int = 1) -> float:
     if rate <= 0:
         return 0.0
     try:
-        wait = float(_script(settings.REDIS_URL)(keys=[KEY_PREFIX + token_key], args=[rate, burst, cost]))
+        wait = float(_script(settings.REDIS_URL)(keys=[keys.rate_bucket(token_key)], args=[rate, burst, cost]))
     except redis.RedisError as exc:
         global _last_warning  # noqa: PLW0603  (one warning a minute, not one per request)
         if time.monotonic() - _last_warning > 60:

@@ -2,7 +2,7 @@
 batches or importer output) and keep the per-(step, layer, phase) traffic matrices current.
 
 Ingest speed matters (millions of events per run, ≥ 50,000 events/s per core): a batch is parsed
-into numpy columns (``fastparse``), its event ids are claimed as 64-bit hashes (PostgreSQL:
+into numpy columns (``ndjson``), its event ids are claimed as 64-bit hashes (PostgreSQL:
 ``INSERT … ON CONFLICT DO NOTHING RETURNING``; SQLite: a read-only lookup in the big key table and
 one sorted blob per batch in front of it, merged in bulk — see ``models.RecentKeyBatch``), the new
 events are stored as one compact ``EventBlock`` row, and the matrices are updated once per
@@ -33,7 +33,6 @@ from fabricmon.jobs.columns import (
     id_hashes,
     iter_dicts,
 )
-from fabricmon.jobs.fastparse import parse_ndjson_columns
 from fabricmon.jobs.models import (
     EventBlock,
     EventBlockKey,
@@ -43,6 +42,7 @@ from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
 )
+from fabricmon.jobs.ndjson import parse_ndjson_columns
 from fabricmon.jobs.validation import MAX_OFFSET_NS, LineError, ParsedBatch, validate_dicts
 
 MAX_TAGS, MAX_TAG_LEN = 64, 100

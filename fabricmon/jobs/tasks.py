@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from fabricmon.jobs import imports
 
@@ -13,3 +14,8 @@ def import_upload(upload_id: int) -> str:
     outcome — state failed — not a task failure)."""
     upload = imports.import_queued(upload_id)
     return upload.state if upload is not None else "skipped"
+
+
+def enqueue_import(upload_id: int) -> None:
+    """Queue ``import_upload`` for a saved upload (what ``imports.queue_import`` is given)."""
+    import_upload.apply_async((upload_id,), queue=settings.FABRICMON_IMPORT_QUEUE)

@@ -19,7 +19,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.jobs import imports, services
+from fabricmon.base import access
+from fabricmon.jobs import imports, services, tasks
 from fabricmon.jobs.api import import_inline
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
@@ -29,7 +30,7 @@ TIMELINE_LIMIT = 20_000
 
 def _own_run(request: HttpRequest, run_id: int) -> Run:
     run = Run.objects.filter(pk=run_id).first()
-    if run is None or (run.owner_id != request.user.pk and not request.user.is_staff):
+    if run is None or not access.can_see_run(request.user, run):
         raise Http404("no such run")
     return run
 
@@ -132,7 +133,8 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
         size = upload.size or 0
         if not import_inline(size, request.POST.get("mode") or "auto"):
             row = imports.queue_import(
-                run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
+                run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size,
+                enqueue=tasks.enqueue_import,
             )
             status_url = reverse("jobs:run-upload-status", kwargs={"run_id": run.pk, "upload_id": row.pk})
             return JsonResponse(row.as_dict() | {"status_url": status_url}, status=202)

@@ -1,4 +1,4 @@
-"""The fabric heatmap WebSocket: a thin shell over :class:`fabricmon.live.services.FabricStream`.
+"""The fabric heatmap WebSocket: a thin shell over :class:`fabricmon.live.stream.FabricStream`.
 
 Origin is checked by ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``; here the user must be
 logged in and an operator or admin, else the socket is closed before it is accepted.
@@ -17,8 +17,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from fabricmon.live import services, wire
-from fabricmon.live.messages import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
+from fabricmon.base import access
+from fabricmon.base.connections import connect_async
+from fabricmon.base.sockets import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
+from fabricmon.live import wire
+from fabricmon.live.services import DEFAULT_WINDOW_S
+from fabricmon.live.stream import ClientStalledError, FabricStream
+from fabricmon.phases.markers import MarkerFeed
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +32,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
     # No channel layer: frames come straight from the Redis stream (XREAD), so a socket costs no
     # per-consumer channel and no second blocking Redis read. An unknown alias means "none".
     channel_layer_alias = "fabricmon.live:no-channel-layer"
-    stream: services.FabricStream | None = None
+    stream: FabricStream | None = None
     pump: asyncio.Task[None] | None = None
     markers: asyncio.Task[None] | None = None  # the selected run's phase markers (MarkerFeed)
 
@@ -36,16 +41,16 @@ class FabricConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await database_sync_to_async(services.can_view)(user):
+        if not await database_sync_to_async(access.is_operator)(user):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         metric = query.get("metric", [wire.DEFAULT_METRIC])[0]
         if metric not in wire.METRIC_IDS:
             metric = wire.DEFAULT_METRIC
-        window_s = min(float(query.get("window_s", [services.DEFAULT_WINDOW_S])[0]), 3600.0)
-        self.stream = services.FabricStream(
-            r=services.async_redis(),
+        window_s = min(float(query.get("window_s", [DEFAULT_WINDOW_S])[0]), 3600.0)
+        self.stream = FabricStream(
+            r=connect_async(),
             fabric=self.scope["url_route"]["kwargs"]["fabric"],
             metric=metric,
             window_s=max(window_s, 10.0),
@@ -59,7 +64,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
         assert self.stream is not None
         try:
             await self.stream.follow()
-        except services.ClientStalledError:
+        except ClientStalledError:
             await self.close(code=CLOSE_TOO_SLOW)
         except asyncio.CancelledError:
             raise
@@ -83,8 +88,6 @@ class FabricConsumer(AsyncWebsocketConsumer):
 
     async def _select_run(self, run_id: int | None) -> None:
         """Follow one run's phase markers on this socket (None: none); a new choice resets."""
-        from fabricmon.phases.stream import MarkerFeed  # noqa: PLC0415
-
         await self._stop(self.markers)
         self.markers = None
         if run_id is None or self.stream is None:
@@ -99,7 +102,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
         )
         self.markers = asyncio.create_task(self._follow_markers(feed))
 
-    async def _follow_markers(self, feed: Any) -> None:
+    async def _follow_markers(self, feed: MarkerFeed) -> None:
         try:
             await feed.follow()
         except asyncio.CancelledError:

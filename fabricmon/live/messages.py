@@ -14,12 +14,13 @@ draws it when the last one arrives.
 
 A u8 is a quantised value on the metric's scale (``Scale`` in the hello); ``255`` means *no data*
 (failed poll, stale switch) and is drawn as such, never as zero. ``frontend/static/live/protocol.js``
-mirrors these constants; tests/live/test_protocol.py keeps the two in step.
+mirrors these constants and the close codes of ``fabricmon.base.sockets``;
+``tests/live/test_wire.py::test_protocol_js_mirrors_python_constants`` keeps them in step.
 
 A selected run's phase markers travel as text beside the columns: the browser sends
 ``{"type": "markers", "run": id}`` (``null``: none) and the server answers with a ``markers``
 message holding every marker of the window (``reset: true``), then only new or moved markers and
-clock-gate changes (``fabricmon.phases.stream.MarkerFeed``). ``runs/<id>/markers.json`` stays
+clock-gate changes (``fabricmon.phases.markers.MarkerFeed``). ``runs/<id>/markers.json`` stays
 for scripts.
 """
 
@@ -37,15 +38,6 @@ FLAG_LAST = 1
 WINDOW_CHUNK_BYTES = 512 * 1024
 COLUMN_HEADER_BYTES = 20
 WINDOW_HEADER_BYTES = 24
-
-# Close codes the browser acts on (4000-4999 are the application's range).
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_TOO_SLOW = 4408  # the client stopped acknowledging; it reconnects and resynchronises
-CLOSE_NO_SUCH_RUN = 4404  # the phase socket's run does not exist
-# The server's side failed (Redis or the database gone): reconnect with backoff. Not 1011:
-# Daphne's WebSocket layer (autobahn) lets a server close only with 1000 or 3000-4999.
-CLOSE_SERVER_ERROR = 4500
 
 
 class Scale(TypedDict):

@@ -7,35 +7,24 @@ shells, the row layout (once per topology version), one port's series and switch
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles.views import serve
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import condition
 
+from fabricmon.base.access import operator_required
+from fabricmon.base.connections import connect
+from fabricmon.jobs.models import Run
 from fabricmon.live import services
-from fabricmon.telemetry import live_window
+from fabricmon.phases import markers
 
 View = Callable[..., HttpResponse]
 
 
-def operator_required(view: View) -> View:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not services.can_view(request.user):
-            raise PermissionDenied("the dashboard is for operators and admins")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
 def _redis() -> Any:
-    return live_window.connect()
+    return connect()
 
 
 @operator_required
@@ -115,18 +104,13 @@ def static(request: HttpRequest, path: str) -> HttpResponse:
 @operator_required
 def runs_json(request: HttpRequest, fabric: str) -> HttpResponse:
     """Runs of this fabric that are active or recent: the run selector beside the heatmap."""
-    from fabricmon.phases import services as phases  # noqa: PLC0415
-
-    return JsonResponse({"runs": phases.fabric_runs(fabric)})
+    return JsonResponse({"runs": markers.fabric_runs(fabric)})
 
 
 @operator_required
 def markers_json(request: HttpRequest, fabric: str, run_id: int) -> HttpResponse:
     """Phase markers of one run for the heatmap's time axis, from ``since_ns`` on (the browser
     passes its window start, then the newest marker it holds minus a look-back)."""
-    from fabricmon.jobs.models import Run  # noqa: PLC0415
-    from fabricmon.phases import services as phases  # noqa: PLC0415
-
     run = Run.objects.filter(pk=run_id, fabric=fabric).first()
     if run is None:
         raise Http404(f"no run {run_id} on fabric {fabric!r}")
@@ -136,4 +120,4 @@ def markers_json(request: HttpRequest, fabric: str, run_id: int) -> HttpResponse
         return JsonResponse(
             {"error": "since_ns must be an integer (Unix-epoch ns)", "field": "since_ns"}, status=400
         )
-    return JsonResponse(phases.phase_markers(run, since_ns))
+    return JsonResponse(markers.phase_markers(run, since_ns))

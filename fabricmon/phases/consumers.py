@@ -2,7 +2,7 @@
 
 Same rules as the JSON API (``views.run_api``): a logged-in user; Origin is checked by
 ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``. The socket joins the run's channel-layer
-group, so ingest's ``notify_run_changed`` wakes it at once; its own tick covers the rest.
+group, so ingest's ``base.sockets.run_changed`` wakes it at once; its own tick covers the rest.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from fabricmon.base.sockets import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED, run_group
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
-from fabricmon.live.messages import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED
-from fabricmon.phases.stream import PhaseStream, group_name
+from fabricmon.phases.stream import PhaseStream
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class PhaseConsumer(AsyncWebsocketConsumer):
             tick_s=settings.FABRICMON_PHASES_TICK_S,
         )
         if self.channel_layer is not None:
-            self.group = group_name(run_id)
+            self.group = run_group(run_id)
             await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.pump = asyncio.create_task(self._follow())
@@ -65,7 +65,7 @@ class PhaseConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_SERVER_ERROR)
 
     async def run_changed(self, event: dict[str, Any]) -> None:
-        """``run.changed`` from ``notify_run_changed``: look now instead of at the next tick."""
+        """``run.changed`` from ``base.sockets.run_changed``: look now instead of at the next tick."""
         if self.stream is not None:
             self.stream.wake.set()
 

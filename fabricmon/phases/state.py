@@ -30,6 +30,7 @@ import numpy.typing as npt
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
+from fabricmon.base.connections import connect
 from fabricmon.core.phases.assess import SourceView, assess, attribution_input
 from fabricmon.core.phases.clocks import estimate_skew
 from fabricmon.core.phases.layout import FabricLayout, place_ranks
@@ -39,6 +40,7 @@ from fabricmon.core.phases.routing import Routing
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.jobs.columns import decode_block
 from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
+from fabricmon.telemetry import live_window
 from fabricmon.topology import services as topology
 
 Key = tuple[int, int, str]  # (step, layer, phase)
@@ -130,11 +132,8 @@ class _Frames:
     generation: int = 0  # bumped when the stream is read again from scratch (gone or recreated)
 
     def update(self, fabric: str) -> bytes:
-        from fabricmon.telemetry import live_window  # noqa: PLC0415
-
-        r = live_window.connect()
-        newest = r.xrevrange(live_window.frames_key(fabric), count=1)
-        newest_id = newest[0][0] if newest else b"-"
+        r = connect()
+        newest_id = live_window.newest_id(r, fabric) or b"-"
         if newest_id == b"-" or (self.last_id != b"-" and _id_tuple(newest_id) < _id_tuple(self.last_id)):
             self.last_id, self.frames = b"-", []  # stream gone or recreated: start again
             self.generation += 1
@@ -142,7 +141,7 @@ class _Frames:
             got = live_window.read_window(r, fabric, after_id=self.last_id)
             self.frames.extend(f for _, f in got)
             self.last_id = got[-1][0] if got else self.last_id
-            keep = int(r.xlen(live_window.frames_key(fabric)))
+            keep = live_window.length(r, fabric)
             if len(self.frames) > keep:  # the stream was trimmed: so is the copy
                 del self.frames[: len(self.frames) - keep]
         return newest_id

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
+from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import METRICS, Frame, FrameFormatError
 from fabricmon.core.topology.port_index import PortIndex, build_port_index
 from fabricmon.core.topology.spec import FabricSpec
@@ -44,18 +45,6 @@ return redis.call('HLEN', KEYS[1])
 TICK_TTL_MS = 120_000
 # After a tick's deadline a slice is late; the frame is built with what is there.
 DEADLINE_GRACE_S = 0.25
-
-
-def tick_key(fabric: str, tick_ns: int) -> str:
-    return f"fm:tick:{fabric}:{tick_ns}"
-
-
-def latest_key(fabric: str) -> str:
-    return f"fm:latest:{fabric}"
-
-
-def framed_key(fabric: str, tick_ns: int) -> str:
-    return f"fm:framed:{fabric}:{tick_ns}"
 
 
 @dataclass
@@ -101,7 +90,7 @@ class FabricFramer:
 
     def report(self, r: redis.Redis, switch: str, tick_ns: int, blob: bytes) -> Frame | None:
         """Record a switch's slice (``b""`` = failed poll); build the frame if the tick is complete."""
-        reported = int(r.eval(_REPORT, 2, tick_key(self.fabric, tick_ns), latest_key(self.fabric),
+        reported = int(r.eval(_REPORT, 2, keys.tick(self.fabric, tick_ns), keys.latest_slices(self.fabric),
                               switch, blob, TICK_TTL_MS))
         if reported >= len(self.due(tick_ns)):
             return self.build(r, tick_ns)
@@ -110,12 +99,12 @@ class FabricFramer:
     def build(self, r: redis.Redis, tick_ns: int, *, at_deadline: bool = False) -> Frame | None:
         """Assemble and append the tick's frame unless someone already did (or, at the deadline,
         nobody reported anything: a fabric with no live collector gets no frames, not NaN ones)."""
-        reported = r.hgetall(tick_key(self.fabric, tick_ns))
+        reported = r.hgetall(keys.tick(self.fabric, tick_ns))
         if at_deadline and not reported:
             return None
-        if not r.set(framed_key(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
+        if not r.set(keys.framed(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
             return None
-        frame = self.assemble(tick_ns, _str_keys(reported), _str_keys(r.hgetall(latest_key(self.fabric))))
+        frame = self.assemble(tick_ns, _str_keys(reported), _str_keys(r.hgetall(keys.latest_slices(self.fabric))))
         live_window.append(r, frame, max_frames=self.max_frames)
         return frame
 

@@ -18,6 +18,8 @@ import socket
 
 import redis
 
+from fabricmon.base import keys
+
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -30,10 +32,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-
-def lease_key(shard_id: str) -> str:
-    return f"fm:lease:{shard_id}"
 
 
 class Lease:
@@ -51,25 +49,25 @@ class Lease:
         """Take the shard if nobody holds it; ``None`` if it is held."""
         # The token names the holder so `redis-cli GET fm:lease:…` tells an operator who has it.
         token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
-        if r.set(lease_key(shard_id), token, nx=True, px=_ms(ttl_s)):
+        if r.set(keys.lease(shard_id), token, nx=True, px=_ms(ttl_s)):
             return cls(r, shard_id, token, ttl_s)
         return None
 
     def renew(self) -> bool:
         """Extend to a full TTL from now; False (and ``held`` cleared) if the lease was lost."""
         if self.held:
-            self.held = bool(self.r.eval(_RENEW, 1, lease_key(self.shard_id), self.token, _ms(self.ttl_s)))
+            self.held = bool(self.r.eval(_RENEW, 1, keys.lease(self.shard_id), self.token, _ms(self.ttl_s)))
         return self.held
 
     def release(self) -> None:
         if self.held:
-            self.r.eval(_RELEASE, 1, lease_key(self.shard_id), self.token)
+            self.r.eval(_RELEASE, 1, keys.lease(self.shard_id), self.token)
             self.held = False
 
 
 def holder(r: redis.Redis, shard_id: str) -> str | None:
     """Who holds the shard (the token), or None if it is free."""
-    raw = r.get(lease_key(shard_id))
+    raw = r.get(keys.lease(shard_id))
     return raw.decode() if isinstance(raw, bytes) else raw
 
 

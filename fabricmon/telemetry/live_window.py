@@ -1,14 +1,16 @@
-"""The live window: the last N seconds of frames per fabric, in Redis.
+"""The live window: the last N seconds of frames per fabric, in Redis — its one reader and writer.
 
-Layout (all keys prefixed ``fm:``):
+Layout (keys spelled in ``fabricmon.base.keys``):
 
 - ``fm:frames:{fabric}`` — a Redis *stream*; each entry has one field ``f`` holding an encoded
-  :class:`~fabricmon.core.telemetry.frames.Frame`. Trimmed to about the window length. Stream IDs let a live
-  consumer ``XREAD BLOCK`` for the next frame and resume after a reconnect from the last ID it saw.
+  :class:`~fabricmon.core.telemetry.frames.Frame`. Trimmed to about the window length. Stream IDs
+  let a live consumer ``XREAD BLOCK`` for the next frame and resume after a reconnect from the last
+  ID it saw.
 - ``fm:health:{fabric}`` — a hash, switch name → JSON health (``up``, ``last_success_ns``,
   ``poll_ms``, ``errors``, ``error_counts``, ``last_error``).
 
-Redis connections come from :func:`connect` so tests and the demo can point at any server.
+Every other module reads and writes these through the functions here: sync ones for collectors,
+framing, history, alerts and the phase views; ``async_*`` ones for the WebSocket consumers.
 """
 
 from __future__ import annotations
@@ -17,50 +19,102 @@ import json
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 
-from fabricmon.core.telemetry.frames import Frame
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
+from fabricmon.core.telemetry.frames import Frame, FrameFormatError
 
 FIELD = b"f"
+Entry = tuple[bytes, Frame]  # (stream id, frame)
+
+__all__ = ["FIELD", "append", "connect", "fabrics", "latest", "length", "newest_id", "read_health",
+           "read_window", "recent", "write_health"]
 
 
-def frames_key(fabric: str) -> str:
-    return f"fm:frames:{fabric}"
+def _decode(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+    return [(eid, Frame.decode(fields[FIELD])) for eid, fields in entries]
 
 
-def health_key(fabric: str) -> str:
-    return f"fm:health:{fabric}"
+def _after(after_id: bytes | str) -> bytes | str:
+    """XRANGE's exclusive start after ``after_id`` (``-``: from the first entry)."""
+    if after_id in (b"-", "-"):
+        return after_id
+    return b"(" + (after_id if isinstance(after_id, bytes) else after_id.encode())
 
 
-def connect(url: str | None = None) -> redis.Redis:
-    if url is None:
-        from django.conf import settings
-
-        url = settings.REDIS_URL
-    return redis.Redis.from_url(url)
+# --- sync ---------------------------------------------------------------------------------------
 
 
 def append(r: redis.Redis, frame: Frame, *, max_frames: int) -> bytes:
     """Add a frame to its fabric's window; returns the stream ID."""
-    return r.xadd(frames_key(frame.fabric), {FIELD: frame.encode()}, maxlen=max_frames, approximate=True)
+    eid: bytes = r.xadd(keys.frames(frame.fabric), {FIELD: frame.encode()}, maxlen=max_frames, approximate=True)
+    return eid
 
 
-def read_window(r: redis.Redis, fabric: str, *, after_id: bytes | str = b"-", count: int | None = None) -> list[tuple[bytes, Frame]]:
+def read_window(r: redis.Redis, fabric: str, *, after_id: bytes | str = b"-", count: int | None = None) -> list[Entry]:
     """Frames after ``after_id`` (exclusive unless ``-``), oldest first."""
-    start = after_id if after_id in (b"-", "-") else b"(" + (after_id if isinstance(after_id, bytes) else after_id.encode())
-    return [(eid, Frame.decode(fields[FIELD])) for eid, fields in r.xrange(frames_key(fabric), min=start, count=count)]
+    return _decode(r.xrange(keys.frames(fabric), min=_after(after_id), count=count))
 
 
-def latest(r: redis.Redis, fabric: str) -> tuple[bytes, Frame] | None:
-    entries = r.xrevrange(frames_key(fabric), count=1)
-    if not entries:
-        return None
-    eid, fields = entries[0]
-    return eid, Frame.decode(fields[FIELD])
+def recent(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
+    """The newest ``count`` frames, oldest first (unreadable entries skipped)."""
+    out = []
+    for _eid, fields in reversed(r.xrevrange(keys.frames(fabric), count=count)):
+        try:
+            out.append(Frame.decode(bytes(fields[FIELD])))
+        except (FrameFormatError, KeyError, TypeError):
+            continue
+    return out
+
+
+def latest(r: redis.Redis, fabric: str) -> Entry | None:
+    entries = _decode(r.xrevrange(keys.frames(fabric), count=1))
+    return entries[0] if entries else None
+
+
+def newest_id(r: redis.Redis, fabric: str) -> bytes | None:
+    """The stream ID of the newest frame (None: no window), without decoding it."""
+    entries = r.xrevrange(keys.frames(fabric), count=1)
+    return entries[0][0] if entries else None
+
+
+def length(r: redis.Redis, fabric: str) -> int:
+    """How many frames the window holds now."""
+    return int(r.xlen(keys.frames(fabric)))
+
+
+def fabrics(r: redis.Redis) -> list[str]:
+    """Fabrics that have frames in the live window, by name."""
+    return sorted(keys.fabric_of_frames(k) for k in r.scan_iter(match=keys.FRAMES_PATTERN, count=500))
+
+
+def forget(r: redis.Redis, fabric: str) -> None:
+    """Drop the fabric's window and health (a new cluster under the same name)."""
+    r.delete(keys.frames(fabric), keys.health(fabric))
 
 
 def write_health(r: redis.Redis, fabric: str, switch: str, health: dict[str, Any]) -> None:
-    r.hset(health_key(fabric), switch, json.dumps(health, separators=(",", ":")))
+    r.hset(keys.health(fabric), switch, json.dumps(health, separators=(",", ":")))
 
 
 def read_health(r: redis.Redis, fabric: str) -> dict[str, dict[str, Any]]:
-    return {k.decode(): json.loads(v) for k, v in r.hgetall(health_key(fabric)).items()}
+    return {k.decode(): json.loads(v) for k, v in r.hgetall(keys.health(fabric)).items()}
+
+
+# --- async (WebSocket consumers) --------------------------------------------------------------
+
+
+async def async_since(r: aioredis.Redis, fabric: str, since_ms: int) -> list[Entry]:
+    """Frames appended at or after ``since_ms`` (stream IDs are insertion times in ms)."""
+    return _decode(await r.xrange(keys.frames(fabric), min=f"{max(since_ms, 0)}-0"))
+
+
+async def async_latest(r: aioredis.Redis, fabric: str) -> Entry | None:
+    entries = _decode(await r.xrevrange(keys.frames(fabric), count=1))
+    return entries[0] if entries else None
+
+
+async def async_wait(r: aioredis.Redis, fabric: str, after_id: bytes, block_ms: int) -> bool:
+    """Block until a frame newer than ``after_id`` is appended (True) or ``block_ms`` passes."""
+    return bool(await r.xread({keys.frames(fabric): after_id}, block=block_ms, count=1))

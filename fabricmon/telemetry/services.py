@@ -14,19 +14,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-import redis
 from django.conf import settings
 from django.db import close_old_connections
 
 from collectors.snmp import SnmpPoller, SnmpPollError, SnmpTarget
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
 from fabricmon.core.telemetry.downsample import downsample
-from fabricmon.core.telemetry.frames import Frame, FrameFormatError
+from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.spec import FabricSpec, SwitchSpec
-from fabricmon.telemetry import live_window, runtime
-from fabricmon.telemetry.collector import PollRecord, ShardCollector, ShardReport
+from fabricmon.telemetry import event_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
+from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
 from fabricmon.topology.models import Fabric
 from fabricmon.topology.services import collector_protocols, fabric_spec, port_index, port_peers
@@ -72,7 +73,7 @@ def run_shard(
     spec = next(f for f in specs if f.name == shard.fabric)
     if protocols is None and fabrics is None:
         protocols = collector_protocols(spec.name)
-    r = live_window.connect(redis_url)
+    r = connect(redis_url)
     lease = Lease.acquire(r, shard_id, lease_s)
     if lease is None:
         return ShardReport(shard_id, acquired=False, ended="not_acquired")
@@ -84,7 +85,7 @@ def run_shard(
             stop_event=stop_event, observer=observer, history_sink=sink,
             history_step_s=settings.FABRICMON_HISTORY_STEP_S, protocols=protocols,
         )
-        return runtime.event_loop().run_until_complete(collector.run())
+        return event_loop.event_loop().run_until_complete(collector.run())
     finally:
         lease.release()
         r.close()
@@ -107,10 +108,6 @@ def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
 # --- keeping every shard collected ----------------------------------------------------------------
 
 
-def enqueued_key(shard_id: str) -> str:
-    return f"fm:enqueued:{shard_id}"
-
-
 def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
                       redis_url: str | None = None) -> list[str]:
     """Enqueue a collector for every shard whose lease is free (none running, or its worker died).
@@ -118,13 +115,13 @@ def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
     A short ``fm:enqueued:{shard}`` marker keeps a backlog from piling up while a queued task has
     not started yet; a task that starts and finds the shard held simply returns.
     """
-    r = live_window.connect(redis_url)
+    r = connect(redis_url)
     started: list[str] = []
     try:
         for shard in all_shards():
             if holder(r, shard.shard_id) is not None:
                 continue
-            if r.set(enqueued_key(shard.shard_id), b"1", nx=True, px=round(hold_s * 1000)):
+            if r.set(keys.enqueued(shard.shard_id), b"1", nx=True, px=round(hold_s * 1000)):
                 enqueue(shard.shard_id)
                 started.append(shard.shard_id)
     finally:
@@ -134,9 +131,9 @@ def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
 
 def shard_started(shard_id: str, redis_url: str | None = None) -> None:
     """Clear the enqueue marker once a task runs, so a free shard can be re-enqueued right away."""
-    r = live_window.connect(redis_url)
+    r = connect(redis_url)
     try:
-        r.delete(enqueued_key(shard_id))
+        r.delete(keys.enqueued(shard_id))
     finally:
         r.close()
 
@@ -159,9 +156,9 @@ def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 
     """Downsample the live window's frames with ``start_ns < ts ≤ end_ns`` into HistoryFrame rows
     (one per topology version present), then prune rows older than the retention. Returns rows written."""
     close_old_connections()
-    r = live_window.connect(redis_url)
+    r = connect(redis_url)
     try:
-        frames = [f for f in recent_frames(r, fabric, max_frames) if start_ns < f.ts_ns <= end_ns]
+        frames = [f for f in live_window.recent(r, fabric, max_frames) if start_ns < f.ts_ns <= end_ns]
     finally:
         r.close()
     row = Fabric.objects.filter(name=fabric).first()
@@ -186,17 +183,6 @@ def prune_history(retention_s: float) -> int:
     cutoff = datetime.now(tz=UTC) - timedelta(seconds=retention_s)
     deleted, _ = HistoryFrame.objects.filter(ts__lt=cutoff).delete()
     return int(deleted)
-
-
-def recent_frames(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
-    """The newest ``count`` frames of the live window, oldest first (unreadable entries skipped)."""
-    out = []
-    for _eid, fields in reversed(r.xrevrange(live_window.frames_key(fabric), count=count)):
-        try:
-            out.append(Frame.decode(bytes(fields[live_window.FIELD])))
-        except (FrameFormatError, KeyError, TypeError):
-            continue
-    return out
 
 
 # --- status ---------------------------------------------------------------------------------------
@@ -224,7 +210,7 @@ class FabricStatus:
 
 
 def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -> FabricStatus:
-    r = live_window.connect(redis_url)
+    r = connect(redis_url)
     try:
         health = live_window.read_health(r, fabric)
         latest = live_window.latest(r, fabric)

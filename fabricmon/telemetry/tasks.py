@@ -7,13 +7,13 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from django.conf import settings
 
-from fabricmon.telemetry import runtime, services
+from fabricmon.telemetry import event_loop, services
 
 
 @worker_process_init.connect
 def _fresh_loop_per_process(**_kwargs: object) -> None:
     # A forked pool child must build its own event loop and SNMP engine (lazily, on first lease).
-    runtime.reset_after_fork()
+    event_loop.reset_after_fork()
 
 
 @shared_task(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricmon.alerts.evaluation import cursor_key, evaluate_fabric, geometry, state_key
+from fabricmon.alerts.evaluation import evaluate_fabric, geometry
 from fabricmon.alerts.models import Alert, Episode
+from fabricmon.base import keys
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.railgen import rail_optimized
@@ -55,5 +56,5 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
         assert ep.migrations == 3 and len(ep.trajectory) == 4
     finally:
         redis_client.delete(
-            live_window.frames_key(fabric_name), cursor_key(fabric_name), state_key(fabric_name)
+            keys.frames(fabric_name), keys.alerts_cursor(fabric_name), keys.alerts_state(fabric_name)
         )

@@ -14,11 +14,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fabricmon.telemetry import live_window, runtime, services
-from fabricmon.telemetry.collector import PollRecord
+from fabricmon.telemetry import event_loop, live_window, services
 from fabricmon.telemetry.framing import FabricFramer
+from fabricmon.telemetry.shard_loop import PollRecord
+from twin.cluster import Twin
+from twin.config import TwinConfig
 from twin.moe import MoeConfig
-from twin.runtime import Twin, TwinConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 INTERVAL_S = 0.5
@@ -46,7 +47,7 @@ def test_shard_collects_gnmi_switches_into_frames_with_queue_metrics(redis_url, 
             except BaseException as exc:
                 errors.append(exc)
             finally:
-                runtime.close_event_loop()
+                event_loop.close_event_loop()
 
         th = threading.Thread(target=work)
         th.start()

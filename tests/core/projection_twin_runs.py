@@ -14,8 +14,8 @@ from fabricmon.core.phases.layout import FabricLayout, place_ranks
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.phases.timeline import PhaseTimeline
+from twin.config import TwinConfig
 from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 T0_NS = 1_800_000_000_000_000_000
 CACHE = ProjectorCache()

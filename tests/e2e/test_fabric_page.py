@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
@@ -58,7 +59,7 @@ def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
     feeder.stop.set()
     feeder.join()
     daphne_server.forget_fabric(fabric_name)
-    redis_client.delete(live_window.frames_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name))
 
 
 def wait_js(page, expr: str, timeout_s: float = 20.0):

@@ -14,10 +14,10 @@ import pytest
 from phase_events import GAP_MS, phase_ndjson
 from test_fabric_page import Feeder, wait_js
 
+from fabricmon.base import keys
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
-from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
@@ -59,7 +59,7 @@ def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
     feeder.stop.set()
     feeder.join()
     daphne_server.forget_fabric(fabric_name)
-    redis_client.delete(live_window.frames_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name))
 
 
 def lane_pixels(page, y: int, rgb: tuple[int, int, int]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from twin_runs import twin_job_runs
 
-from fabricmon.telemetry import live_window
+from fabricmon.base import keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 CASES = ("clean", "half-rank-map", "skewed-clock")
@@ -27,7 +27,7 @@ def phase_runs(daphne_server, redis_client, fabric_name):  # type: ignore[no-unt
         assert stats["posted"] > 0 and stats["rejected"] == 0 and stats["dropped"] == 0, stats
     yield dict(zip(CASES, runs, strict=True))
     daphne_server.forget_fabric(fabric_name)
-    redis_client.delete(live_window.frames_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name))
 
 
 def _banner(page) -> str:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import pytest
 from phase_events import post_through_probe
 from twin_runs import T0_NS, twin_job_runs
 
-from fabricmon.telemetry import live_window
+from fabricmon.base import keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -27,7 +27,7 @@ def running_run(daphne_server, redis_client, fabric_name):  # type: ignore[no-un
     assert status < 300, body
     yield run_id, client, rec
     daphne_server.forget_fabric(fabric_name)
-    redis_client.delete(live_window.frames_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name))
 
 
 def test_phase_page_updates_in_place_while_the_run_runs(

@@ -7,8 +7,8 @@ import ast
 
 from collectors.probe import IngestClient
 from fabricmon.telemetry import live_window
+from twin.config import TwinConfig
 from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 T0_NS = 1_800_000_000_000_000_000
 USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)

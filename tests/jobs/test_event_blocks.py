@@ -13,8 +13,8 @@ from django.db import connection
 
 from fabricmon.jobs import services
 from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
-from fabricmon.jobs.fastparse import parse_ndjson_columns
 from fabricmon.jobs.models import EventKey, RecentKeyBatch, Run, TrafficMatrix
+from fabricmon.jobs.ndjson import parse_ndjson_columns
 from fabricmon.jobs.validation import parse_ndjson
 
 T0 = 1_795_987_668_367_402_543

@@ -110,7 +110,9 @@ def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> N
 
 def test_a_redelivered_import_runs_once_and_a_stale_one_is_taken_over(uploads, trace) -> None:
     body, n_a2a = trace
-    upload = imports.queue_import(uploads["run"], "kineto", io.BytesIO(body), filename="t.json")
+    queued: list[int] = []
+    upload = imports.queue_import(uploads["run"], "kineto", io.BytesIO(body), filename="t.json",
+                                  enqueue=queued.append)
     path = Path(upload.path)
     assert path.exists() and TraceUpload.objects.get(pk=upload.pk).state == "queued"
     # a worker died mid-import: the row says running, not heard of for a while

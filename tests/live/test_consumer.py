@@ -19,9 +19,10 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from fabricmon.asgi import application
+from fabricmon.base import sockets
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.live import messages, wire
-from fabricmon.live.services import MAX_IN_FLIGHT, ClientStalledError, FabricStream
+from fabricmon.live.stream import MAX_IN_FLIGHT, ClientStalledError, FabricStream
 from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -78,7 +79,7 @@ async def open_socket(comm: WebsocketCommunicator) -> tuple[bool, int | None]:
 
 def test_unauthenticated_socket_is_refused(fabric_name: str) -> None:
     connected, code = run(open_socket(communicator(fabric_name)))
-    assert not connected and code == messages.CLOSE_UNAUTHENTICATED
+    assert not connected and code == sockets.CLOSE_UNAUTHENTICATED
 
 
 @pytest.mark.parametrize("origin", [b"http://evil.example", b"null", b"", None, b"http://127.0.0.1.evil.example"])
@@ -91,7 +92,7 @@ def test_foreign_or_missing_origin_is_refused_even_when_logged_in(fabric_name: s
 def test_user_without_a_role_is_refused(fabric_name: str) -> None:
     cookie = session_cookie("nobody", role=None)
     connected, code = run(open_socket(communicator(fabric_name, cookie=cookie)))
-    assert not connected and code == messages.CLOSE_FORBIDDEN
+    assert not connected and code == sockets.CLOSE_FORBIDDEN
 
 
 def test_operator_gets_window_then_one_column_per_frame(fabric_name: str, redis_client) -> None:

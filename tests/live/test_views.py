@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from django.contrib.auth.models import Group, User
 
+from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
@@ -23,7 +24,7 @@ def fabric(fabric_name, redis_client):
     spec = rail_optimized(fabric_name, servers=4, gpus_per_server=2, spines=2)
     import_fabric(spec)
     yield spec
-    redis_client.delete(live_window.frames_key(fabric_name), live_window.health_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name), keys.health(fabric_name))
 
 
 def login(client, role: str | None = "operators") -> None:

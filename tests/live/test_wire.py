@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fabricmon.base import sockets
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.heatmap_rows import fabric_layout
 from fabricmon.core.topology.railgen import rail_optimized
@@ -98,9 +99,11 @@ def test_protocol_js_mirrors_python_constants() -> None:
     js = (Path(__file__).parents[2] / "frontend/static/live/protocol.js").read_text()
     consts = dict(re.findall(r"export const (\w+) = (\d+);", js))
     for name in ("NO_DATA", "CODE_MAX", "KIND_COLUMN", "KIND_WINDOW", "COLUMN_HEADER_BYTES",
-                 "WINDOW_HEADER_BYTES", "FLAG_LAST", "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW",
-                 "CLOSE_NO_SUCH_RUN", "CLOSE_SERVER_ERROR"):
+                 "WINDOW_HEADER_BYTES", "FLAG_LAST"):
         assert int(consts[name]) == getattr(messages, name), name
+    for name in ("CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW", "CLOSE_NO_SUCH_RUN",
+                 "CLOSE_SERVER_ERROR"):
+        assert int(consts[name]) == getattr(sockets, name), name
 
 
 def test_layout_groups_cover_every_port_in_order() -> None:

@@ -11,8 +11,8 @@ from fabricmon.jobs import services as jobs
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.telemetry import live_window
 from fabricmon.topology.services import import_fabric
+from twin.config import TwinConfig
 from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 T0_NS = 1_800_000_000_000_000_000
 

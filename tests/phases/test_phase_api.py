@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from phase_twin import recording, report, write_counters
 
+from fabricmon.base import keys
 from fabricmon.jobs import services as jobs
-from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +22,7 @@ def rec(db, redis_client, fabric_name):  # type: ignore[no-untyped-def]
     r = recording(fabric_name)
     write_counters(redis_client, r)
     yield r
-    redis_client.delete(live_window.frames_key(fabric_name))
+    redis_client.delete(keys.frames(fabric_name))
 
 
 def _gates(view):  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from fabricmon.core.phases.assess import SourceView
 from fabricmon.core.phases.gates import Gate
+from fabricmon.phases.deltas import split_message, view_delta, view_message
 from fabricmon.phases.state import grouped_median
-from fabricmon.phases.stream import split_message, view_delta, view_message
 
 PASS = Gate(
     "rank_map_coverage", "a", 1.0, "ratio", 0.99, 0.9, True, "pass", "rank_map_coverage: 100 % ≥ 99 %"

@@ -12,12 +12,12 @@ import pytest
 from phase_twin import T0_NS, recording, write_counters
 
 from collectors.probe import EventPoster, IngestClient
+from fabricmon.base import keys
 from fabricmon.jobs import services as jobs
 from fabricmon.jobs.models import EventBlock, Run
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.phases import services
 from fabricmon.phases.state import PXN, RunPhaseState
-from fabricmon.telemetry import live_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -100,4 +100,4 @@ def test_an_update_reads_only_what_arrived_and_equals_a_fresh_answer(
             list(c) for c in second.views["projected"].columns
         ]
     finally:
-        redis_client.delete(live_window.frames_key(fabric_name))
+        redis_client.delete(keys.frames(fabric_name))

@@ -5,7 +5,7 @@ posted in parts through the probe's client path, and a real WebSocket client (te
 What is checked: one snapshot, then deltas carrying only new or changed columns; the client's
 merged copy equals the JSON API's full answer at the end; a withheld view carries no values, only
 its reasons; a routing subscribe answers with a new snapshot; the events API's
-nudge (``notify_run_changed`` after a stored batch, over the Redis channel layer) wakes a socket
+nudge (``base.sockets.run_changed`` after a stored batch, over the Redis channel layer) wakes a socket
 whose tick would not come for an hour. Message sizes are printed (``-s``) for the report.
 """
 
@@ -23,8 +23,8 @@ from phase_events import post_through_probe
 
 from collectors.probe import IngestClient
 from fabricmon.telemetry import live_window
+from twin.config import TwinConfig
 from twin.job_reporter import TwinJobRecording
-from twin.runtime import TwinConfig
 
 pytestmark = [pytest.mark.integration]
 T0_NS = 1_800_000_000_000_000_000
@@ -155,7 +155,7 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         first_cols = len(proj["columns"])
         for part in parts[1:]:
             before = len(held.views["projected"]["columns"])
-            # with the hour-long tick only the events API's own nudge (notify_run_changed after the
+            # with the hour-long tick only the events API's own nudge (base.sockets.run_changed after the
             # batch commits) can wake the socket
             await asyncio.to_thread(post_through_probe, client, run_id, part)
             n = len(deltas)

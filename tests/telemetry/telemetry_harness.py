@@ -25,8 +25,8 @@ import numpy as np
 
 from fabricmon.core.topology.spec import FabricSpec
 from fabricmon.core.topology.yaml_load import load_fabric
-from fabricmon.telemetry import runtime, services
-from fabricmon.telemetry.collector import PollRecord, ShardReport
+from fabricmon.telemetry import event_loop, services
+from fabricmon.telemetry.shard_loop import PollRecord, ShardReport
 
 INTERVAL_S = 0.5
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def run_collectors(specs: Sequence[FabricSpec] | None, shard_ids: Sequence[str],
         except BaseException as exc:  # surfaced by the test, not lost on the thread
             c.errors.append(exc)
         finally:
-            runtime.close_event_loop()
+            event_loop.close_event_loop()
 
     threads = [threading.Thread(target=work, args=(s,), name=f"collector-{s}") for s in shard_ids]
     for t in threads:

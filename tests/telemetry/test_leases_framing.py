@@ -8,12 +8,13 @@ import time
 import numpy as np
 import pytest
 
+from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import Lease, holder, lease_key
+from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.slices import SLICE_METRICS, SwitchSlice
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def test_lease_is_exclusive_renewable_and_expires(redis_client, fabric_name) -> 
     first.release()  # … and its release does not delete the new holder's lease
     assert holder(redis_client, shard) == second.token
     second.release()
-    assert redis_client.exists(lease_key(shard)) == 0
+    assert redis_client.exists(keys.lease(shard)) == 0
 
 
 def _fabric(name: str):

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from twin.runtime import Twin, TwinConfig
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 SMALL = {"servers": 4, "gpus_per_server": 4, "spines": 2}
 

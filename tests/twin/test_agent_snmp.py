@@ -21,7 +21,8 @@ from pysnmp.hlapi.v3arch.asyncio import (
     bulk_cmd,
 )
 
-from twin.runtime import Twin, TwinConfig
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 pytestmark = pytest.mark.integration
 IFX = "1.3.6.1.2.1.31.1.1.1"

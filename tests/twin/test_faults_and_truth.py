@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from netsnmp_cli import net_snmp, parse_walk
 
-from twin.runtime import Twin, TwinConfig
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 pytestmark = pytest.mark.integration
 SMALL = {"servers": 4, "gpus_per_server": 4, "spines": 2}

@@ -18,9 +18,10 @@ import pytest
 from collectors.gnmi.metrics import GnmiSnapshot, IntervalTaker
 from collectors.gnmi.paths import LEAF_INDEX
 from collectors.gnmi.session import GnmiCollector, GnmiTargetSpec
+from twin.cluster import Twin
+from twin.config import TwinConfig
 from twin.gnmi_target import malformed_after
 from twin.moe import MoeConfig
-from twin.runtime import Twin, TwinConfig
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import pytest
 
 from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token
+from twin.cluster import Twin
+from twin.config import TwinConfig
 from twin.moe import MoeTraffic
-from twin.runtime import Twin, TwinConfig
 
 pytestmark = [pytest.mark.integration]
 

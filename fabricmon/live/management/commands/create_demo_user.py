@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandParser
 
-from fabricmon.live.services import ROLE_GROUPS
+from fabricmon.base.access import ROLE_GROUPS
 
 
 class Command(BaseCommand):

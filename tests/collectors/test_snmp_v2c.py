@@ -18,9 +18,10 @@ import pytest
 from pyasn1.codec.ber import decoder, encoder
 from pysnmp.proto import api
 
-from collectors.snmp import IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget, close_loop_context, fastv2c
+from collectors.snmp import IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget, close_loop_context, v2c
 from fabricmon.core.topology.spec import SnmpSettings
-from twin.runtime import Twin, TwinConfig
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 pytestmark = pytest.mark.integration
 V2C = api.PROTOCOL_MODULES[api.SNMP_VERSION_2C]
@@ -43,7 +44,7 @@ def test_fast_and_pysnmp_engines_read_the_twin_alike_and_within_its_truth(twin: 
             t0 = time.time_ns()
             fast = await SnmpPoller(engine="fast", max_repetitions=7).poll_many(targets(twin))
             t1 = time.time_ns()
-            endpoints = len(fastv2c._clients[asyncio.get_running_loop()])
+            endpoints = len(v2c._clients[asyncio.get_running_loop()])
             slow = await SnmpPoller(engine="pysnmp").poll_many(targets(twin))
             return fast, slow, t0, t1, endpoints
         finally:
@@ -168,7 +169,7 @@ def test_polls_from_many_loops_each_get_their_own_endpoint(twin: Twin) -> None:
                 return await SnmpPoller().poll(target)
             finally:
                 close_loop_context()
-                assert asyncio.get_running_loop() not in fastv2c._clients
+                assert asyncio.get_running_loop() not in v2c._clients
 
         assert isinstance(asyncio.run(main()), IfSnapshot)
 

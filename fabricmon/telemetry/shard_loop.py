@@ -27,9 +27,10 @@ from typing import Any
 
 import redis
 
+from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.spec import SwitchSpec
-from fabricmon.telemetry import gnmi_part, live_window
+from fabricmon.telemetry import gnmi_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease
 from fabricmon.telemetry.shards import Shard
@@ -75,14 +76,6 @@ class ShardReport:
     polls: int = 0
     failures: int = 0
     frames_built: int = 0
-
-
-def read_key(fabric: str, switch: str) -> str:
-    return f"fm:read:{fabric}:{switch}"
-
-
-def history_guard_key(fabric: str, start_ns: int) -> str:
-    return f"fm:hist:{fabric}:{start_ns}"
 
 
 @dataclass
@@ -138,7 +131,7 @@ class ShardCollector:
         self.r, self.shard, self.framer, self.lease, self.poll = r, shard, framer, lease, poll
         # switch → "snmp" | "gnmi" | "both" (default snmp); gNMI needs the switch's gNMI target
         self.protocols = dict(protocols or {})
-        self.gnmi_names = gnmi_part.gnmi_switches({n: framer.spec.switch(n) for n in shard.switches},
+        self.gnmi_names = gnmi_loop.gnmi_switches({n: framer.spec.switch(n) for n in shard.switches},
                                                   self.protocols)
         self.gnmi: Any = None  # collectors.gnmi.session.GnmiCollector while running
         self.run_s, self.stop_event, self.observer = run_s, stop_event, observer
@@ -160,10 +153,10 @@ class ShardCollector:
         snmp_names = [n for n in self.shard.switches
                       if n not in self.gnmi_names or self.protocols.get(n) == "both"]
         tasks = [asyncio.create_task(self._switch_loop(spec.switch(n))) for n in snmp_names]
-        self.gnmi = gnmi_part.start_collector(
-            [gnmi_part.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
+        self.gnmi = gnmi_loop.start_collector(
+            [gnmi_loop.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
         for n in self.gnmi_names:
-            tasks.append(asyncio.create_task(gnmi_part.gnmi_switch_loop(
+            tasks.append(asyncio.create_task(gnmi_loop.gnmi_switch_loop(
                 spec.switch(n), self.gnmi.sessions[n], self.framer, self._deliver, self._record_gnmi,
                 running=lambda: not self._stopping)))
         tasks.append(asyncio.create_task(self._deadline_loop()))
@@ -225,7 +218,7 @@ class ShardCollector:
             self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part)
             if cur is not None:
                 prev = cur
-                self.r.set(read_key(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+                self.r.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
             if self.observer is not None:
                 self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
                                          kind))
@@ -271,7 +264,7 @@ class ShardCollector:
         live_window.write_health(self.r, self.fabric, switch, h.as_dict())
 
     def _load_read(self, switch: str) -> SwitchRead | None:
-        blob = self.r.get(read_key(self.fabric, switch))
+        blob = self.r.get(keys.switch_read(self.fabric, switch))
         return decode_read(blob) if isinstance(blob, bytes) else None
 
     def _deliver(self, switch: str, tick_ns: int, part: SwitchSlice) -> None:
@@ -327,7 +320,7 @@ class ShardCollector:
             return  # not the last tick of its step yet
         start = step_end - step
         guard_ms = max(600_000, 3 * step // 1_000_000)
-        if self.r.set(history_guard_key(self.fabric, start), b"1", nx=True, px=guard_ms):
+        if self.r.set(keys.history_guard(self.fabric, start), b"1", nx=True, px=guard_ms):
             loop = asyncio.get_running_loop()
             # The database write must not stall the polls: run it on the default executor.
             loop.run_in_executor(None, self.history_sink, self.framer, start, step_end)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fabricmon.alerts import services
-from fabricmon.alerts.attribution import attribute_port, received_by_layer_phase, window_columns
+from fabricmon.alerts.culprit import attribute_port, received_by_layer_phase, window_columns
 from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
 from fabricmon.alerts.transports import Message, Target
 from fabricmon.alerts.transports.alertmanager import Transport as Alertmanager

@@ -1,4 +1,4 @@
-"""Attribute an alert on a hot port to the training run, layer and phase behind it.
+"""The culprit of an alert on a hot port: the training run, rank, layer and phase behind it.
 
 For an alert window [t1, t2] on a port ``switch:port`` of a fabric:
 
@@ -10,7 +10,7 @@ For an alert window [t1, t2] on a port ``switch:port`` of a fabric:
 
 Only the event blocks near the window are decoded (``window_columns``). Event times are already
 on the server's clock: ingest adds each event's ``clock_offset_ns``
-(``jobs.fastparse``), so the window is compared with ``start_ns``/``end_ns`` as stored. All sums
+(``jobs.ndjson``), so the window is compared with ``start_ns``/``end_ns`` as stored. All sums
 are numpy over event columns (``np.unique`` + ``np.bincount``), no per-event Python loop.
 """
 
@@ -34,7 +34,7 @@ MAX_PHASE_NS = 60 * 1_000_000_000
 
 
 @dataclass(frozen=True)
-class Attribution:
+class Culprit:
     """Who was behind a hot port in an alert window; ``run_name == ""`` means unknown."""
 
     run_name: str = ""
@@ -109,10 +109,10 @@ def window_columns(run: Run, t1_ns: int, t2_ns: int) -> EventColumns:
     return concat([decode_block(b) for b in blobs.iterator(chunk_size=16)])
 
 
-def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Attribution:
+def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
 
-    Unknown (``Attribution()``) when no active run of the fabric maps a rank to that port."""
+    Unknown (``Culprit()``) when no active run of the fabric maps a rank to that port."""
     entries = (
         RankMapEntry.objects.select_related("run")
         .filter(run__fabric=fabric, switch=switch, switch_port=port, run__started_at__lte=t2)
@@ -120,7 +120,7 @@ def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: dateti
         .order_by("-run__started_at")
     )
     t1_ns, t2_ns = _ns(t1), _ns(t2)
-    first: Attribution | None = None
+    first: Culprit | None = None
     for entry in entries[:4]:  # a port is one NIC: several runs only when one replaced another
         run = entry.run
         base: dict[str, Any] = {
@@ -133,23 +133,23 @@ def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: dateti
         cols = window_columns(run, t1_ns, t2_ns)
         layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, t1_ns, t2_ns)
         if not len(nbytes):
-            first = first or Attribution(**base)
+            first = first or Culprit(**base)
             continue
         names = tuple(
             f"layer {la} {PHASES[p]}" if la >= 0 else PHASES[p]
             for la, p in zip(layers.tolist(), phases.tolist(), strict=True)
         )
-        return Attribution(
+        return Culprit(
             **base,
             layer=int(layers[0]) if layers[0] >= 0 else None,
             phase=PHASES[int(phases[0])],
             recv_bytes=int(nbytes[0]),
             phases=names[:8],
         )
-    return first or Attribution()
+    return first or Culprit()
 
 
-def attribute_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Attribution:
+def attribute_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Culprit:
     """The first known ``attribute_port`` among ``switch:port`` names (a moving incast's hot set)."""
     for name in ports[:4]:
         switch, sep, port = name.partition(":")
@@ -157,4 +157,4 @@ def attribute_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -
             found = attribute_port(fabric, switch, port, t1, t2)
             if found.known:
                 return found
-    return Attribution()
+    return Culprit()

@@ -29,85 +29,35 @@ import math
 import socket
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import FabricSpec, GnmiSettings, SnmpSettings
-from twin.agent_state import TICKS_PER_S, SwitchAgentState
-from twin.counters import HC_METRICS, METRICS, RATE_NAMES, CounterClock
+from twin.agent_state import SwitchAgentState
+from twin.config import TwinConfig
+from twin.counters import METRICS, CounterClock
 from twin.fabric_queues import FabricQueues, peer_positions
+from twin.faults import TwinFaults
 from twin.gnmi_target import GnmiFabric
+from twin.live_reporter import LiveJobReporter
 from twin.mib import build_switch_mib
-from twin.moe import MoeConfig, MoeTraffic
-from twin.queues import TwinSwitchSource, queue_leaves
-from twin.routing import Router, RoutingMode, Wiring
+from twin.moe import MoeTraffic
+from twin.queues import TwinSwitchSource
+from twin.routing import Router, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol
-from twin.snmp_v3 import V3User, start_v3_agents
+from twin.snmp_v3 import start_v3_agents
+from twin.truth import TwinTruth
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class TwinConfig:
-    """Shape of the simulated cluster, its job, and how its agents are served."""
-
-    name: str = "twin"
-    servers: int = 32
-    gpus_per_server: int = 8
-    spines: int = 4
-    speed_gbps: int = 400
-    routing: RoutingMode = "pxn"
-    snmp_version: Literal["2c", "3"] = "2c"
-    snmp_port_base: int = 0  # 0 = ephemeral ports (reported in .fabric)
-    community: str = field(default="public", repr=False)
-    v3_user: V3User = field(default_factory=V3User)
-    seed: int = 0
-    tick_hz: float = 10.0
-    history_s: float = 60.0
-    lossy: bool = False
-    buffer_bytes: float = 16e6
-    packet_bytes: int = 4096
-    job: MoeConfig = field(default_factory=MoeConfig)
-    gnmi: bool = False  # also serve gNMI (queues, ECN, PFC, watermark) per switch; see .gnmi_ports
-    gnmi_port_base: int = 0  # 0 = ephemeral ports
-    # Live job reporting (twin/live_reporter.py): post the job's phase events to the jobs API at
-    # report_url like a real job with the probe. None = off.
-    report_url: str | None = None
-    report_token: str | None = field(default=None, repr=False)
-    report_token_file: str | None = None  # or read the token here (retried: it may appear later)
-    run_name: str = "twin-moe"
-    report_skew_ns: int = 0  # shift event times: a wrong host clock (gate tests)
-    report_every_steps: int = 1  # report every k-th training step (load on a small demo server)
-    report_block_steps: int = 1  # … in blocks of this many consecutive steps
-    report_connect_timeout_s: float = 120.0  # retry run creation this long (server starting later)
-
-    def __post_init__(self) -> None:
-        if self.tick_hz < 10.0:
-            raise ValueError(f"tick_hz must be ≥ 10 (counters move every ≤ 100 ms), got {self.tick_hz}")
-        if self.report_url and not (self.report_token or self.report_token_file):
-            raise ValueError("report_url needs report_token or report_token_file (a jobs API token)")
-        if self.snmp_version not in ("2c", "3"):
-            raise ValueError(f"snmp_version must be '2c' or '3', got {self.snmp_version!r}")
-
-
-@dataclass(frozen=True)
-class HotPort:
-    """The port with the highest egress utilization over an interval, and what it faces."""
-
-    switch: str
-    ifindex: int
-    peer: str
-    utilization: float
-    out_octets_per_s: float
-
-
-class Twin:
+class Twin(TwinFaults, TwinTruth):
     """A simulated rail-optimized cluster running an MoE job, served over SNMP on loopback."""
 
     def __init__(self, cfg: TwinConfig | None = None, fabric: FabricSpec | None = None) -> None:
@@ -208,9 +158,6 @@ class Twin:
         return self
 
     def _start_reporter(self) -> None:
-        # imported here: twin.job_reporter (which the reporter uses) imports this module
-        from twin.live_reporter import LiveJobReporter  # noqa: PLC0415
-
         cfg = self.cfg
         tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
                 f"fabric={self.fabric.name}"]
@@ -337,143 +284,3 @@ class Twin:
         if self.queues is not None:  # keep the queues current: the timeline forgets old phases
             self.queues.advance_to(now_ns)
         self.ticks += 1
-
-    # -- faults (thread-safe; applied on the twin's loop) ------------------------------------------
-    def _on_loop(self, fn: Any) -> None:
-        if self._loop is None:
-            raise RuntimeError("twin is not running")
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                fn()
-            finally:
-                done.set()
-
-        self._loop.call_soon_threadsafe(run)
-        if not done.wait(10):
-            raise RuntimeError("twin loop did not apply the fault within 10 s")
-
-    def restart(self, switch: str) -> None:
-        """Agent restart: sysUpTime and all the switch's counters start again from 0."""
-        state, sl = self.agents[switch], self.ports.slice_of(switch)
-
-        def apply() -> None:
-            now = time.time_ns()
-            self._tick(now, int(NS / self.cfg.tick_hz), overrides=[((sl, slice(None)), 0)])
-            state.boot_ns = now
-            state.discontinuity_ticks = [0] * len(state.discontinuity_ticks)
-
-        self._on_loop(apply)
-
-    def set_unreachable(self, switch: str, on: bool = True) -> None:
-        """The switch's agent stops answering (``on``) or answers again."""
-        self.agents[switch].unreachable = on
-
-    def wrap(self, switch: str, seconds_to_wrap: float = 2.0) -> None:
-        """Move the switch's 64-bit counters to just below 2^64 so they wrap in ``seconds_to_wrap``
-        (ports that will carry no traffic by then sit at 2^64 − 1).
-
-        The jump itself is a discontinuity (ifCounterDiscontinuityTime is set to now); the wrap that
-        follows is a natural one.
-        """
-        state, sl = self.agents[switch], self.ports.slice_of(switch)
-
-        def apply() -> None:
-            now = time.time_ns()
-            # The job's schedule is known ahead: leave exactly the bytes (and packets) the port
-            # will count in the next ``seconds_to_wrap``, so the wrap lands on time.
-            in_b, out_b, _ = self.timeline.window_bytes(now, now + int(seconds_to_wrap * NS))
-            pkt = self.cfg.packet_bytes
-            ahead = np.stack([in_b, out_b, in_b / pkt, out_b / pkt], axis=1)
-            headroom = np.ceil(np.maximum(ahead[sl], 1.0)).astype(np.uint64)
-            with np.errstate(over="ignore"):
-                near = np.uint64(0) - headroom  # 2^64 − headroom, in wrapping uint64
-            self._tick(now, int(NS / self.cfg.tick_hz), overrides=[((sl, HC_METRICS), near)])
-            ticks = ((now - state.boot_ns) * TICKS_PER_S // NS) & 0xFFFFFFFF
-            state.discontinuity_ticks = [int(ticks)] * len(state.discontinuity_ticks)
-
-        self._on_loop(apply)
-
-    # -- truth ------------------------------------------------------------------------------------
-    def _slice(self, switch: str | None) -> slice:
-        return self.ports.slice_of(switch) if switch is not None else slice(0, len(self.ports))
-
-    def switch_ports(self, switch: str) -> list[dict[str, Any]]:
-        """The switch's ports in PortIndex order (the order of every per-switch array here)."""
-        sl = self.ports.slice_of(switch)
-        return [
-            {"position": p, "ifindex": int(self.ports.ifindex[p]), "name": self.ports.port_names[p],
-             "peer": self.wiring.peer[p], "host_facing": bool(self.ports.host_facing[p])}
-            for p in range(sl.start, sl.stop)
-        ]
-
-    def true_rates(self, switch: str | None, t1_ns: int, t2_ns: int) -> dict[str, np.ndarray]:
-        """Per-port average rates over exactly [t1, t2] (bytes/s, pkts/s, discards/s)."""
-        r = self.clock.mean_rates(t1_ns, t2_ns, self._slice(switch))
-        return {name: r[:, k] for k, name in enumerate(RATE_NAMES)}
-
-    def counters_at(self, switch: str | None, t_ns: int) -> dict[str, np.ndarray]:
-        """Counter values (uint64) per port at ``t_ns``, as the agent would have answered then."""
-        v = self.clock.values_at(t_ns, self._slice(switch))
-        return {name: v[:, k] for k, name in enumerate(METRICS)}
-
-    def hottest_port(self, t1_ns: int, t2_ns: int) -> HotPort:
-        out = self.clock.mean_rates(t1_ns, t2_ns)[:, 1]
-        util = out * 8.0 / self.ports.speed_bps
-        p = int(np.argmax(util))
-        return HotPort(
-            switch=self.ports.switch_names[int(self.ports.switch_of[p])],
-            ifindex=int(self.ports.ifindex[p]),
-            peer=self.wiring.peer[p],
-            utilization=float(util[p]),
-            out_octets_per_s=float(out[p]),
-        )
-
-    def true_queue(self, switch: str | None, t_ns: int) -> dict[str, np.ndarray]:
-        """Queue, ECN, PFC counters (uint64 per port) the gNMI target serves at ``t_ns``
-        (twin.queues.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
-        if self.queues is None:
-            raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        cum = self.queues.counters_at(t_ns)
-        sl = self._slice(switch)
-        pkt = self.queues.cfg.pkt_bytes
-        out: dict[str, np.ndarray] = queue_leaves({k: a[sl] for k, a in cum.items()}, pkt)
-        out["q_bytes"] = cum["q_bytes"][sl]
-        return out
-
-    def true_watermark(self, switch: str | None, t1_ns: int, t2_ns: int) -> np.ndarray:
-        """Max egress queue occupancy per port over [t1, t2], whole bytes (what a read-and-clear
-        watermark read at t2 reports when the previous clear was at t1). Needs ``gnmi=True``."""
-        if self.queues is None:
-            raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns)[self._slice(switch)]).astype(np.uint64)
-
-    def phases(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
-        """Phase events (step, layer, dispatch|combine, start/end ns, hot GPU) overlapping [t1, t2]."""
-        return self.timeline.events(t1_ns, t2_ns)
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "fabric": self.fabric.name,
-            "description": self.fabric.description,
-            "snmp_version": self.cfg.snmp_version,
-            "routing": self.cfg.routing,
-            "t0_ns": self.t0_ns,
-            "now_ns": time.time_ns(),
-            "ticks": self.ticks,
-            "ports": len(self.ports),
-            "switches": {
-                sw.name: {
-                    "address": sw.mgmt_address,
-                    "port": sw.snmp.port,
-                    "unreachable": self.agents[sw.name].unreachable if self.agents else False,
-                    "boot_ns": self.agents[sw.name].boot_ns if self.agents else None,
-                    "answered": self._protocols[sw.name].answered if sw.name in self._protocols else None,
-                    "malformed": self._protocols[sw.name].malformed if sw.name in self._protocols else None,
-                    "gnmi_port": self.gnmi_ports.get(sw.name),
-                }
-                for sw in self.fabric.switches
-            },
-            "report": self.reporter.status() if self.reporter is not None else None,
-        }

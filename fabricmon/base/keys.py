@@ -1,0 +1,80 @@
+"""Every Redis key fabricmon uses, built here and nowhere else.
+
+One owner module per store reads and writes each key (named beside it); this module only spells
+them, so a key's layout changes in one place and ``redis-cli --scan --pattern 'fm:*'`` shows
+everything::
+
+    fm:frames:{fabric}            stream  live window of frames        telemetry.live_window
+    fm:health:{fabric}            hash    switch → JSON health         telemetry.live_window
+    fm:lease:{shard}              string  holder token (SET NX PX)     telemetry.leases
+    fm:enqueued:{shard}           string  "a collector is queued"      telemetry.services
+    fm:tick:{fabric}:{tick_ns}    hash    switch → slice of a tick     telemetry.framing
+    fm:latest:{fabric}            hash    switch → last good slice     telemetry.framing
+    fm:framed:{fabric}:{tick_ns}  string  a tick was framed (NX)       telemetry.framing
+    fm:read:{fabric}:{switch}     string  last counter read (handover) telemetry.shard_loop
+    fm:hist:{fabric}:{start_ns}   string  history step written (NX)    telemetry.shard_loop
+    fm:alerts:cursor:{fabric}     string  last frame evaluated         alerts.evaluation
+    fm:alerts:state:{fabric}      string  moving-incast state (JSON)   alerts.evaluation
+    fabricmon:jobs:rate:{token}   hash    ingest token bucket          jobs.ratelimit
+"""
+
+from __future__ import annotations
+
+PREFIX = "fm:"
+
+
+def frames(fabric: str) -> str:
+    return f"fm:frames:{fabric}"
+
+
+FRAMES_PATTERN = frames("*")  # SCAN pattern of every fabric's live window
+
+
+def fabric_of_frames(key: bytes | str) -> str:
+    """The fabric whose live window ``key`` is (inverse of :func:`frames`)."""
+    text = key.decode() if isinstance(key, bytes) else key
+    return text[len(frames("")) :]
+
+
+def health(fabric: str) -> str:
+    return f"fm:health:{fabric}"
+
+
+def lease(shard_id: str) -> str:
+    return f"fm:lease:{shard_id}"
+
+
+def enqueued(shard_id: str) -> str:
+    return f"fm:enqueued:{shard_id}"
+
+
+def tick(fabric: str, tick_ns: int) -> str:
+    return f"fm:tick:{fabric}:{tick_ns}"
+
+
+def latest_slices(fabric: str) -> str:
+    return f"fm:latest:{fabric}"
+
+
+def framed(fabric: str, tick_ns: int) -> str:
+    return f"fm:framed:{fabric}:{tick_ns}"
+
+
+def switch_read(fabric: str, switch: str) -> str:
+    return f"fm:read:{fabric}:{switch}"
+
+
+def history_guard(fabric: str, start_ns: int) -> str:
+    return f"fm:hist:{fabric}:{start_ns}"
+
+
+def alerts_cursor(fabric: str) -> str:
+    return f"fm:alerts:cursor:{fabric}"
+
+
+def alerts_state(fabric: str) -> str:
+    return f"fm:alerts:state:{fabric}"
+
+
+def rate_bucket(token: str) -> str:
+    return f"fabricmon:jobs:rate:{token}"
