@@ -5,7 +5,7 @@ peak memory for a small and a ≥ 200 MB trace — the peak must not grow with t
 How "per core" is measured (honestly, on a shared machine):
 - Each database runs in its own child process (fresh SQLite file / fresh PostgreSQL database,
   migrated, one run). Batches are built before the clock starts; then every batch goes through
-  ``services.ingest_ndjson`` — the exact server-side path of ``POST /jobs/api/runs/{id}/events``
+  ``ingest.ingest_ndjson`` — the exact server-side path of ``POST /jobs/api/runs/{id}/events``
   minus HTTP/token handling: parse + validate, id claims, block write, matrix update, commit.
 - The figure is events stored / CPU seconds, where CPU seconds = user + system time of the
   ingesting process (``resource.getrusage``), *plus*, for PostgreSQL, the user + system time of its
@@ -106,7 +106,7 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
     from django.core.management import call_command  # noqa: PLC0415
     from django.db import connection  # noqa: PLC0415
 
-    from fabricmon.jobs import services  # noqa: PLC0415
+    from fabricmon.jobs import blocks, ingest  # noqa: PLC0415
     from fabricmon.jobs.models import Run  # noqa: PLC0415
 
     call_command("migrate", verbosity=0)
@@ -121,14 +121,14 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
     wall0, cpu0, db0 = time.perf_counter(), _cpu_s(), _backend_cpu_s(backend)
     stored = 0
     for body in batches:
-        stored += services.ingest_ndjson(run, body).stored
+        stored += ingest.ingest_ndjson(run, body).stored
     wall, cpu, db_cpu = time.perf_counter() - wall0, _cpu_s() - cpu0, _backend_cpu_s(backend) - db0
-    assert stored == n_events == services.event_count(run), (stored, n_events)
+    assert stored == n_events == blocks.event_count(run), (stored, n_events)
     cpu1 = _cpu_s()
-    dup = services.ingest_ndjson(run, batches[0])
+    dup = ingest.ingest_ndjson(run, batches[0])
     dup_cpu = _cpu_s() - cpu1
     assert dup.stored == 0 and dup.duplicates == len(batches[0].splitlines())
-    first = next(services.iter_events(run))
+    first = next(blocks.iter_events(run))
     assert first["event_id"] == "b0", first
     print(
         json.dumps(

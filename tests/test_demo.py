@@ -84,6 +84,6 @@ def test_demo_starts_everything_and_frames_flow(tmp_path: Path, redis_url: str) 
 
 
 COUNT_SNIPPET = (
-    "from fabricmon.jobs import services; from fabricmon.jobs.models import Run; "
-    "r = Run.objects.get(pk={run_id}); print('COUNT', services.event_count(r), r.ranks.count(), ','.join(r.tags))"
+    "from fabricmon.jobs import blocks; from fabricmon.jobs.models import Run; "
+    "r = Run.objects.get(pk={run_id}); print('COUNT', blocks.event_count(r), r.ranks.count(), ','.join(r.tags))"
 )

@@ -8,7 +8,7 @@ For an alert window [t1, t2] on a port ``switch:port`` of a fabric:
 3. the (layer, phase) in which the rank received the most bytes: its own ``bytes_recv`` where
    it reported them, else what its peers reported sending to it (``send_peer == rank``).
 
-Only the event blocks near the window are decoded (``window_columns``). Event times are already
+Only the event blocks near the window are decoded (``jobs.blocks.columns_near``). Event times are already
 on the server's clock: ingest adds each event's ``clock_offset_ns``
 (``jobs.ndjson``), so the window is compared with ``start_ns``/``end_ns`` as stored. All sums
 are numpy over event columns (``np.unique`` + ``np.bincount``), no per-event Python loop.
@@ -23,14 +23,11 @@ from typing import Any
 import numpy as np
 from django.db.models import Q
 
-from fabricmon.jobs.columns import EventColumns, concat, decode_block
-from fabricmon.jobs.models import PHASES, EventBlock, RankMapEntry, Run
+from fabricmon.jobs import blocks
+from fabricmon.jobs.columns import EventColumns
+from fabricmon.jobs.models import PHASES, RankMapEntry
 
 UNKNOWN = "unknown"
-# The longest a phase event can last and still be found: a block whose newest event started
-# this long before the window cannot hold an event still running in it. A collective call
-# lasts milliseconds to seconds; a minute is a wide margin and still skips almost every block.
-MAX_PHASE_NS = 60 * 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -99,16 +96,6 @@ def received_by_layer_phase(
     return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
 
 
-def window_columns(run: Run, t1_ns: int, t2_ns: int) -> EventColumns:
-    """The run's events that may overlap [t1, t2]: only the blocks whose start times come near
-    the window are decoded (a run holds millions of events; an alert window a few seconds).
-    ``received_by_layer_phase`` then applies the exact overlap test per event."""
-    blobs = EventBlock.objects.filter(
-        run=run, start_ns_min__lte=t2_ns, start_ns_max__gte=t1_ns - MAX_PHASE_NS
-    ).values_list("columns", flat=True)
-    return concat([decode_block(b) for b in blobs.iterator(chunk_size=16)])
-
-
 def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
 
@@ -130,7 +117,7 @@ def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: dateti
             "host": entry.host,
             "gpu": entry.gpu,
         }
-        cols = window_columns(run, t1_ns, t2_ns)
+        cols = blocks.columns_near(run, t1_ns, t2_ns)
         layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, t1_ns, t2_ns)
         if not len(nbytes):
             first = first or Culprit(**base)

@@ -18,22 +18,14 @@ import redis
 from fabricmon.alerts import services
 from fabricmon.base import keys
 from fabricmon.base.connections import connect
-from fabricmon.core.detection.geometry import FabricGeometry, fabric_geometry
+from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
+from fabricmon.topology.fabric_view import fabric_view
 
 log = logging.getLogger(__name__)
-_GEO: dict[tuple[str, str], FabricGeometry] = {}
-
-
 def geometry(fabric: str) -> FabricGeometry:
-    from fabricmon.topology import services as topology  # noqa: PLC0415 (app registry must be ready)
-
-    index = topology.port_index(fabric)
-    key = (fabric, index.version)
-    if key not in _GEO:
-        _GEO[key] = fabric_geometry(index, topology.fabric_spec(fabric))
-    return _GEO[key]
+    return fabric_view(fabric).geometry
 
 
 def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState:

@@ -21,7 +21,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from fabricmon.base import sockets
-from fabricmon.jobs import imports, ratelimit, services, tasks
+from fabricmon.jobs import blocks, imports, ingest, matrices, ratelimit, tasks, validation
+from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
@@ -85,11 +86,11 @@ def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 def _read_json(request: HttpRequest) -> Any:
     if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_JSON_BYTES:
-        raise services.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+        raise validation.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
     try:
         return orjson.loads(request.body)
     except orjson.JSONDecodeError as exc:
-        raise services.InputError("body", f"invalid JSON: {exc}") from exc
+        raise validation.InputError("body", f"invalid JSON: {exc}") from exc
 
 
 def _run_json(run: Run) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
     def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(*args, **kwargs)
-        except services.InputError as exc:
+        except validation.InputError as exc:
             return _error(400, exc.reason, exc.field)
 
     return wrapper
@@ -140,8 +141,8 @@ def runs(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"runs": [_run_json(r) for r in mine]})
     body = _read_json(request)
     if not isinstance(body, dict):
-        raise services.InputError("body", "must be a JSON object")
-    run = services.create_run(
+        raise validation.InputError("body", "must be a JSON object")
+    run = run_verbs.create_run(
         request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""), body.get("world_size")
     )
     return JsonResponse(_run_json(run), status=201)
@@ -159,7 +160,7 @@ def run_detail(request: HttpRequest, run: Run) -> HttpResponse:
 def run_tags(request: HttpRequest, run: Run) -> HttpResponse:
     body = _read_json(request)
     tags = body.get("tags") if isinstance(body, dict) else body
-    return JsonResponse(_run_json(services.set_tags(run, tags)))
+    return JsonResponse(_run_json(run_verbs.set_tags(run, tags)))
 
 
 @token_required
@@ -168,7 +169,7 @@ def run_tags(request: HttpRequest, run: Run) -> HttpResponse:
 def run_end(request: HttpRequest, run: Run) -> HttpResponse:
     body = _read_json(request) if request.body else {}
     state = body.get("state", Run.State.FINISHED) if isinstance(body, dict) else None
-    return JsonResponse(_run_json(services.end_run(run, state)))
+    return JsonResponse(_run_json(run_verbs.end_run(run, state)))
 
 
 @token_required
@@ -187,8 +188,8 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
     else:
         entries = _read_json(request)
         if not isinstance(entries, list):
-            raise services.InputError("body", "must be a JSON list of rank entries")
-    stored, errors = services.store_rank_map(run, entries)
+            raise validation.InputError("body", "must be a JSON list of rank entries")
+    stored, errors = run_verbs.store_rank_map(run, entries)
     status = 200 if not errors else 422
     return JsonResponse({"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=status)
 
@@ -212,7 +213,7 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
-    result = services.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
+    result = ingest.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
     if result.stored:
         sockets.run_changed(run.pk)  # wake the run's phase sockets now, not at their next tick
     status = 200 if not result.rejected else (422 if result.lines else 400)
@@ -225,7 +226,7 @@ def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
     source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
 
     def lines() -> Any:
-        for event in services.iter_events(run, source=source, phase=phase):
+        for event in blocks.iter_events(run, source=source, phase=phase):
             yield orjson.dumps(event) + b"\n"
 
     return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
@@ -238,7 +239,7 @@ def import_inline(size: int, mode: str) -> bool:
     """Whether an upload is imported inside the request (``mode`` auto: up to
     ``FABRICMON_UPLOAD_INLINE_BYTES``) or queued for a worker."""
     if mode not in UPLOAD_MODES:
-        raise services.InputError("mode", f"must be one of {', '.join(UPLOAD_MODES)}")
+        raise validation.InputError("mode", f"must be one of {', '.join(UPLOAD_MODES)}")
     return mode == "inline" or (mode == "auto" and size <= settings.FABRICMON_UPLOAD_INLINE_BYTES)
 
 
@@ -264,11 +265,11 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     rank: int | None = None
     if rank_raw not in (None, ""):
         if not str(rank_raw).isdigit():
-            raise services.InputError("rank", "must be a non-negative integer")
+            raise validation.InputError("rank", "must be a non-negative integer")
         rank = int(rank_raw)
     upload_file = request.FILES.get("file")
     if upload_file is None:
-        raise services.InputError("file", "missing multipart file field 'file'")
+        raise validation.InputError("file", "missing multipart file field 'file'")
     size = upload_file.size or 0
     if not import_inline(size, mode):
         try:
@@ -311,5 +312,5 @@ def matrix(request: HttpRequest, run: Run) -> HttpResponse:
             qs = qs.filter(**{key: int(raw)})
     if request.GET.get("phase"):
         qs = qs.filter(phase=request.GET["phase"])
-    sent, received = services.sum_matrices(list(qs))
+    sent, received = matrices.sum_matrices(list(qs))
     return JsonResponse({"n_ranks": len(sent), "sent": sent, "received": received, "matrices": qs.count()})

@@ -23,8 +23,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fabricmon.base import sockets
+from fabricmon.jobs.ingest import IngestResult, ingest_events
 from fabricmon.jobs.models import Run, TraceUpload
-from fabricmon.jobs.services import IngestResult, InputError, ingest_events
+from fabricmon.jobs.validation import InputError
 
 IMPORT_KINDS = ("kineto", "fr", "fr_pickle", "inspector")
 PROGRESS_EVERY_S = 0.5  # an import writes its progress to its TraceUpload row at most this often

@@ -353,3 +353,11 @@ def validate_dicts(events: list[dict[str, Any]], clock_offset_ns: int = 0) -> Pa
             continue
         peers.append((obj.get("send_bytes_per_peer"), obj.get("recv_bytes_per_peer")))
     return ParsedBatch(rows, peers, errors, len(events))
+
+
+class InputError(ValueError):
+    """Bad input from a caller: ``field`` names what is wrong (shown in the 4xx answer)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field, self.reason = field, reason

@@ -20,7 +20,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import access
-from fabricmon.jobs import imports, services, tasks
+from fabricmon.jobs import blocks, imports, matrices, tasks, validation
+from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.api import import_inline
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
@@ -43,13 +44,13 @@ def _tags(text: str) -> list[str]:
 def run_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
-            run = services.create_run(
+            run = run_verbs.create_run(
                 request.user,
                 request.POST.get("name", ""),
                 _tags(request.POST.get("tags", "")),
                 request.POST.get("fabric", ""),
             )
-        except services.InputError as exc:
+        except validation.InputError as exc:
             messages.error(request, str(exc))
             return redirect("jobs:runs")
         return redirect("jobs:run", run_id=run.pk)
@@ -84,8 +85,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)
     if request.method == "POST":
         try:
-            services.set_tags(run, _tags(request.POST.get("tags", "")))
-        except services.InputError as exc:
+            run_verbs.set_tags(run, _tags(request.POST.get("tags", "")))
+        except validation.InputError as exc:
             messages.error(request, str(exc))
         return redirect("jobs:run", run_id=run.pk)
     keys = (
@@ -102,7 +103,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "ranks": run.ranks.all()[:1024],
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
-            "event_count": services.event_count(run),
+            "event_count": blocks.event_count(run),
         },
     )
 
@@ -121,10 +122,10 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
             try:
                 entries = orjson.loads(upload.read())
             except orjson.JSONDecodeError as exc:
-                raise services.InputError("file", f"rank map is not valid JSON: {exc}") from exc
+                raise validation.InputError("file", f"rank map is not valid JSON: {exc}") from exc
             if not isinstance(entries, list):
-                raise services.InputError("file", "rank map must be a JSON list of entries")
-            stored, errors = services.store_rank_map(run, entries)
+                raise validation.InputError("file", "rank map must be a JSON list of entries")
+            stored, errors = run_verbs.store_rank_map(run, entries)
             return JsonResponse(
                 {"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=422 if errors else 200
             )
@@ -141,7 +142,7 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
         row, result = imports.import_trace(
             run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size
         )
-    except services.InputError as exc:
+    except validation.InputError as exc:
         return JsonResponse({"error": exc.reason, "field": exc.field}, status=400)
     body = {"upload": row.pk, "state": row.state, **result.as_dict(max_errors=50)}
     return JsonResponse(body, status=422 if result.rejected else 200)
@@ -163,7 +164,7 @@ def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> Http
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     """Events as columns for a plotly timeline (first TIMELINE_LIMIT by time)."""
     run = _own_run(request, run_id)
-    cols = services.event_columns(run, source=request.GET.get("source") or None)
+    cols = blocks.event_columns(run, source=request.GET.get("source") or None)
     truncated = len(cols) > TIMELINE_LIMIT
     if truncated:
         cols = cols.take(np.arange(TIMELINE_LIMIT))
@@ -196,5 +197,5 @@ def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     step = request.GET.get("step", "")
     if step.lstrip("-").isdigit():
         qs = qs.filter(step=int(step))
-    sent, received = services.sum_matrices(list(qs))
+    sent, received = matrices.sum_matrices(list(qs))
     return JsonResponse({"sent": sent, "received": received})

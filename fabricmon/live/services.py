@@ -8,24 +8,14 @@ import time
 from typing import Any
 
 import redis
-from django.core.exceptions import ObjectDoesNotExist
 
 from fabricmon.core.telemetry.frames import Frame
-from fabricmon.core.topology.heatmap_rows import fabric_layout
 from fabricmon.live import wire
 from fabricmon.telemetry import live_window
-from fabricmon.topology import services as topology_services
+from fabricmon.topology.fabric_view import find_view
 from fabricmon.topology.models import Fabric
 
 DEFAULT_WINDOW_S = 300.0
-
-
-def fabric_spec(fabric: str) -> Any:
-    """The fabric's topology from the topology app (``None`` when it is not imported)."""
-    try:
-        return topology_services.fabric_spec(fabric)
-    except (ObjectDoesNotExist, LookupError):
-        return None
 
 
 def window_frames(frames: list[tuple[bytes, Frame]], window_s: float) -> list[Frame]:
@@ -58,21 +48,10 @@ def known_fabrics(r: redis.Redis) -> tuple[list[str], list[str]]:
     return stored, sorted(set(live_window.fabrics(r)) - set(stored))
 
 
-_LAYOUT_CACHE: dict[tuple[str, str, str], dict[str, Any]] = {}
-
-
 def layout_for(fabric: str) -> dict[str, Any] | None:
     """The heatmap layout of a stored fabric (cached per topology version), ``None`` if unknown."""
-    row = Fabric.objects.filter(name=fabric).values_list("topology_version", "updated").first()
-    if row is None:
-        return None
-    key = (fabric, row[0], row[1].isoformat())
-    if key not in _LAYOUT_CACHE:
-        if len(_LAYOUT_CACHE) > 16:
-            _LAYOUT_CACHE.clear()
-        spec = topology_services.fabric_spec(fabric)
-        _LAYOUT_CACHE[key] = fabric_layout(spec, topology_services.port_peers(fabric))
-    return _LAYOUT_CACHE[key]
+    view = find_view(fabric)
+    return view.heatmap if view is not None else None
 
 
 def switch_health(r: redis.Redis, fabric: str, switches: list[str]) -> list[dict[str, Any]]:

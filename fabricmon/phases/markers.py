@@ -14,20 +14,19 @@ from typing import Any
 
 import numpy as np
 from channels.db import database_sync_to_async
-from django.db.models import Count, Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from collectors.traces.schema import PHASES
 from fabricmon.core.phases.clocks import estimate_skew
 from fabricmon.core.phases.gates import clock_gate
-from fabricmon.jobs.columns import concat, decode_block
-from fabricmon.jobs.models import EventBlock, Run
+from fabricmon.jobs import blocks
+from fabricmon.jobs.models import Run
 from fabricmon.phases import state
 
 # --- phase markers on the live fabric heatmap ----------------------------------------------------
 RECENT_RUN_S = 6 * 3600  # a run ended this long ago is still offered beside the live heatmap
 MAX_MARKERS = 5000  # per answer; the browser asks again from the newest marker it holds
-_MAX_PHASE_NS = 60_000_000_000  # a block starting this long before since_ns may still end after it
 
 
 def fabric_runs(fabric: str, recent_s: float = RECENT_RUN_S) -> list[dict[str, Any]]:
@@ -51,12 +50,7 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
     the answer says so and the page draws them flagged, never as if aligned. Only blocks that can
     hold such events are read (by their start_ns_max), so a poll costs the new span, not the run.
     """
-    blobs = (
-        EventBlock.objects.filter(run=run, start_ns_max__gte=since_ns - _MAX_PHASE_NS)
-        .order_by("start_ns_min", "id")
-        .values_list("columns", flat=True)
-    )
-    cols = concat([decode_block(b) for b in blobs.iterator(chunk_size=64)])
+    cols = blocks.columns_ending_after(run, since_ns)
     ok = (cols.step >= 0) & (cols.layer >= 0)
     out: dict[str, Any] = {"run": run.pk, "name": run.name, "state": run.state, "markers": []}
     if not ok.any():
@@ -145,9 +139,9 @@ class MarkerFeed:
             await self.send_text(msg)
 
     def _fingerprint(self) -> tuple[Any, ...]:
-        blocks = EventBlock.objects.filter(run_id=self.run_id).aggregate(n=Count("id"), top=Max("id"))
+        n_blocks, top = blocks.fingerprint(self.run_id)
         state = Run.objects.filter(pk=self.run_id).values_list("state", flat=True).first()
-        return blocks["n"], blocks["top"], state
+        return n_blocks, top, state
 
     def _message(self) -> dict[str, Any] | None:
         run = Run.objects.filter(pk=self.run_id, fabric=self.fabric).first()

@@ -38,10 +38,10 @@ from fabricmon.core.phases.live_attribution import LiveAttribution
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.telemetry.frames import Frame
-from fabricmon.jobs.columns import decode_block
-from fabricmon.jobs.models import EventBlock, RankMapEntry, Run, TrafficMatrix
+from fabricmon.jobs import blocks
+from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.telemetry import live_window
-from fabricmon.topology import services as topology
+from fabricmon.topology.fabric_view import fabric_view
 
 Key = tuple[int, int, str]  # (step, layer, phase)
 FloatArray = npt.NDArray[np.float64]
@@ -49,8 +49,6 @@ IntArray = npt.NDArray[np.int64]
 
 PXN = Routing("pxn")  # what rail-optimized fabrics run; the API and the socket may ask for another
 _PROJECTORS = ProjectorCache()
-_LAYOUTS: dict[tuple[str, str], FabricLayout] = {}
-_PORT_ROWS: dict[tuple[str, str], list[dict[str, Any]]] = {}
 _EVENT_FIELDS = ("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_offset_ns")
 MEASURED_MARGIN_NS = 60_000_000_000  # counters read this long after the last phase (as before)
 FOLD_MARGIN_NS = 10_000_000_000  # poll intervals ending this long before the newest phase end are kept summed
@@ -58,31 +56,6 @@ FOLD_MARGIN_NS = 10_000_000_000  # poll intervals ending this long before the ne
 
 class NoViewError(Exception):
     """The run has nothing to show yet (or names no fabric); ``str()`` says why."""
-
-
-def layout_of(fabric: str) -> FabricLayout:
-    index = topology.port_index(fabric)
-    key = (fabric, index.version)
-    if key not in _LAYOUTS:
-        _LAYOUTS[key] = FabricLayout.from_spec(topology.fabric_spec(fabric), index)
-    return _LAYOUTS[key]
-
-
-def port_rows(fabric: str, layout: FabricLayout) -> list[dict[str, Any]]:
-    """The heatmap's row labels (switch, port, rail, peer), once per topology version."""
-    key = (fabric, layout.index.version)
-    if key not in _PORT_ROWS:
-        index, peers = layout.index, topology.port_peers(fabric)
-        _PORT_ROWS[key] = [
-            {
-                "switch": index.switch_names[int(index.switch_of[p])],
-                "port": index.port_names[p],
-                "rail": int(index.rail[p]),
-                "peer": peers[p] if p < len(peers) else "",
-            }
-            for p in range(len(index))
-        ]
-    return _PORT_ROWS[key]
 
 
 def grouped_median(group: IntArray, values: IntArray, n_groups: int) -> IntArray:
@@ -219,16 +192,12 @@ class RunPhaseState:
 
     # -- reading what is new --------------------------------------------------------------------
     def _fold_in_blocks(self, run: Run) -> None:
-        # By id set, not "id > newest": on PostgreSQL a block can commit after one with a higher id.
-        ids = set(EventBlock.objects.filter(run=run).values_list("id", flat=True))
-        todo = sorted(ids - self.folded)
+        todo = sorted(blocks.block_ids(run) - self.folded)
         if not todo:
             return
         parts: dict[str, list[IntArray]] = {f: [self.events[f]] for f in _EVENT_FIELDS}
         src = SOURCES.index(self.source) if self.source in SOURCES else None
-        rows = EventBlock.objects.filter(pk__in=todo).order_by("id").values_list("id", "columns")
-        for block_id, blob in rows.iterator(chunk_size=64):
-            cols = decode_block(blob)
+        for block_id, cols in blocks.read_blocks(todo):
             ok = (cols.step >= 0) & (cols.layer >= 0)  # -1: an event without a step or layer
             if self.source is not None:
                 ok &= cols.source == (src if src is not None else -99)
@@ -293,13 +262,13 @@ class RunPhaseState:
     def fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
         """Changes whenever anything the views depend on changes (cheap: two small queries and a
         Redis XREVRANGE of one entry)."""
-        blocks = EventBlock.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
+        n_blocks, top_block = blocks.fingerprint(run.pk)
         ranks = RankMapEntry.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
-        version = topology.port_index(run.fabric).version if run.fabric else ""
+        version = fabric_view(run.fabric).index.version if run.fabric else ""
         frames = frames_of(run.fabric).update(run.fabric) if run.fabric else b""
         return (
-            blocks["n"],
-            blocks["top"],
+            n_blocks,
+            top_block,
             ranks["n"],
             ranks["top"],
             run.state,
@@ -343,7 +312,8 @@ class RunPhaseState:
         return live
 
     def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
-        layout = layout_of(run.fabric)
+        view = fabric_view(run.fabric)
+        layout = view.layout
         self._fold_in_blocks(run)
         ev = self.events
         n_matrices = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
@@ -407,7 +377,7 @@ class RunPhaseState:
                 "worst_rank": clock.worst_rank(),
                 "collectives": clock.collectives,
             },
-            "ports": port_rows(run.fabric, layout),
+            "ports": view.port_rows,
         }
         return PhaseSnapshot(self.version, run.state, meta, views)
 

@@ -29,8 +29,9 @@ from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
+from fabricmon.topology.fabric_view import fabric_view
 from fabricmon.topology.models import Fabric
-from fabricmon.topology.services import collector_protocols, fabric_spec, port_index, port_peers
+from fabricmon.topology.services import collector_protocols, fabric_spec
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,8 @@ def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -
     if latest is None:
         return FabricStatus(fabric, health, None, note="no frames yet — is the collector running?")
     frame = latest[1]
-    index = port_index(fabric)
+    view = fabric_view(fabric)
+    index = view.index
     if frame.topology_version != index.version or frame.n_ports != len(index):
         return FabricStatus(fabric, health, frame.ts_ns,
                             note=f"latest frame is for topology {frame.topology_version}, "
@@ -227,7 +229,7 @@ def fabric_status(fabric: str, *, top: int = 10, redis_url: str | None = None) -
     util = np.asarray(frame.metrics.get("util", np.full(len(index), np.nan)), dtype=np.float64)
     order = np.argsort(np.where(np.isfinite(util), -util, np.inf), kind="stable")[:top]
     order = order[np.isfinite(util[order])]
-    peers = port_peers(fabric)
+    peers = view.peers
     nan = np.full(len(index), np.nan)
     in_bps, out_bps = frame.metrics.get("in_bps", nan), frame.metrics.get("out_bps", nan)
     hot = [

@@ -1,18 +1,18 @@
 """Topology verbs: import a fabric, read it back as a spec, its port index, peers and rail plan.
 
 Everything else in fabricmon reads the topology through these functions (or the core spec they
-return), never by walking the ORM per port: frames are indexed by ``port_index(fabric)``.
+return), never by walking the ORM per port; the cached derived forms (port index, heatmap rows,
+detection geometry, projection layout) are ``fabric_view.fabric_view(fabric)``.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db import transaction
 
-from fabricmon.core.topology.port_index import PortIndex, build_port_index
+from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.spec import (
     FabricSpec,
     GnmiSettings,
@@ -209,29 +209,6 @@ def collector_protocols(fabric: Fabric | str) -> dict[str, str]:
     not part of the core spec or the topology file. One query."""
     fabric = _fabric(fabric)
     return dict(Switch.objects.filter(fabric=fabric).order_by("id").values_list("name", "collector"))
-
-
-# Built port indexes per (fabric id, topology version, last update): frames are decoded against
-# this on every tick, so it must not cost queries beyond looking the fabric up.
-_INDEX_CACHE: dict[tuple[int, str, str], PortIndex] = {}
-_INDEX_LOCK = threading.Lock()
-_INDEX_CACHE_MAX = 64
-
-
-def port_index(fabric: Fabric | str) -> PortIndex:
-    """The fabric's current port index (equal to ``build_port_index(fabric_spec(fabric))``)."""
-    fabric = _fabric(fabric)
-    key = (fabric.pk, fabric.topology_version, fabric.updated.isoformat())
-    with _INDEX_LOCK:
-        hit = _INDEX_CACHE.get(key)
-    if hit is not None:
-        return hit
-    index = build_port_index(fabric_spec(fabric))
-    with _INDEX_LOCK:
-        if len(_INDEX_CACHE) >= _INDEX_CACHE_MAX:
-            _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
-        _INDEX_CACHE[key] = index
-    return index
 
 
 def port_peers(fabric: Fabric | str) -> list[str]:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from fabricmon.alerts import services
-from fabricmon.alerts.culprit import attribute_port, received_by_layer_phase, window_columns
+from fabricmon.alerts.culprit import attribute_port, received_by_layer_phase
 from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
 from fabricmon.alerts.transports import Message, Target
 from fabricmon.alerts.transports.alertmanager import Transport as Alertmanager
 from fabricmon.alerts.transports.slack import Transport as Slack
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs import blocks, ingest, runs
 from fabricmon.jobs.models import PHASES, Run
 from tests.alerts.test_alert_services import T0, geo, windows  # noqa: F401 (geo is a fixture)
 
@@ -54,11 +54,11 @@ def run_on_port(geo, django_user_model):  # noqa: F811
     receives 4 MB in layer 3 dispatch, 1 KB in layer 3 combine; before the window, 9 GB in
     layer 7 dispatch (must not count); rank 6 receives 8 GB in layer 2 combine (another rank)."""
     owner = django_user_model.objects.create_user("bob", password="pw")
-    run = jobs.create_run(owner, "moe-7b", fabric="su1", world_size=8)
+    run = runs.create_run(owner, "moe-7b", fabric="su1", world_size=8)
     Run.objects.filter(pk=run.pk).update(started_at=T0 - timedelta(hours=1))
     port = int(np.flatnonzero(geo.is_leaf_host)[0])
     switch, name = _port(geo, port)
-    stored, errors = jobs.store_rank_map(
+    stored, errors = runs.store_rank_map(
         run,
         [
             {
@@ -86,7 +86,7 @@ def run_on_port(geo, django_user_model):  # noqa: F811
         _ev(3, 5, 7, "dispatch", T0_NS - 600 * S, recv={"0": 9_000_000_000}),
         _ev(4, 6, 2, "combine", T0_NS + S // 2, recv={"0": 8_000_000_000}),
     ]
-    result = jobs.ingest_events(run, events)
+    result = ingest.ingest_events(run, events)
     assert result.stored == 4, result
     return run, port
 
@@ -134,7 +134,7 @@ def test_window_and_fabric_bound_the_attribution(geo, run_on_port) -> None:  # n
 
 def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> None:
     run, _ = run_on_port
-    jobs.ingest_events(
+    ingest.ingest_events(
         run,
         [
             _ev(10, 0, 4, "dispatch_bwd", T0_NS + 5 * S, send={"5": 700, "6": 1}),
@@ -142,7 +142,7 @@ def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> 
             _ev(12, 1, 4, "combine", T0_NS + 5 * S, send={"5": 999}),
         ],
     )
-    cols = jobs.event_columns(run)
+    cols = blocks.event_columns(run)
     layers, phases, nbytes = received_by_layer_phase(cols, 5, T0_NS + 4 * S, T0_NS + 6 * S)
     assert nbytes.tolist() == [1000, 999] and layers.tolist() == [4, 4]
     assert [PHASES[p] for p in phases] == ["dispatch_bwd", "combine"]
@@ -150,10 +150,10 @@ def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> 
 
 def test_only_blocks_near_the_window_are_read(run_on_port) -> None:
     run, _ = run_on_port
-    assert jobs.ingest_events(run, [_ev(20, 5, 9, "dispatch", T0_NS - 3600 * S, recv={"0": 5})]).stored == 1
-    near = window_columns(run, T0_NS, T0_NS + 2 * S)
+    assert ingest.ingest_events(run, [_ev(20, 5, 9, "dispatch", T0_NS - 3600 * S, recv={"0": 5})]).stored == 1
+    near = blocks.columns_near(run, T0_NS, T0_NS + 2 * S)
     assert sorted(near.event_id) == ["e1", "e2", "e3", "e4"]  # the fixture's batch, not e20's
-    assert window_columns(run, T0_NS - 3600 * S, T0_NS - 3599 * S).event_id == ["e20"]
+    assert blocks.columns_near(run, T0_NS - 3600 * S, T0_NS - 3599 * S).event_id == ["e20"]
 
 
 def test_list_and_episode_pages_show_the_attribution(geo, run_on_port, client, django_user_model) -> None:  # noqa: F811

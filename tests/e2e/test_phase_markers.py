@@ -26,14 +26,15 @@ STEPS = 20  # x 2 layers x (dispatch, combine) = 80 markers over 8 s
 INGEST = """
 import json, sys
 from django.contrib.auth import get_user_model
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs.runs import create_run
+from fabricmon.jobs.ingest import ingest_ndjson
 from fabricmon.jobs.models import Run
 todo = json.loads(sys.stdin.read())
 user = get_user_model().objects.get(username={user!r})
 out = {{}}
 for name, (run_id, body) in todo.items():
-    run = Run.objects.get(pk=run_id) if run_id else jobs.create_run(user, name, fabric={fabric!r}, world_size=4)
-    res = jobs.ingest_ndjson(run, body.encode(), clock_offset_ns=2_000_000)
+    run = Run.objects.get(pk=run_id) if run_id else create_run(user, name, fabric={fabric!r}, world_size=4)
+    res = ingest_ndjson(run, body.encode(), clock_offset_ns=2_000_000)
     assert not res.rejected, res.rejected
     out[name] = run.pk
 print(repr(out))

@@ -72,7 +72,7 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     daphne_server.manage(
         "shell",
         "-c",
-        f"from fabricmon.jobs import services as j; from fabricmon.jobs.models import Run; j.end_run(Run.objects.get(pk={run_id}))",
+        f"from fabricmon.jobs import runs; from fabricmon.jobs.models import Run; runs.end_run(Run.objects.get(pk={run_id}))",
     )
     page.wait_for_function("document.getElementById('live').dataset.state === 'finished'", timeout=60_000)
     assert page.inner_text("#live").startswith("run finished — final view")

@@ -26,12 +26,12 @@ def twin_job_runs(daphne_server, redis_client, fabric_name: str, names: tuple[st
             [
                 "from django.contrib.auth import get_user_model",
                 "from fabricmon.core.topology.railgen import rail_optimized",
-                "from fabricmon.jobs import services as jobs",
+                "from fabricmon.jobs.runs import create_run",
                 "from fabricmon.jobs.tokens import issue_token",
                 "from fabricmon.topology.services import import_fabric",
                 f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))",
                 f"u = get_user_model().objects.get(username={USER!r})",
-                f"runs = [jobs.create_run(u, n, fabric={fabric_name!r}, world_size={rec.world_size}).pk for n in {names!r}]",
+                f"runs = [create_run(u, n, fabric={fabric_name!r}, world_size={rec.world_size}).pk for n in {names!r}]",
                 "print(repr((runs, issue_token(u)[1])))",
             ]
         ),

@@ -20,14 +20,14 @@ pytestmark = pytest.mark.integration
 _WRITER = """
 import json, sys, django
 django.setup()
-from fabricmon.jobs import services
+from fabricmon.jobs import blocks, ingest
 from fabricmon.jobs.models import Run
-services.KEY_MERGE_BLOCKS = 3
+ingest.KEY_MERGE_BLOCKS = 3
 run = Run.objects.get(name="shared")
 print("ready", flush=True)
 stored = duplicates = 0
 for body in json.load(sys.stdin):
-    res = services.ingest_ndjson(run, body.encode())
+    res = ingest.ingest_ndjson(run, body.encode())
     assert not res.rejected, res.rejected
     stored, duplicates = stored + res.stored, duplicates + res.duplicates
 print(json.dumps([stored, duplicates]))
@@ -44,10 +44,10 @@ Run.objects.create(owner=get_user_model().objects.create_user("w"), name="shared
 _READ = """
 import json, django
 django.setup()
-from fabricmon.jobs import services
+from fabricmon.jobs import blocks, ingest
 from fabricmon.jobs.models import Run
 run = Run.objects.get(name="shared")
-print(json.dumps({"ids": services.event_ids(run), "count": services.event_count(run)}))
+print(json.dumps({"ids": blocks.event_ids(run), "count": blocks.event_count(run)}))
 """
 
 

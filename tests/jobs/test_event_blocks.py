@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from fabricmon.jobs import services
+from fabricmon.jobs import blocks, ingest, matrices
 from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
 from fabricmon.jobs.models import EventKey, RecentKeyBatch, Run, TrafficMatrix
 from fabricmon.jobs.ndjson import parse_ndjson_columns
@@ -144,13 +144,13 @@ def test_blocks_read_back_and_matrices_add_across_batches(db) -> None:
     run = Run.objects.create(owner=get_user_model().objects.create_user("c"), name="r")
     events = [_event(i) for i in range(12)]
     for part in (events[:5], events[5:], events[3:8]):  # the last batch is all duplicates
-        services.ingest_ndjson(run, b"\n".join(json.dumps(e).encode() for e in part))
-    assert services.event_count(run) == 12 and len(set(id_hashes(services.event_ids(run)))) == 12
-    back = list(services.iter_events(run))
+        ingest.ingest_ndjson(run, b"\n".join(json.dumps(e).encode() for e in part))
+    assert blocks.event_count(run) == 12 and len(set(id_hashes(blocks.event_ids(run)))) == 12
+    back = list(blocks.iter_events(run))
     assert [b["event_id"] for b in back] == [e["id"] for e in events]
     assert back[4]["send_bytes_per_peer"] == events[4]["send_bytes_per_peer"]
     assert back[4]["pg_ranks"] == [0, 1, 2] and back[4]["step"] == 0 and back[4]["bytes_recv"] == 21
-    step0 = services.event_columns(run, step=0, phase="combine", source="probe")
+    step0 = blocks.event_columns(run, step=0, phase="combine", source="probe")
     assert step0.event_id == [f"x{i}" for i in range(6)]
     m = TrafficMatrix.objects.get(run=run, step=0, layer=0, phase="combine")
     want = np.zeros((3, 3), dtype=np.int64)
@@ -160,11 +160,11 @@ def test_blocks_read_back_and_matrices_add_across_batches(db) -> None:
     assert np.array_equal(m.sent_array(), want) and m.calls == 6
 
 
-@pytest.mark.parametrize("dense_cells", [services.DENSE_MATRIX_CELLS, 0])
+@pytest.mark.parametrize("dense_cells", [matrices.DENSE_MATRIX_CELLS, 0])
 def test_matrices_equal_a_python_sum_whichever_way_they_are_added(db, monkeypatch, dense_cells) -> None:
     """Both ways of summing a batch (one dense array, or per matrix from one sort) give the sum a
     plain loop gives, for new matrices and ones that grow (a later batch has more ranks)."""
-    monkeypatch.setattr(services, "DENSE_MATRIX_CELLS", dense_cells)
+    monkeypatch.setattr(matrices, "DENSE_MATRIX_CELLS", dense_cells)
     run = Run.objects.create(owner=get_user_model().objects.create_user("d"), name="r")
     rng = np.random.default_rng(7)
     events = []
@@ -182,7 +182,7 @@ def test_matrices_equal_a_python_sum_whichever_way_they_are_added(db, monkeypatc
             )
         )
     for k in range(0, 300, 70):
-        services.ingest_ndjson(run, b"\n".join(json.dumps(e).encode() for e in events[k : k + 70]))
+        ingest.ingest_ndjson(run, b"\n".join(json.dumps(e).encode() for e in events[k : k + 70]))
     want: dict[tuple[int, int], np.ndarray] = {}
     for e in events:
         m = want.setdefault((e["step"], e["layer"]), np.zeros((6, 6), dtype=np.int64))
@@ -207,25 +207,25 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
     """SQLite keeps the newest keys as RecentKeyBatch blobs and moves them to EventKey every
     KEY_MERGE_BLOCKS blocks: a re-post must be caught whichever table holds its keys, a run's
     keys must not stop another run's identical ids, and deleting the run empties both."""
-    monkeypatch.setattr(services, "KEY_MERGE_BLOCKS", 2)
+    monkeypatch.setattr(ingest, "KEY_MERGE_BLOCKS", 2)
     owner = get_user_model().objects.create_user("k")
     run, other = Run.objects.create(owner=owner, name="r"), Run.objects.create(owner=owner, name="o")
     batches = [b"\n".join(json.dumps(_event(i)).encode() for i in range(k * 4, k * 4 + 4)) for k in range(5)]
     for body in batches:
-        assert services.ingest_ndjson(run, body).stored == 4
+        assert ingest.ingest_ndjson(run, body).stored == 4
     assert EventKey.objects.filter(run=run).exists()
     # (PostgreSQL has one key table; this test also runs there with DATABASE_URL set)
     assert RecentKeyBatch.objects.filter(run=run).exists() == (connection.vendor == "sqlite")
     for body in batches:  # every batch again: keys now in either table
-        again = services.ingest_ndjson(run, body)
+        again = ingest.ingest_ndjson(run, body)
         assert (again.stored, again.duplicates) == (0, 4)
     mixed = b"\n".join(
         json.dumps(_event(i)).encode() for i in (0, 19, 20, 20, 21)
     )  # old, old, new twice, new
-    res = services.ingest_ndjson(run, mixed)
+    res = ingest.ingest_ndjson(run, mixed)
     assert (res.stored, res.duplicates) == (2, 3)
-    assert services.ingest_ndjson(other, batches[0]).stored == 4  # same ids, another run
-    assert services.event_count(run) == 22 and sorted(services.event_ids(run)) == sorted(
+    assert ingest.ingest_ndjson(other, batches[0]).stored == 4  # same ids, another run
+    assert blocks.event_count(run) == 22 and sorted(blocks.event_ids(run)) == sorted(
         f"x{i}" for i in range(22)
     )
     recent = [

@@ -15,7 +15,7 @@ from django.test import Client
 
 from collectors.traces import TraceFormatError, read_events
 from collectors.traces.safe_pickle import ForbiddenPickle, loads_plain
-from fabricmon.jobs import services
+from fabricmon.jobs import blocks
 from fabricmon.jobs.models import EventBlock, EventKey, Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
@@ -93,7 +93,7 @@ def test_a_batch_with_bad_lines_keeps_the_valid_ones_and_names_each_bad_line(api
     assert rejected[5][0] == "send_bytes_per_peer" and "non-negative" in rejected[5][1]
     assert rejected[6][0] == "bytes_sent"
     assert rejected[7][0] == "start_ns"
-    assert sorted(services.event_ids(run)) == ["e1", "e8"]
+    assert sorted(blocks.event_ids(run)) == ["e1", "e8"]
 
 
 def test_resending_a_batch_is_idempotent_and_matrices_count_once(api) -> None:

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from collectors.probe import events_from_matrix
-from fabricmon.jobs import services
+from fabricmon.jobs import ingest
 from fabricmon.jobs.models import Run
 
 T0 = 1_795_987_668_367_402_543
@@ -43,7 +43,7 @@ def test_owner_pages(db) -> None:
         ).encode()
         for r in range(2)
     ]
-    services.ingest_ndjson(run, b"\n".join(lines))
+    ingest.ingest_ndjson(run, b"\n".join(lines))
     page = client.get(f"/jobs/runs/{run.pk}/")
     assert page.status_code == 200 and b"probe|2|combine" in page.content
     timeline = client.get(f"/jobs/runs/{run.pk}/timeline.json").json()
@@ -76,7 +76,7 @@ def test_a_matrix_reported_as_events_is_stored_exactly(db) -> None:
     events = list(
         events_from_matrix(m, step=5, layer=3, phase="dispatch", start_ns=T0, end_ns=T0 + 10, id_prefix="tw")
     )
-    result = services.ingest_events(run, events)
+    result = ingest.ingest_events(run, events)
     assert (result.stored, result.rejected) == (4, [])
     stored = run.matrices.get(step=5, layer=3, phase="dispatch", source="twin")
     expected = np.round(m).astype(np.int64)

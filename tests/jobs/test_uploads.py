@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from fabricmon.celery import app
-from fabricmon.jobs import imports, services
+from fabricmon.jobs import blocks, imports
 from fabricmon.jobs.models import Run, TraceUpload
 from fabricmon.jobs.tokens import issue_token
 
@@ -74,7 +74,7 @@ def test_a_queued_upload_answers_202_and_imports_with_progress(uploads, trace) -
     assert status["state"] == "done", status
     assert status["bytes_read"] == status["size_bytes"] == len(body)
     assert (status["events_stored"], status["events_duplicate"], status["events_rejected"]) == (n_a2a, 0, 0)
-    assert services.event_count(uploads["run"], source="kineto") == n_a2a
+    assert blocks.event_count(uploads["run"], source="kineto") == n_a2a
     assert list(uploads["dir"].iterdir()) == []  # the saved file is gone once imported
     listed = uploads["get"](f"/jobs/api/runs/{uploads['run'].pk}/uploads").json()["uploads"]
     assert [u["upload"] for u in listed] == [queued["upload"]]

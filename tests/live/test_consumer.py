@@ -225,14 +225,14 @@ def test_a_selected_runs_phase_markers_come_over_the_socket_all_then_only_new(fa
     on selection, then only the new ones after more events are ingested; none after deselecting."""
     from phase_events import GAP_MS, phase_ndjson  # noqa: PLC0415
 
-    from fabricmon.jobs import services as jobs  # noqa: PLC0415
+    from fabricmon.jobs import ingest, runs  # noqa: PLC0415
 
     settings.FABRICMON_PHASES_TICK_S = 0.2
     cookie = session_cookie("op")
     t0_ns = time.time_ns() - 10**9
     append_frame(redis_client, fabric_name, 0.1, ts_ns=t0_ns + 2 * 10**9)
-    run_ = jobs.create_run(User.objects.get(username="op"), "markers", fabric=fabric_name, world_size=4)
-    assert not jobs.ingest_ndjson(run_, phase_ndjson(t0_ns), clock_offset_ns=2_000_000).rejected
+    run_ = runs.create_run(User.objects.get(username="op"), "markers", fabric=fabric_name, world_size=4)
+    assert not ingest.ingest_ndjson(run_, phase_ndjson(t0_ns), clock_offset_ns=2_000_000).rejected
 
     async def text_of_type(comm: WebsocketCommunicator, kind: str) -> dict:
         while True:
@@ -248,12 +248,12 @@ def test_a_selected_runs_phase_markers_come_over_the_socket_all_then_only_new(fa
         assert first["reset"] and first["run"] == run_.pk and first["verdict"] == "pass", first["reason"]
         assert len(first["markers"]) == 12 and first["markers"][0]["phase"] == "dispatch"
         more = phase_ndjson(t0_ns + 12 * GAP_MS * 1_000_000, steps=2, first_step=3)
-        await database_sync_to_async(jobs.ingest_ndjson)(run_, more, clock_offset_ns=2_000_000)
+        await database_sync_to_async(ingest.ingest_ndjson)(run_, more, clock_offset_ns=2_000_000)
         later = await text_of_type(comm, "markers")
         assert not later["reset"] and sorted({m["step"] for m in later["markers"]}) == [3, 4]
         assert len(later["markers"]) == 8
         await comm.send_to(text_data=json.dumps({"type": "markers", "run": None}))
-        await database_sync_to_async(jobs.ingest_ndjson)(
+        await database_sync_to_async(ingest.ingest_ndjson)(
             run_, phase_ndjson(t0_ns + 20 * GAP_MS * 1_000_000, steps=1, first_step=5), clock_offset_ns=2_000_000
         )
         assert await comm.receive_nothing(timeout=1.0)

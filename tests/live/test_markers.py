@@ -12,8 +12,9 @@ from django.utils import timezone
 from phase_events import GAP_MS, phase_ndjson
 
 from fabricmon.core.topology.railgen import rail_optimized
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs.ingest import ingest_ndjson
 from fabricmon.jobs.models import Run
+from fabricmon.jobs.runs import create_run, end_run
 from fabricmon.topology.services import import_fabric
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -37,19 +38,19 @@ def operator(client):
 
 
 def _run(user, fabric: str, name: str, body: bytes, offset_ns: int = OFFSET_NS) -> Run:
-    run = jobs.create_run(user, name, fabric=fabric, world_size=4)
-    result = jobs.ingest_ndjson(run, body, clock_offset_ns=offset_ns)
+    run = create_run(user, name, fabric=fabric, world_size=4)
+    result = ingest_ndjson(run, body, clock_offset_ns=offset_ns)
     assert not result.rejected, result.rejected
     return run
 
 
 def test_run_selector_lists_active_and_recent_runs_of_this_fabric_only(client, operator, fabric) -> None:
-    active = jobs.create_run(operator, "active", fabric=fabric.name)
-    recent = jobs.end_run(jobs.create_run(operator, "recent", fabric=fabric.name))
-    old = jobs.end_run(jobs.create_run(operator, "old", fabric=fabric.name))
+    active = create_run(operator, "active", fabric=fabric.name)
+    recent = end_run(create_run(operator, "recent", fabric=fabric.name))
+    old = end_run(create_run(operator, "old", fabric=fabric.name))
     day_ago = timezone.now() - timedelta(days=1)
     Run.objects.filter(pk=old.pk).update(started_at=day_ago, ended_at=day_ago)
-    jobs.create_run(operator, "elsewhere", fabric=f"{fabric.name}-other")
+    create_run(operator, "elsewhere", fabric=f"{fabric.name}-other")
     runs = client.get(f"/fabric/{fabric.name}/runs.json").json()["runs"]
     assert {r["name"] for r in runs} == {"active", "recent"}
     assert {r["id"]: r["state"] for r in runs} == {active.pk: "running", recent.pk: "finished"}
@@ -105,7 +106,7 @@ def test_markers_refuse_bad_input_and_other_fabrics(client, operator, fabric) ->
     resp = client.get(f"/fabric/{fabric.name}/runs/{run.pk}/markers.json", {"since_ns": "yesterday"})
     assert resp.status_code == 400 and resp.json()["field"] == "since_ns"
     assert client.get(f"/fabric/{fabric.name}-other/runs/{run.pk}/markers.json").status_code == 404
-    empty = jobs.create_run(operator, "no events", fabric=fabric.name)
+    empty = create_run(operator, "no events", fabric=fabric.name)
     data = client.get(f"/fabric/{fabric.name}/runs/{empty.pk}/markers.json").json()
     assert data["markers"] == [] and data["verdict"] == "withhold" and "no phase events" in data["reason"]
     client.logout()

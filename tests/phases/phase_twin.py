@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from collectors.probe import IngestClient
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs import runs
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.telemetry import live_window
 from fabricmon.topology.services import import_fabric
@@ -34,7 +34,7 @@ def write_counters(r: Any, rec: TwinJobRecording, poll_s: float = 1.0) -> int:
 
 def report(live_server: Any, user: Any, rec: TwinJobRecording, **kw: Any) -> Any:
     """Create a run and post the twin's rank map and events to the live server's ingest API."""
-    run = jobs.create_run(user, "twin-moe", fabric=rec.fabric.name, world_size=rec.world_size)
+    run = runs.create_run(user, "twin-moe", fabric=rec.fabric.name, world_size=rec.world_size)
     _, token = issue_token(user)
     stats = rec.report(IngestClient(live_server.url, token), run.pk, **kw)
     assert stats["dropped"] == 0 and stats["rejected"] == 0 and stats["posted"] > 0, stats

@@ -12,7 +12,7 @@ import pytest
 from phase_twin import recording, report, write_counters
 
 from fabricmon.base import keys
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs import blocks
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +35,7 @@ def test_without_faults_every_gate_passes_and_views_carry_values(
     user = django_user_model.objects.create_user("owner", password="pw")
     client.force_login(user)
     run = report(live_server, user, rec)
-    assert jobs.event_count(run) == len(rec.phases) * rec.world_size
+    assert blocks.event_count(run) == len(rec.phases) * rec.world_size
     data = client.get(f"/phases/runs/{run.pk}/views.json").json()
     assert "projected" in data["views"], data.get("error")
     for source in ("projected", "attributed"):

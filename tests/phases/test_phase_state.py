@@ -13,7 +13,7 @@ from phase_twin import T0_NS, recording, write_counters
 
 from collectors.probe import EventPoster, IngestClient
 from fabricmon.base import keys
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs import runs
 from fabricmon.jobs.models import EventBlock, Run
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.phases import services
@@ -51,7 +51,7 @@ def test_an_update_reads_only_what_arrived_and_equals_a_fresh_answer(
     rec = recording(fabric_name)
     write_counters(redis_client, rec)
     user = django_user_model.objects.create_user("owner-state", password="pw")
-    run = jobs.create_run(user, "incremental", fabric=fabric_name, world_size=rec.world_size)
+    run = runs.create_run(user, "incremental", fabric=fabric_name, world_size=rec.world_size)
     client = IngestClient(live_server.url, issue_token(user)[1])
     status, body = client.post_rank_map(run.pk, rec.rank_map())
     assert status < 300, body

@@ -32,12 +32,12 @@ USER, PASSWORD = "phase-op", "phase-op-password"
 SETUP = """
 from django.contrib.auth import get_user_model
 from fabricmon.core.topology.railgen import rail_optimized
-from fabricmon.jobs import services as jobs
+from fabricmon.jobs.runs import create_run
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.topology.services import import_fabric
 import_fabric(rail_optimized({fabric!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))
 u = get_user_model().objects.get(username={user!r})
-runs = [jobs.create_run(u, n, fabric={fabric!r}, world_size={world}).pk for n in {names!r}]
+runs = [create_run(u, n, fabric={fabric!r}, world_size={world}).pk for n in {names!r}]
 print(repr((runs, issue_token(u)[1])))
 """
 

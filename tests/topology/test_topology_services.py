@@ -28,13 +28,13 @@ from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import FabricSpec, GpuSpec, HostSpec, SnmpSettings
 from fabricmon.core.topology.yaml_fields import TopologyError
+from fabricmon.topology.fabric_view import fabric_view
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import (
     FabricExistsError,
     collector_protocols,
     fabric_spec,
     import_fabric,
-    port_index,
     port_peers,
     rail_plan_violations,
 )
@@ -82,7 +82,7 @@ def test_one_su_round_trip_and_port_index() -> None:
     import_fabric(spec)
     assert Port.objects.count() == 768 and Nic.objects.count() == 256
     assert fabric_spec("su1") == spec
-    ours, core = port_index("su1"), build_port_index(spec)
+    ours, core = fabric_view("su1").index, build_port_index(spec)
     assert ours.version == core.version and ours.switch_names == core.switch_names
     for name in ("switch_of", "ifindex", "speed_bps", "host_facing", "rail"):
         np.testing.assert_array_equal(getattr(ours, name), getattr(core, name))
@@ -190,19 +190,22 @@ def test_query_counts_stay_bounded_on_one_su(django_assert_max_num_queries) -> N
     with django_assert_max_num_queries(4):
         peers = port_peers("su1")
     assert len(peers) == 768 and peers[0] == "node001 gpu0 mlx5_0" and peers[-1] == "leaf-r7:Ethernet64"
-    with django_assert_max_num_queries(7):
-        port_index("su1")
+    with django_assert_max_num_queries(10):  # the fabric, its spec (6) and its peers (3)
+        view = fabric_view("su1")
     with django_assert_max_num_queries(1):  # cached: only the fabric lookup
-        assert len(port_index("su1")) == 768
+        assert fabric_view("su1") is view and len(view.index) == 768
+    with django_assert_max_num_queries(0):  # derived forms are built from the view, no query
+        assert view.layout.n_gpus == 256 and len(view.heatmap["ports"]["peer"]) == 768
+        assert view.geometry.n_ports == 768 and view.port_rows[0]["peer"] == "node001 gpu0 mlx5_0"
     with django_assert_max_num_queries(2):
         assert rail_plan_violations("su1") == []
 
 
-def test_port_index_cache_follows_reimport_with_same_layout() -> None:
+def test_fabric_view_cache_follows_reimport_with_same_layout() -> None:
     import_fabric(two_leaf_one_spine())
-    assert port_index("tiny").speed_bps[0] == 400e9
+    assert fabric_view("tiny").index.speed_bps[0] == 400e9
     import_fabric(two_leaf_one_spine(speed_gbps=800))
-    index = port_index("tiny")
+    index = fabric_view("tiny").index
     assert index.speed_bps[0] == 800e9 and index.version == build_port_index(two_leaf_one_spine()).version
 
 

@@ -59,10 +59,10 @@ def port_groups(spec: FabricSpec, index: PortIndex) -> list[Group]:
     return groups
 
 
-def fabric_layout(spec: FabricSpec, peers: list[str]) -> dict[str, Any]:
+def fabric_layout(spec: FabricSpec, peers: list[str], index: PortIndex | None = None) -> dict[str, Any]:
     """The JSON the page fetches once per topology version: per-port columns plus groups.
     ``peers`` is per port-index position (``topology.services.port_peers``)."""
-    index = build_port_index(spec)
+    index = index if index is not None else build_port_index(spec)
     if len(peers) != len(index):
         raise ValueError(f"{len(peers)} peer labels for {len(index)} ports of fabric {spec.name!r}")
     return {

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fabricmon.jobs import imports, services
+from fabricmon.jobs import imports, validation
 from fabricmon.jobs.models import Run
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
                     rank=opts["rank"],
                     size_bytes=path.stat().st_size,
                 )
-            except services.InputError as exc:
+            except validation.InputError as exc:
                 raise CommandError(str(exc)) from exc
         self.stdout.write(
             f"stored {result.stored}, duplicates {result.duplicates}, rejected {len(result.rejected)}"

@@ -1,0 +1,186 @@
+"""Event blocks: the one owner of ``EventBlock`` and ``EventBlockKey`` rows.
+
+A run's events are stored as compact columnar blocks, one per ingested batch
+(``columns.encode_block``), each indexed by its start times and by the (source, step, layer,
+phase) keys it holds. Ingest writes them here; every reader — the export, the run page, the phase
+views, the phase markers, an alert's culprit — reads them here, and only the blocks it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+from django.db import connection
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+
+from collectors.traces.schema import PHASES, SOURCES
+from fabricmon.jobs.columns import (
+    EventColumns,
+    concat,
+    decode_block,
+    empty_columns,
+    encode_block,
+    iter_dicts,
+)
+from fabricmon.jobs.models import (
+    EventBlock,
+    EventBlockKey,
+    Run,
+)
+from fabricmon.jobs.sql import QmarkCursor, insert_many, pg_cursor, sql_cursor
+
+NO_VALUE = -1  # a matrix's step/layer when the events had none (a real value keeps the unique key working)
+
+
+def insert_block(run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray) -> int:
+    """One ``EventBlock`` row and its key-index rows (``keys`` with their event ``counts``), raw SQL
+    in the caller's transaction (the ORM's create costs ~0.5 µs an event here). Returns its id."""
+    blob = encode_block(cols)
+    start_min, start_max = int(cols.start_ns.min()), int(cols.start_ns.max())
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(EventBlock._meta.db_table)} "
+        "(run_id, n_events, start_ns_min, start_ns_max, columns, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    # PostgreSQL: the blob as a binary parameter, not 200 KB of quoted hex
+    with pg_cursor() if connection.vendor == "postgresql" else QmarkCursor() as cursor:
+        cursor.execute(sql, [run.pk, len(cols), start_min, start_max, blob, now])
+        block_id = int(cursor.fetchone()[0])
+    with sql_cursor() as cursor:
+        insert_many(
+            cursor,
+            connection.ops.quote_name(EventBlockKey._meta.db_table),
+            ("run_id", "block_id", "source", "step", "layer", "phase", "events"),
+            [(run.pk, block_id, *k, c) for k, c in zip(keys, counts.tolist(), strict=True)],
+        )
+    return block_id
+
+
+def _block_filter(run: Run, **where: Any) -> Any:
+    """Blocks of the run holding events that match ``where`` (source/step/layer/phase), by time."""
+    blocks = EventBlock.objects.filter(run=run)
+    where = {k: v for k, v in where.items() if v is not None}
+    if where:
+        blocks = blocks.filter(pk__in=EventBlockKey.objects.filter(run=run, **where).values("block_id"))
+    return blocks.order_by("start_ns_min", "id")
+
+
+def _mask(cols: EventColumns, where: dict[str, Any]) -> np.ndarray:
+    mask = np.ones(len(cols), dtype=bool)
+    codes = {"source": SOURCES, "phase": PHASES}
+    for key, value in where.items():
+        if value is None:
+            continue
+        if key in codes:
+            mask &= getattr(cols, key) == (codes[key].index(value) if value in codes[key] else -99)
+        else:
+            mask &= getattr(cols, key) == (NO_VALUE if value == NO_VALUE else int(value))
+    return mask
+
+
+def event_columns(
+    run: Run,
+    *,
+    source: str | None = None,
+    step: int | None = None,
+    layer: int | None = None,
+    phase: str | None = None,
+) -> EventColumns:
+    """The run's events matching every given filter (step/layer -1 = events without one) as
+    numpy columns, sorted by start_ns; reads only the blocks the key index points at."""
+    where = {"source": source, "step": step, "layer": layer, "phase": phase}
+    parts = []
+    for blob in _block_filter(run, **where).values_list("columns", flat=True).iterator(chunk_size=64):
+        cols = decode_block(blob)
+        parts.append(cols.select(_mask(cols, where)))
+    cols = concat(parts)
+    order = np.argsort(cols.start_ns, kind="stable")
+    return cols if len(cols) < 2 or (order == np.arange(len(cols))).all() else cols.take(order)
+
+
+def iter_events(run: Run, *, source: str | None = None, phase: str | None = None) -> Iterator[dict[str, Any]]:
+    """The run's events as dicts (``columns.EXPORT_FIELDS`` + per-peer maps) in start_ns order
+    (ties in arrival order), streamed: blocks are read in start order and merged, so memory holds
+    only the blocks whose times overlap."""
+    where = {"source": source, "phase": phase}
+    blocks = _block_filter(run, **where).values_list("start_ns_min", "columns")
+    pending = empty_columns()
+    for start_min, blob in blocks.iterator(chunk_size=16):
+        ready = pending.start_ns < start_min  # nothing later can start before this block does
+        if ready.any():
+            yield from _sorted_dicts(pending.select(ready))
+            pending = pending.select(~ready)
+        cols = decode_block(blob)
+        pending = concat([pending, cols.select(_mask(cols, where))])
+    yield from _sorted_dicts(pending)
+
+
+def _sorted_dicts(cols: EventColumns) -> Iterator[dict[str, Any]]:
+    return iter_dicts(cols, np.argsort(cols.start_ns, kind="stable"))
+
+
+def event_count(run: Run, *, source: str | None = None) -> int:
+    """How many events the run has stored (from the block index, no block is read)."""
+    if source is None:
+        return int(EventBlock.objects.filter(run=run).aggregate(n=Sum("n_events"))["n"] or 0)
+    return int(EventBlockKey.objects.filter(run=run, source=source).aggregate(n=Sum("events"))["n"] or 0)
+
+
+def event_ids(run: Run) -> list[str]:
+    """Every stored event id of the run, in arrival order (tests, audits)."""
+    ids: list[str] = []
+    for blob in EventBlock.objects.filter(run=run).order_by("id").values_list("columns", flat=True):
+        ids.extend(decode_block(blob).event_id)
+    return ids
+
+
+# --- what the phase views, markers and alerts read ---------------------------------------------
+
+# The longest a phase event can last and still be found from its start: a block whose newest
+# event started this long before a window cannot hold an event still running in it. A collective
+# call lasts milliseconds to seconds; a minute is a wide margin and still skips almost every block.
+MAX_PHASE_NS = 60 * 1_000_000_000
+
+
+def fingerprint(run_id: int) -> tuple[int, int | None]:
+    """(blocks, newest block id) of the run: changes whenever a batch is stored (one query)."""
+    agg = EventBlock.objects.filter(run_id=run_id).aggregate(n=Count("id"), top=Max("id"))
+    return int(agg["n"]), agg["top"]
+
+
+def block_ids(run: Run) -> set[int]:
+    """Every block id of the run (a reader keeps the set it has folded in: on PostgreSQL a block can
+    commit after one with a higher id, so "id > newest" would miss it)."""
+    return set(EventBlock.objects.filter(run=run).values_list("id", flat=True))
+
+
+def read_blocks(ids: Iterable[int]) -> Iterator[tuple[int, EventColumns]]:
+    """The blocks ``ids`` decoded, in id order, 64 rows a fetch."""
+    rows = EventBlock.objects.filter(pk__in=list(ids)).order_by("id").values_list("id", "columns")
+    for block_id, blob in rows.iterator(chunk_size=64):
+        yield int(block_id), decode_block(blob)
+
+
+def columns_near(run: Run, t1_ns: int, t2_ns: int) -> EventColumns:
+    """The run's events that may overlap [t1, t2]: only blocks whose start times come near the window
+    are decoded (a run holds millions of events; an alert window a few seconds). Callers apply the
+    exact overlap test per event."""
+    blobs = EventBlock.objects.filter(
+        run=run, start_ns_min__lte=t2_ns, start_ns_max__gte=t1_ns - MAX_PHASE_NS
+    ).values_list("columns", flat=True)
+    return concat([decode_block(b) for b in blobs.iterator(chunk_size=16)])
+
+
+def columns_ending_after(run: Run, since_ns: int) -> EventColumns:
+    """The run's events of every block that can hold one ending at or after ``since_ns`` (by the
+    blocks' ``start_ns_max``), in start order: a poll from ``since_ns`` costs the new span."""
+    blobs = (
+        EventBlock.objects.filter(run=run, start_ns_max__gte=since_ns - MAX_PHASE_NS)
+        .order_by("start_ns_min", "id")
+        .values_list("columns", flat=True)
+    )
+    return concat([decode_block(b) for b in blobs.iterator(chunk_size=64)])
