@@ -7,7 +7,7 @@ Run (from the repository root, < 2 min on 2 cores):
     .venv/bin/python bench/snmp_poll.py --switches 2 --ports 256 --rounds 1 --no-twin   # quick
 
 (a) Agents: one net-snmp ``snmpd`` per switch, its IF-MIB served by
-    ``collectors/snmp/pass_persist_iftable.py`` (the agent costs are the same for every client).
+    ``tests/agents/pass_persist_iftable.py`` (the agent costs are the same for every client).
     Every client reads the poller's 10 columns (ifXTable 6/7/10/11/15/19, ifTable 8/13/14/19):
     - ours-fast: ``SnmpPoller(engine="fast").poll_many`` — our own v2c client and BER decoder
       (``collectors/snmp/v2c.py``, ``ber.py``), one multi-column GETBULK walk per switch,
@@ -51,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.snmp import IfSnapshot, SnmpPoller, SnmpTarget, close_loop_context
-from collectors.snmp.netsnmp import Snmpd, start_snmpd
+from tests.agents.netsnmp import Snmpd, start_snmpd
 from collectors.snmp.oids import COLUMNS, dotted
 from collectors.snmp.poller import Engine
 from fabricmon.core.topology.spec import SnmpSettings

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +36,12 @@ class IngestClient:
         self,
         method: str,
         path: str,
-        body: bytes | None = None,
+        body: bytes | Iterable[bytes] | None = None,
         content_type: str = "application/json",
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        """(status, decoded JSON body) — HTTP errors are returned, network errors raise OSError."""
+        """(status, decoded JSON body) — HTTP errors are returned, network errors raise OSError.
+        An iterable body is sent as it comes (urllib streams it; give its Content-Length)."""
         req = urllib.request.Request(self.base_url + path, data=body, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         if body is not None:
@@ -119,7 +120,7 @@ class IngestClient:
         return self.request(
             "POST",
             f"/jobs/api/runs/{run_id}/uploads",
-            pieces(),  # type: ignore[arg-type]  (urllib sends an iterable body as is, given its length)
+            pieces(),
             f"multipart/form-data; boundary={boundary}",
             {"Content-Length": str(size)},
         )

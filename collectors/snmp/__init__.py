@@ -3,7 +3,6 @@
 from collectors.snmp.engine import close_loop_context, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.poller import IfSnapshot, SnmpPoller, SnmpTarget
-from collectors.snmp.snapshot_rates import snapshot_rates
 
 __all__ = [
     "PARSE_ERRORS",
@@ -13,5 +12,4 @@ __all__ = [
     "SnmpTarget",
     "close_loop_context",
     "loop_context",
-    "snapshot_rates",
 ]

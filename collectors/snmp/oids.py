@@ -43,7 +43,9 @@ COLUMNS: tuple[Column, ...] = (
 
 COUNTER_KEYS = ("in_octets", "out_octets", "in_pkts", "out_pkts", "in_discards", "out_discards", "in_errors")
 COUNTER32_KEYS = ("in_discards", "out_discards", "in_errors")
-COUNTER_WIDTH_BITS = {k: 32 if k in COUNTER32_KEYS else 64 for k in COUNTER_KEYS}
+# The one table of counter widths: Counter32 for discards/errors (IF-MIB has no HC variant), else
+# Counter64 (ifXTable HC columns).
+COUNTER_WIDTH_BITS: dict[str, Literal[32, 64]] = {k: 32 if k in COUNTER32_KEYS else 64 for k in COUNTER_KEYS}
 
 
 def dotted(oid: tuple[int, ...]) -> str:

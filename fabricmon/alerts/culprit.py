@@ -96,7 +96,7 @@ def received_by_layer_phase(
     return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
 
 
-def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Culprit:
+def culprit_of_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
 
     Unknown (``Culprit()``) when no active run of the fabric maps a rank to that port."""
@@ -136,12 +136,12 @@ def attribute_port(fabric: str, switch: str, port: str, t1: datetime, t2: dateti
     return first or Culprit()
 
 
-def attribute_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Culprit:
-    """The first known ``attribute_port`` among ``switch:port`` names (a moving incast's hot set)."""
+def culprit_of_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Culprit:
+    """The first known ``culprit_of_port`` among ``switch:port`` names (a moving incast's hot set)."""
     for name in ports[:4]:
         switch, sep, port = name.partition(":")
         if sep:
-            found = attribute_port(fabric, switch, port, t1, t2)
+            found = culprit_of_port(fabric, switch, port, t1, t2)
             if found.known:
                 return found
     return Culprit()

@@ -22,6 +22,7 @@ from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
 from fabricmon.topology.fabric_view import fabric_view
+from fabricmon.topology.models import Fabric
 
 log = logging.getLogger(__name__)
 def geometry(fabric: str) -> FabricGeometry:
@@ -87,3 +88,8 @@ def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: in
         _save_state(r, fabric, geo, state)
         r.set(keys.alerts_cursor(fabric), cursor)
     return done
+
+
+def evaluate_all() -> int:
+    """Evaluate every fabric of the topology database; returns the frames evaluated."""
+    return sum(evaluate_fabric(name) for name in Fabric.objects.values_list("name", flat=True))

@@ -19,7 +19,7 @@ import http.client
 import ipaddress
 import socket
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
@@ -146,7 +146,3 @@ def post(
             continue
         return Response(resp.status, hdrs, data)
     raise OSError(f"more than {MAX_REDIRECTS} redirects")
-
-
-def policy_from(allow: Iterable[str]) -> Policy:
-    return Policy(tuple(a for a in allow if a))

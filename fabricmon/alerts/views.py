@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from fabricmon.alerts import services
+from fabricmon.alerts import delivery, services
 from fabricmon.alerts.forms import ReceiverForm, RuleForm, SilenceForm
 from fabricmon.alerts.models import Alert, Episode, Receiver, Rule, Silence
 from fabricmon.base import access
@@ -101,7 +101,7 @@ def send_test(request: HttpRequest, pk: int) -> HttpResponse:
     rcv = get_object_or_404(Receiver, pk=pk)
     if not access.is_staff(request.user) and rcv.owner_id != request.user.pk:
         return HttpResponse("not your receiver", status=403)
-    error = services.send_test(rcv)
+    error = delivery.send_test(rcv)
     if error:
         messages.error(request, f"Test to {rcv.name} failed: {error}")
     else:

@@ -28,10 +28,10 @@ import redis
 
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import METRICS, Frame, FrameFormatError
+from fabricmon.core.telemetry.slices import SLICE_METRICS
 from fabricmon.core.topology.port_index import PortIndex, build_port_index
 from fabricmon.core.topology.spec import FabricSpec
 from fabricmon.telemetry import live_window
-from fabricmon.telemetry.slices import SLICE_METRICS
 
 # Lua: record one switch's slice for a tick and return how many switches have reported.
 _REPORT = """

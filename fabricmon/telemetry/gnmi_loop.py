@@ -20,17 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
-from collectors.gnmi.metrics import GnmiSnapshot, IntervalTaker
-from collectors.gnmi.paths import LEAF_INDEX
+from collectors.gnmi.metrics import IntervalTaker
 from collectors.gnmi.session import GnmiCollector, GnmiSession, GnmiTargetSpec
+from collectors.gnmi.slices import take_slice
+from fabricmon.core.telemetry.slices import SwitchSlice
 from fabricmon.core.topology.spec import SwitchSpec
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.slices import SwitchSlice
 
 GNMI_PROTOCOLS = ("gnmi", "both")
-_OCTETS = LEAF_INDEX["in_octets"]
 
 
 def gnmi_switches(specs: Mapping[str, SwitchSpec], protocols: Mapping[str, str]) -> list[str]:
@@ -45,23 +42,6 @@ def target_spec(sw: SwitchSpec, framer: FabricFramer) -> GnmiTargetSpec:
     interval_s = min(sw.gnmi.sample_interval_s, framer.interval_ns[sw.name] / 1e9)
     return GnmiTargetSpec(sw.name, sw.mgmt_address, sw.gnmi.port, framer.index.port_names[sl],
                           sample_interval_s=interval_s)
-
-
-def _device_ns(snap: GnmiSnapshot) -> int:
-    return int(snap.ts_ns[_OCTETS].max())
-
-
-def take_slice(name: str, taker: IntervalTaker, now_ns: int) -> SwitchSlice:
-    """The switch's slice since the previous take; a gap (not ok) when no new sample arrived."""
-    prev = taker.prev
-    metrics = taker.take()
-    t0, t1 = _device_ns(prev), _device_ns(taker.prev)
-    if t0 == 0 or t1 <= t0:
-        reason = "no_baseline" if t1 > 0 else "gap"
-        nan = np.full(len(taker.speed_bps), np.nan, dtype=np.float32)
-        return SwitchSlice(name, None, t1 or now_ns, dict.fromkeys(metrics, nan), {reason: len(nan)})
-    dropped = int(np.isnan(metrics["out_bps"]).sum())
-    return SwitchSlice(name, t0, t1, metrics, {"invalid": dropped} if dropped else {})
 
 
 async def gnmi_switch_loop(

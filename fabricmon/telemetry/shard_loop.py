@@ -27,21 +27,15 @@ from typing import Any
 
 import redis
 
+from collectors.snmp.slices import SwitchRead, compute_slice, decode_read, encode_read, read_from_snapshot
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.telemetry.slices import SwitchSlice
 from fabricmon.core.topology.spec import SwitchSpec
 from fabricmon.telemetry import gnmi_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease
 from fabricmon.telemetry.shards import Shard
-from fabricmon.telemetry.slices import (
-    SwitchRead,
-    SwitchSlice,
-    compute_slice,
-    decode_read,
-    encode_read,
-    read_from_snapshot,
-)
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from fabricmon.alerts import services
-from fabricmon.alerts.culprit import attribute_port, received_by_layer_phase
+from fabricmon.alerts import delivery
+from fabricmon.alerts.culprit import culprit_of_port, received_by_layer_phase
 from fabricmon.alerts.models import Alert, Episode, Outbox, Receiver
 from fabricmon.alerts.transports import Message, Target
 from fabricmon.alerts.transports.alertmanager import Transport as Alertmanager
@@ -104,9 +104,9 @@ def test_alert_on_the_ranks_port_names_its_busiest_layer_and_phase(geo, run_on_p
     assert Episode.objects.get().attribution_line == line
     payload = Outbox.objects.get(transition__to_state="firing").payload
     assert payload["attribution"] == line
-    slack = Slack(Target("ops", "http://127.0.0.1:9/o"), services.policy()).payload(Message(**payload))
+    slack = Slack(Target("ops", "http://127.0.0.1:9/o"), delivery.policy()).payload(Message(**payload))
     assert any(line in f["text"] for b in slack["blocks"] for f in b.get("fields", []))
-    am = Alertmanager(Target("am", "http://127.0.0.1:9"), services.policy()).payload(Message(**payload))
+    am = Alertmanager(Target("am", "http://127.0.0.1:9"), delivery.policy()).payload(Message(**payload))
     assert am[0]["annotations"]["attribution"] == line and "attribution" not in am[0]["labels"]
 
 
@@ -123,13 +123,13 @@ def test_window_and_fabric_bound_the_attribution(geo, run_on_port) -> None:  # n
     run, port = run_on_port
     switch, name = _port(geo, port)
     # before the window only layer 7 dispatch was received
-    early = attribute_port("su1", switch, name, T0 - timedelta(seconds=601), T0 - timedelta(seconds=599))
+    early = culprit_of_port("su1", switch, name, T0 - timedelta(seconds=601), T0 - timedelta(seconds=599))
     assert (early.layer, early.phase, early.recv_bytes) == (7, "dispatch", 9_000_000_000)
     # same port name on another fabric: no run there
-    assert not attribute_port("su9", switch, name, T0, T0 + timedelta(seconds=2)).known
+    assert not culprit_of_port("su9", switch, name, T0, T0 + timedelta(seconds=2)).known
     # a run that ended before the window does not own the port any more
     Run.objects.filter(pk=run.pk).update(ended_at=T0 - timedelta(minutes=1))
-    assert attribute_port("su1", switch, name, T0, T0 + timedelta(seconds=2)).line == "unknown"
+    assert culprit_of_port("su1", switch, name, T0, T0 + timedelta(seconds=2)).line == "unknown"
 
 
 def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> None:

@@ -14,7 +14,7 @@ import pytest
 from conftest import CONNECTS
 from standardwebhooks import Webhook
 
-from fabricmon.alerts import services
+from fabricmon.alerts import delivery
 from fabricmon.alerts.models import Outbox, Receiver
 from fabricmon.alerts.netguard import Policy, RefusedAddressError, post
 from fabricmon.alerts.transports import Message, Target, transport_for
@@ -48,7 +48,7 @@ def run_clock(receiver, start: datetime, seconds: int, step_s: int = 1) -> None:
     for s in range(0, seconds, step_s):
         now = start + timedelta(seconds=s)
         receiver.clock = s
-        services.deliver_due(now)
+        delivery.deliver_due(now)
 
 
 def test_503_for_ten_minutes_then_200_is_delivered_exactly_once(receiver, allow_loopback) -> None:
@@ -94,18 +94,18 @@ def test_discord_json_retry_after_and_permanent_404_disables_receiver(receiver, 
 def test_slack_invalid_token_is_permanent_and_test_button_reports_it(receiver, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="slack", kind="slack", url=receiver.url)
     receiver.respond = lambda seen: (400, {}, b"invalid_token")
-    error = services.send_test(rcv, T0)
+    error = delivery.send_test(rcv, T0)
     assert "invalid_token" in error
     rcv.refresh_from_db()
     assert rcv.disabled
     receiver.respond = lambda seen: (200, {}, b"ok")
-    assert services.send_test(rcv, T0) == ""  # fixed hook: the test button re-enables it
+    assert delivery.send_test(rcv, T0) == ""  # fixed hook: the test button re-enables it
 
 
 def test_generic_webhook_signature_verifies_with_standard_webhooks(receiver, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="generic", kind="webhook", url=receiver.url, secret=SECRET)
     enqueue(rcv)
-    services.deliver_due(T0)
+    delivery.deliver_due(T0)
     (seen,) = receiver.requests
     payload = Webhook(SECRET).verify(seen.body, seen.headers)  # the independent verifier
     assert payload["version"] == "4" and payload["alerts"][0]["labels"]["alertname"] == "moving_incast"
@@ -137,7 +137,7 @@ def test_real_alertmanager_lists_the_alert(alertmanager: str, allow_loopback) ->
     now = datetime.now(UTC)
     msg = dataclasses.replace(message(), starts_at=now.isoformat())
     Outbox.objects.create(receiver=rcv, payload=dataclasses.asdict(msg), created_at=now, next_attempt_at=now)
-    assert services.deliver_due(now) == 1
+    assert delivery.deliver_due(now) == 1
     with urllib.request.urlopen(alertmanager + "/api/v2/alerts", timeout=5) as resp:
         alerts = json.loads(resp.read())
     mine = [a for a in alerts if a["labels"].get("source") == "fabricmon"]
@@ -150,7 +150,7 @@ def test_ssrf_private_ip_is_refused_without_connecting(settings) -> None:
     settings.FABRICMON_ALERTS_ALLOW_HOSTS = []
     rcv = Receiver.objects.create(name="evil", kind="webhook", url="http://10.255.255.1:8080/hook")
     CONNECTS.clear()
-    error = services.send_test(rcv, T0)
+    error = delivery.send_test(rcv, T0)
     assert "not allowed" in error and "10.255.255.1" in error
     assert not any(ip == "10.255.255.1" for ip, _ in CONNECTS)
     rcv.refresh_from_db()
@@ -174,7 +174,7 @@ def test_ssrf_name_resolving_to_loopback_is_refused_when_not_allowed(receiver, s
     settings.FABRICMON_ALERTS_ALLOW_HOSTS = ["hooks.example.com"]
     rcv = Receiver.objects.create(name="rebind", kind="slack", url=f"http://localhost:{receiver.port}/hook")
     CONNECTS.clear()
-    error = services.send_test(rcv, T0)
+    error = delivery.send_test(rcv, T0)
     assert "localhost resolves to" in error and "not allowed" in error
     assert receiver.requests == []
     assert not any(port == receiver.port for _, port in CONNECTS)
@@ -183,7 +183,7 @@ def test_ssrf_name_resolving_to_loopback_is_refused_when_not_allowed(receiver, s
 def test_claim_is_atomic(receiver, allow_loopback) -> None:
     rcv = Receiver.objects.create(name="hook", kind="webhook", url=receiver.url)
     row = enqueue(rcv)
-    assert services.claim(row.id, T0) is True
-    assert services.claim(row.id, T0) is False  # a second worker gets nothing
-    assert services.deliver(row.id, T0) == ""  # and cannot send it
+    assert delivery.claim(row.id, T0) is True
+    assert delivery.claim(row.id, T0) is False  # a second worker gets nothing
+    assert delivery.deliver(row.id, T0) == ""  # and cannot send it
     assert receiver.requests == []

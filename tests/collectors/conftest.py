@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.snmp.netsnmp import Snmpd, V3User, start_snmpd
+from tests.agents.netsnmp import Snmpd, V3User, start_snmpd
 
 V3 = V3User("fmuser", "SHA", "authpass123", "AES", "privpass123")
 

@@ -6,7 +6,7 @@ its own ``lo`` that carries only what this script puts on it::
 
     pytest worker ──▶ unshare --net [--map-root-user] python -m tests.collectors.lo_netns_transfer …
                         │ private netns:  lo (ifindex 1, only our traffic)
-                        ├── snmpd on udp:127.0.0.1:<port>  (collectors.snmp.netsnmp.start_snmpd)
+                        ├── snmpd on udp:127.0.0.1:<port>  (tests.agents.netsnmp.start_snmpd)
                         ├── SnmpPoller(engine) ──UDP──▶ snmpd         reads lo's ifHCInOctets
                         └── TCP client ──N bytes──▶ TCP server         the known transfer
                       ◀── one JSON line on stdout
@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collectors.snmp import SnmpPoller, SnmpTarget, close_loop_context
-from collectors.snmp.netsnmp import start_snmpd
 from fabricmon.core.topology.spec import SnmpSettings
+from tests.agents.netsnmp import start_snmpd
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamps option 12 (Linux default on)

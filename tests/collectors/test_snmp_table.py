@@ -16,10 +16,10 @@ from collectors.snmp import (
     SnmpTarget,
     close_loop_context,
 )
-from collectors.snmp.netsnmp import Snmpd
 from collectors.snmp.oids import COUNTER_WIDTH_BITS
 from fabricmon.core.telemetry.rates import CounterRead, RateReason, counter_rates
 from fabricmon.core.topology.spec import SnmpSettings
+from tests.agents.netsnmp import Snmpd
 
 pytestmark = pytest.mark.integration
 

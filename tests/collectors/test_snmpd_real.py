@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from collectors.snmp import IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget, close_loop_context
-from collectors.snmp.netsnmp import Snmpd
 from fabricmon.core.topology.spec import SnmpSettings
+from tests.agents.netsnmp import Snmpd
 from tests.collectors import lo_netns_transfer
 from tests.collectors.conftest import V3
 

@@ -9,7 +9,7 @@ import pytest
 from projection_twin_runs import measured, poll_edges, recording, timeline_of
 from scipy.optimize import nnls
 
-from fabricmon.core.phases.attribution_fit import AttributionSums, attribute, nnls_shared
+from fabricmon.core.phases.attribution_fit import AttributionSums, attribute, lstsq_start, nnls_gram
 from fabricmon.core.phases.gates import PRIOR_REL_ERROR_FLOOR
 from fabricmon.core.phases.layout import FabricLayout, place_ranks
 from fabricmon.core.phases.live_attribution import LiveAttribution
@@ -170,11 +170,17 @@ def test_exact_model_is_recovered_and_residual_is_zero() -> None:
     assert att.residual_rel < 1e-6
 
 
-def test_shared_nnls_matches_scipy_per_column() -> None:
+@pytest.mark.parametrize("start", ["least_squares", "zeros"])
+def test_shared_nnls_matches_scipy_per_column(start: str) -> None:
+    """FISTA on the shared Gram matrix (what AttributionSums.solve runs), from the clipped
+    least-squares start it uses and from zero, reaches scipy's per-column NNLS optimum."""
     rng = np.random.default_rng(1)
     a = rng.random((60, 8))
     m = a @ np.clip(rng.standard_normal((8, 30)), 0, None) + 0.3 * rng.standard_normal((60, 30))
-    got = nnls_shared(a, m, iterations=20000, tol=1e-14)
+    g, b = a.T @ a, a.T @ m
+    x0 = lstsq_start(g, b) if start == "least_squares" else np.zeros_like(b)
+    got = nnls_gram(g, b, x0, iterations=20000, tol=1e-14)
+    assert (got >= 0).all()
     for c in range(m.shape[1]):
         want, _ = nnls(a, m[:, c])
         assert np.linalg.norm(a @ got[:, c] - m[:, c]) <= np.linalg.norm(a @ want - m[:, c]) * (1 + 1e-6) + 1e-9

@@ -10,12 +10,12 @@ import pytest
 
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.telemetry.slices import SLICE_METRICS, SwitchSlice
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder
-from fabricmon.telemetry.slices import SLICE_METRICS, SwitchSlice
 
 pytestmark = pytest.mark.integration
 

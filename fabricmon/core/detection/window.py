@@ -104,22 +104,21 @@ def _mean_where(values: FloatArray, mask: BoolArray) -> float:
     return float(sel[ok].sum() / count) if count else float("nan")
 
 
-def detect_window(
-    metrics: Mapping[str, FloatArray],
-    geo: FabricGeometry,
-    state: MovingState,
-    cfg: DetectConfig,
-    *,
-    ts_ns: int = 0,
-    fan_in: FloatArray | None = None,
-    rail_confined_switch: BoolArray | None = None,
-) -> tuple[MovingState, WindowFindings]:
-    """One window: returns the carried state for the next window and what was found.
+@dataclass(frozen=True)
+class _HotSet:
+    """The incast rule's result for one window: H(w) and the per-port inputs it was judged on."""
 
-    ``fan_in`` is per port (senders above ε of the port's bytes; from the run's projected traffic
-    matrix), NaN or absent when unknown. ``rail_confined_switch`` marks leaves (by switch id) whose
-    traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
-    """
+    hot: BoolArray  # (P,) H(w) as a mask
+    idx: IntArray  # H(w), sorted by port index
+    load: FloatArray
+    fan: FloatArray  # NaN where unknown
+    fan_unknown: BoolArray
+
+
+def _hot_set(
+    metrics: Mapping[str, FloatArray], geo: FabricGeometry, cfg: DetectConfig, fan_in: FloatArray | None
+) -> _HotSet:
+    """incast(p) for every candidate port, capped to the top_m ports by WM·F."""
     n = geo.n_ports
     load = _load(metrics, geo)
     wm = _metric(metrics, "watermark_bytes", n)
@@ -146,8 +145,25 @@ def detect_window(
         hot = np.zeros(n, np.bool_)
         hot[keep] = True
         hot_idx = np.sort(keep)
+    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown)
 
-    # --- moving incast: Jaccard, dwell, jumps -----------------------------------------------
+
+@dataclass(frozen=True)
+class _Movement:
+    """How H(w) relates to H(w−1): Jaccard, migration, jumps, and the state carried on."""
+
+    state: MovingState
+    jaccard: float
+    both: bool  # both hot sets non-empty (J is defined)
+    migrated: bool
+    moving: bool
+    leaf_jump: bool
+    rail_jump: bool
+
+
+def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectConfig) -> _Movement:
+    """The moving-incast rule: Jaccard against the previous window, dwell, leaf / rail jumps."""
+    hot, hot_idx = hs.hot, hs.idx
     prev = state.prev_hot
     prev_idx = np.flatnonzero(prev)
     inter = int(np.count_nonzero(hot & prev))
@@ -156,69 +172,101 @@ def detect_window(
     jaccard = inter / union if both else float("nan")
     new_idx = hot_idx[~prev[hot_idx]]
     mean_fan = (
-        float(np.nanmean(fan[hot_idx])) if len(hot_idx) and not fan_unknown[hot_idx].all() else float("nan")
+        float(np.nanmean(hs.fan[hot_idx]))
+        if len(hot_idx) and not hs.fan_unknown[hot_idx].all()
+        else float("nan")
     )
     fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
     migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
     sw = geo.index.switch_of
     leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
-
     ended = prev & ~hot
-    dwell = np.where(hot, state.dwell + 1, 0)
     since = 0 if migrated else state.windows_since_migration + 1
-    moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
-    new_state = MovingState(
+    carried = MovingState(
         prev_hot=hot,
-        dwell=dwell,
+        dwell=np.where(hot, state.dwell + 1, 0),
         windows_since_migration=since,
         migrations=(state.migrations + int(migrated)) if len(hot_idx) else 0,
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
     )
-    mean_dwell = (
-        new_state.completed_dwell_sum / new_state.completed_dwell_count
-        if new_state.completed_dwell_count
-        else float("nan")
-    )
+    moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
+    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
 
-    # --- PFC storm, ECMP imbalance, rail-plan violation, targets down --------------------------
-    with np.errstate(invalid="ignore"):
-        storm = np.flatnonzero(_metric(metrics, "pfc_paused_fraction", n) >= cfg.storm_paused_fraction)
-    if len(storm) < cfg.storm_min_ports:
-        storm = storm[:0]
-    ecmp_sw, ecmp_ratio = _ecmp_imbalance(load, geo, cfg)
-    rail_bad = np.zeros(0, np.int64)
-    if rail_confined_switch is not None:
-        with np.errstate(invalid="ignore"):
-            bad = geo.is_uplink & rail_confined_switch[sw] & (load >= cfg.rail_violation_util)
-        rail_bad = np.flatnonzero(bad)
+
+def _down_switches(load: FloatArray, geo: FabricGeometry) -> IntArray:
+    """Switches with no data on any port in this window."""
     has_data = np.isfinite(load)
-    per_switch = np.bincount(sw, weights=has_data, minlength=len(geo.index.switch_names))
-    down = np.flatnonzero(per_switch == 0).astype(np.int64)
+    per_switch = np.bincount(geo.index.switch_of, weights=has_data, minlength=len(geo.index.switch_names))
+    return np.flatnonzero(per_switch == 0).astype(np.int64)
 
+
+def _rail_violations(
+    load: FloatArray, geo: FabricGeometry, cfg: DetectConfig, rail_confined_switch: BoolArray | None
+) -> IntArray:
+    """Uplinks carrying traffic on leaves the run's routing (PXN) should keep on-rail."""
+    if rail_confined_switch is None:
+        return np.zeros(0, np.int64)
+    with np.errstate(invalid="ignore"):
+        bad = geo.is_uplink & rail_confined_switch[geo.index.switch_of] & (load >= cfg.rail_violation_util)
+    return np.flatnonzero(bad).astype(np.int64)
+
+
+def _pfc_storm(metrics: Mapping[str, FloatArray], geo: FabricGeometry, cfg: DetectConfig) -> IntArray:
+    """Ports paused for at least ``storm_paused_fraction`` of the window (none below the minimum)."""
+    with np.errstate(invalid="ignore"):
+        storm = np.flatnonzero(_metric(metrics, "pfc_paused_fraction", geo.n_ports) >= cfg.storm_paused_fraction)
+    return storm.astype(np.int64) if len(storm) >= cfg.storm_min_ports else np.zeros(0, np.int64)
+
+
+def detect_window(
+    metrics: Mapping[str, FloatArray],
+    geo: FabricGeometry,
+    state: MovingState,
+    cfg: DetectConfig,
+    *,
+    ts_ns: int = 0,
+    fan_in: FloatArray | None = None,
+    rail_confined_switch: BoolArray | None = None,
+) -> tuple[MovingState, WindowFindings]:
+    """One window: returns the carried state for the next window and what was found.
+
+    ``fan_in`` is per port (senders above ε of the port's bytes; from the run's projected traffic
+    matrix), NaN or absent when unknown. ``rail_confined_switch`` marks leaves (by switch id) whose
+    traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
+    """
+    hs = _hot_set(metrics, geo, cfg, fan_in)
+    mv = _movement(hs, geo, state, cfg)
+    carried = mv.state
+    ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
+    hot_idx = hs.idx
     findings = WindowFindings(
         ts_ns=ts_ns,
-        hot_ports=hot_idx.astype(np.int64),
-        fan_in_known=not bool(fan_unknown[hot_idx].any()) if len(hot_idx) else fan_in is not None,
-        jaccard=jaccard,
-        migrated=migrated,
-        moving=moving,
-        leaf_jump=leaf_jump,
-        rail_jump=rail_jump,
-        migration_rate=(1.0 - jaccard) if both else 0.0,
-        mean_dwell_windows=mean_dwell,
-        hot_dwell_windows=dwell[hot_idx],
-        hot_fan_in=fan[hot_idx],
-        hot_load=load[hot_idx],
-        storm_ports=storm.astype(np.int64),
+        hot_ports=hot_idx,
+        fan_in_known=not bool(hs.fan_unknown[hot_idx].any()) if len(hot_idx) else fan_in is not None,
+        jaccard=mv.jaccard,
+        migrated=mv.migrated,
+        moving=mv.moving,
+        leaf_jump=mv.leaf_jump,
+        rail_jump=mv.rail_jump,
+        migration_rate=(1.0 - mv.jaccard) if mv.both else 0.0,
+        mean_dwell_windows=(
+            carried.completed_dwell_sum / carried.completed_dwell_count
+            if carried.completed_dwell_count
+            else float("nan")
+        ),
+        hot_dwell_windows=carried.dwell[hot_idx],
+        hot_fan_in=hs.fan[hot_idx],
+        hot_load=hs.load[hot_idx],
+        storm_ports=_pfc_storm(metrics, geo, cfg),
         ecmp_switches=ecmp_sw,
         ecmp_ratio=ecmp_ratio,
-        rail_violation_ports=rail_bad.astype(np.int64),
-        down_switches=down,
-        migrations=new_state.migrations,
+        rail_violation_ports=_rail_violations(hs.load, geo, cfg, rail_confined_switch),
+        down_switches=_down_switches(hs.load, geo),
+        migrations=carried.migrations,
     )
-    return new_state, findings
+    return carried, findings
 
 
 def _ecmp_imbalance(load: FloatArray, geo: FabricGeometry, cfg: DetectConfig) -> tuple[IntArray, FloatArray]:

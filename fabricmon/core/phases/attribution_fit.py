@@ -38,17 +38,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def nnls_shared(a: FloatArray, m: FloatArray, iterations: int = 2000, tol: float = 1e-10) -> FloatArray:
-    """min ‖a·x − m‖ s.t. x ≥ 0 for every column of ``m`` at once (a: (I, K), m: (I, C)).
-
-    FISTA on the shared Gram matrix, started from the clipped least-squares solution; each
-    iteration is one (K×K)·(K×C) product, so thousands of ports cost what one does in a loop.
-    """
-    g, b = a.T @ a, a.T @ m
-    return nnls_gram(g, b, _lstsq_start(g, b), iterations, tol)
-
-
-def _lstsq_start(g: FloatArray, b: FloatArray) -> FloatArray:
+def lstsq_start(g: FloatArray, b: FloatArray) -> FloatArray:
     """The least-squares solution from the normal equations (pseudo-inverse of the Gram matrix),
     clipped at zero: FISTA's starting point."""
     if not g.size:
@@ -187,7 +177,7 @@ class AttributionSums:
         elif pr is not None:
             x, se = self._posterior(g_n, b_n, g_fit, norms, prior=pr, rel_error=prior_rel_error)
         else:
-            x = nnls_gram(g_fit, b_n, _lstsq_start(g_fit, b_n)) / norms[:, None]
+            x = nnls_gram(g_fit, b_n, lstsq_start(g_fit, b_n)) / norms[:, None]
             se = None
         err2 = self.residual_sq(x)
         if se is None:

@@ -17,9 +17,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.phases.intervals import interval_bytes
+
 Verdict = Literal["pass", "flag", "withhold"]
 ViewVerdict = Literal["show", "flag", "withhold"]
 _ORDER = {"pass": 0, "flag": 1, "withhold": 2}
+_VIEW: tuple[ViewVerdict, ...] = ("show", "flag", "withhold")
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,9 @@ def check(
         verdict: Verdict = "withhold"
         reason = f"{name}: value unknown — {assumption}"
     else:
-        worse = (lambda v, b: v < b) if higher_is_better else (lambda v, b: v > b)
+        def worse(v: float, b: float) -> bool:
+            return v < b if higher_is_better else v > b
+
         sign = "<" if higher_is_better else ">"
         if worse(value, withhold_bound):
             verdict, bound = "withhold", withhold_bound
@@ -88,7 +96,7 @@ def check(
 
 def view_verdict(gates: Iterable[Gate]) -> ViewVerdict:
     worst = max((_ORDER[g.verdict] for g in gates), default=0)
-    return ("show", "flag", "withhold")[worst]  # type: ignore[return-value]
+    return _VIEW[worst]
 
 
 def failing(gates: Iterable[Gate]) -> list[Gate]:
@@ -160,17 +168,17 @@ class StepCoverage:
 
     reported: int  # distinct steps with events
     span: int  # last step - first step + 1
-    gap_intervals: Any  # (intervals,) bool: the interval overlaps an unreported stretch
+    gap_intervals: npt.NDArray[np.bool_]  # (intervals,): the interval overlaps an unreported stretch
 
     @property
     def fraction(self) -> float:
         return self.reported / self.span if self.span else 1.0
 
 
-def step_coverage(steps: Any, start_ns: Any, end_ns: Any, edges_ns: Any) -> StepCoverage:
+def step_coverage(
+    steps: npt.ArrayLike, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, edges_ns: npt.ArrayLike
+) -> StepCoverage:
     """Per-phase ``steps`` with their windows against poll ``edges_ns`` (vectorized over steps)."""
-    import numpy as np  # noqa: PLC0415
-
     steps = np.asarray(steps, dtype=np.int64)
     edges = np.asarray(edges_ns, dtype=np.int64)
     n_int = max(len(edges) - 1, 0)
@@ -197,15 +205,12 @@ def step_coverage(steps: Any, start_ns: Any, end_ns: Any, edges_ns: Any) -> Step
 
 
 def projected_vs_measured(
-    start_ns: Any, end_ns: Any, projected: Any, edges_ns: Any, measured: Any, *, skip: Any | None = None
+    start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, projected: npt.ArrayLike, edges_ns: npt.ArrayLike,
+    measured: npt.ArrayLike, *, skip: npt.ArrayLike | None = None,
 ) -> float:
     """Σ|projected − measured| / Σ|measured| over the poll intervals that lie inside the phases
     (the run's edges would count as error) and are not in ``skip`` (intervals with unreported
     steps); ``projected`` (phases, C), ``measured`` (intervals, C). NaN: no interval to compare."""
-    import numpy as np  # noqa: PLC0415
-
-    from fabricmon.core.phases.intervals import interval_bytes  # noqa: PLC0415
-
     start = np.asarray(start_ns, dtype=np.int64)
     end = np.asarray(end_ns, dtype=np.int64)
     edges = np.asarray(edges_ns, dtype=np.int64)

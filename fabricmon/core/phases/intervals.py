@@ -31,4 +31,5 @@ def phase_occupancy(start_ns: IntArray, end_ns: IntArray, edges_ns: IntArray) ->
     a = np.asarray(edges_ns[:-1], dtype=np.float64)[:, None]
     b = np.asarray(edges_ns[1:], dtype=np.float64)[:, None]
     overlap = np.clip(np.minimum(b, e) - np.maximum(a, s), 0.0, None)
-    return overlap / np.maximum(e - s, 1.0)
+    out: FloatArray = overlap / np.maximum(e - s, 1.0)
+    return out

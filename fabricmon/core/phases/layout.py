@@ -50,7 +50,11 @@ class FabricLayout:
                 raise ValueError(f"cabling names unknown port {switch}:{port}")
             return index.position(switch, ifindex_of[(switch, port)])
 
-        host, local, rail, nic, nic_switch = [], [], [], [], []
+        host: list[int] = []
+        local: list[int] = []
+        rail: list[int] = []
+        nic: list[int] = []
+        nic_switch: list[str] = []
         by_port: dict[tuple[str, str], int] = {}
         by_host_local: dict[tuple[str, int], int] = {}
         for h, hs in enumerate(fabric.hosts):

@@ -1,23 +1,8 @@
-{% extends "base.html" %}{% load static %}
-{% block title %}{{ run.name }} · phases{% endblock %}
-{% block main %}
-<h1>{{ run.name }} — phase-aligned heatmap</h1>
-<form id="controls">
-  source <select id="source"><option>projected</option><option>attributed</option><option>measured</option></select>
-  columns <select id="fold"><option value="0">step × layer × phase</option><option value="1">layer × phase (folded)</option></select>
-  routing <select id="routing">{% for m in modes %}<option>{{ m }}</option>{% endfor %}</select>
-</form>
-<div id="banner" role="status"></div>
-<div id="live" class="live" data-updates="0"></div>
-<div id="gates"></div>
-<div id="hotinfo" class="hotinfo"></div>
-<div id="heatmap" style="height:640px"></div>
-{% endblock %}
-{% block scripts %}
-<script src="{% static 'vendor/plotly.min.js' %}"></script>
-<script type="module">
-import { PhaseViews, foldLayers } from "{% static 'phases/phaseview.js' %}";
+// Phase page: a run's phase-aligned heatmap (projected | attributed | measured), streamed over its
+// WebSocket and drawn with plotly.js; gates and the hot-port claims beside it.
+import { PhaseViews, foldLayers } from "./phaseview.js";
 const $ = (id) => document.getElementById(id);
+const RUN_ID = $("phases").dataset.run;
 // The run's views stream over /ws/phases/runs/<id>/: one snapshot, then deltas holding only new or
 // changed columns and changed gate verdicts (fabricmon/phases/messages.py). Each message is drawn
 // in place (Plotly.react) and acknowledged; the server sends the next delta only after the ack, so
@@ -28,7 +13,7 @@ window.fabricmon = { held, live };
 function connect() {
   clearTimeout(live.timer);
   if (live.ws || document.hidden) return;
-  const url = new URL("/ws/phases/runs/{{ run.pk }}/", location.href);
+  const url = new URL(`/ws/phases/runs/${RUN_ID}/`, location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   const ws = new WebSocket(url);
   live.ws = ws;
@@ -125,6 +110,3 @@ document.addEventListener("visibilitychange", () => {
   if (document.hidden) live.ws?.close(1000); else { live.retries = 0; connect(); }
 });
 connect();
-</script>
-<style>.withhold{background:#fdd;padding:.4em}.flag{background:#ffd;padding:.4em}.show{background:#dfd;padding:.4em}.gate{font-family:monospace;font-size:12px}.live{font-size:12px;color:#667}.hotinfo{font-size:12px;color:#445;margin:.2em 0}</style>
-{% endblock %}

@@ -1,6 +1,6 @@
-"""One switch's part of a frame: counters → rates → the frame metrics for that switch's ports.
+"""An SNMP switch's slice of a frame: two interface-table reads → rates → the frame metrics.
 
-A poll returns a snapshot of one switch (``collectors.snmp.IfSnapshot``). It is first aligned to
+A poll returns a snapshot of one switch (:class:`~collectors.snmp.poller.IfSnapshot`). It is first aligned to
 the switch's ports in the fabric's :class:`~fabricmon.core.topology.port_index.PortIndex` (a
 :class:`SwitchRead`, raw counters as ``uint64``), then turned into rates against the previous read
 with :func:`fabricmon.core.telemetry.rates.counter_rates`::
@@ -27,29 +27,28 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.telemetry.frames import Frame
+from collectors.snmp.oids import COUNTER_WIDTH_BITS
+from collectors.snmp.poller import IfSnapshot
 from fabricmon.core.telemetry.rates import CounterRead, RateReason, align_ports, counter_rates
+from fabricmon.core.telemetry.slices import SLICE_METRICS, F32Array, SwitchSlice
 
 U64Array = npt.NDArray[np.uint64]
 I64Array = npt.NDArray[np.int64]
 F64Array = npt.NDArray[np.float64]
-F32Array = npt.NDArray[np.float32]
 
-# The frame metrics a switch slice fills, in the order of fabricmon.core.telemetry.frames.METRICS.
-SLICE_METRICS = ("in_bps", "out_bps", "util", "in_discards_ps", "out_discards_ps", "in_errors_ps")
-# Snapshot counter → (width, unit, metric, scale). Octets are bytes: x8 for bit/s.
-_COUNTERS: tuple[tuple[str, int, str, str, float], ...] = (
-    ("in_octets", 64, "octets", "in_bps", 8.0),
-    ("out_octets", 64, "octets", "out_bps", 8.0),
-    ("in_discards", 32, "packets", "in_discards_ps", 1.0),
-    ("out_discards", 32, "packets", "out_discards_ps", 1.0),
-    ("in_errors", 32, "packets", "in_errors_ps", 1.0),
+# Snapshot counter → (frame metric, scale); widths are ``oids.COUNTER_WIDTH_BITS``. Octets are
+# bytes: x8 for bit/s.
+_COUNTERS: tuple[tuple[str, str, float], ...] = (
+    ("in_octets", "in_bps", 8.0),
+    ("out_octets", "out_bps", 8.0),
+    ("in_discards", "in_discards_ps", 1.0),
+    ("out_discards", "out_discards_ps", 1.0),
+    ("in_errors", "in_errors_ps", 1.0),
 )
 COUNTER_NAMES = tuple(c[0] for c in _COUNTERS)
 
@@ -75,31 +74,8 @@ class SwitchRead:
         return self.ts_ns
 
 
-@dataclass(frozen=True)
-class SwitchSlice:
-    """The frame metrics of one switch for one sample, over ``[t_prev_ns, t_cur_ns]``."""
-
-    switch: str
-    t_prev_ns: int | None
-    t_cur_ns: int
-    metrics: Mapping[str, F32Array]
-    dropped: Mapping[str, int]  # reason name → ports dropped (not OK), summed over counters
-    # metric → (prev, cur) read time per port (Unix-epoch ns) of the counters its rate came from:
-    # each port's rate is over exactly that span (empty for a gap / no baseline).
-    port_span_ns: Mapping[str, tuple[I64Array, I64Array]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.t_prev_ns is not None
-
-    def encode(self, topology_version: str) -> bytes:
-        """Wire form for the per-tick hash: a Frame named after the switch (ts = end, interval = span)."""
-        span_s = (self.t_cur_ns - self.t_prev_ns) / 1e9 if self.t_prev_ns is not None else 0.0
-        return Frame(self.switch, topology_version, self.t_cur_ns, span_s, dict(self.metrics)).encode()
-
-
-def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchRead:
-    """Align a ``collectors.snmp.IfSnapshot`` to the port order ``ifindex`` (the switch's slice)."""
+def read_from_snapshot(snapshot: IfSnapshot, ifindex: npt.NDArray[np.int32]) -> SwitchRead:
+    """Align a snapshot to the port order ``ifindex`` (the switch's slice of the port index)."""
     src = np.asarray(snapshot.ifindex, dtype=np.int64)
     counters: dict[str, U64Array] = {}
     present = align_ports(src, np.ones(len(src), dtype=bool), ifindex)[1]
@@ -107,9 +83,9 @@ def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchR
         if name in snapshot.counters:  # a column the agent does not serve stays absent (→ NaN)
             raw = np.asarray(snapshot.counters[name], dtype=np.uint64)
             counters[name] = align_ports(src, raw, ifindex)[0].astype(np.uint64)
-    speed_mbps = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)[0]
-    speed = np.where(speed_mbps > 0, speed_mbps.astype(np.float64) * 1e6, np.nan)
-    disc = getattr(snapshot, "discontinuity_ticks", None)
+    speed_mbps = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)[0].astype(np.float64)
+    speed = np.where(speed_mbps > 0, speed_mbps * 1e6, np.nan)
+    disc = snapshot.discontinuity_ticks
     disc_aligned = None
     if disc is not None and len(np.asarray(disc)) == len(src):
         disc_aligned = align_ports(src, np.asarray(disc, dtype=np.int64), ifindex)[0].astype(np.int64)
@@ -118,9 +94,9 @@ def read_from_snapshot(snapshot: Any, ifindex: npt.NDArray[np.int32]) -> SwitchR
     # stamps each cell with its response's round-trip midpoint (``cell_ts_ns``) says it per port;
     # the read's one ``ts_ns`` is then its earliest cell (the first response). Without per-cell
     # stamps: the poll start, since the poll's midpoint lags the reads by the client's decoding.
-    read_ns = int(snapshot.ts_ns) - round(float(getattr(snapshot, "duration_s", 0.0)) * 5e8)
+    read_ns = int(snapshot.ts_ns) - round(float(snapshot.duration_s) * 5e8)
     cell_ts: dict[str, I64Array] = {}
-    for name, stamps in (getattr(snapshot, "cell_ts_ns", None) or {}).items():
+    for name, stamps in (snapshot.cell_ts_ns or {}).items():
         if name in counters and len(stamps) == len(src):
             cell_ts[name] = align_ports(src, np.asarray(stamps, dtype=np.int64), ifindex)[0].astype(np.int64)
     if cell_ts and present.any():
@@ -152,13 +128,13 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
     metrics: dict[str, F32Array] = {}
     dropped: dict[str, int] = {}
     spans: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-    for name, width, unit, metric, scale in _COUNTERS:
+    for name, metric, scale in _COUNTERS:
         if name not in prev.counters or name not in cur.counters:
             metrics[metric] = np.full(n, np.nan, dtype=np.float32)
             continue
         rates = counter_rates(
             _counter_read(prev, name), _counter_read(cur, name), speed,
-            width_bits=64 if width == 64 else 32, unit="octets" if unit == "octets" else "packets",
+            width_bits=COUNTER_WIDTH_BITS[name], unit="octets" if name.endswith("_octets") else "packets",
         )
         metrics[metric] = (rates.rate_per_s * scale).astype(np.float32)
         spans[metric] = (np.broadcast_to(np.asarray(prev.read_ns(name), dtype=np.int64), (n,)),
@@ -180,10 +156,6 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
 def _counter_read(read: SwitchRead, name: str) -> CounterRead:
     return CounterRead(read.read_ns(name), read.counters[name], read.sys_uptime_ticks,
                        read.discontinuity_ticks, read.present)
-
-
-def decode_slice(blob: bytes) -> Frame:
-    return Frame.decode(blob)
 
 
 # --- persisted reads (handover between collectors) ----------------------------------------------

@@ -1,40 +1,26 @@
-"""Pure units: shard planning and per-switch slices (rates → frame metrics)."""
+"""Pure units: an SNMP switch's slice of a frame — a snapshot aligned to the fabric's port order,
+rates with their counter widths, gaps, resets and per-cell read times, and the persisted read."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from collectors.snmp import IfSnapshot
-from fabricmon.core.telemetry.downsample import downsample
-from fabricmon.core.telemetry.frames import Frame
-from fabricmon.core.topology.railgen import rail_optimized
-from fabricmon.telemetry.shards import UnknownShardError, find_shard, plan_shards
-from fabricmon.telemetry.slices import (
+from collectors.snmp.slices import (
     COUNTER_NAMES,
-    SLICE_METRICS,
     SwitchRead,
     compute_slice,
     decode_read,
     encode_read,
     read_from_snapshot,
 )
+from fabricmon.core.telemetry.slices import SLICE_METRICS
 
 GBPS = 1e9
-
-
-def test_shards_are_deterministic_and_never_span_fabrics() -> None:
-    a = rail_optimized("a", servers=4, gpus_per_server=4, spines=2)  # 4 leaves + 2 spines
-    b = rail_optimized("b", servers=4, gpus_per_server=2, spines=1)  # 2 leaves + 1 spine
-    shards = plan_shards([b, a], 4)
-    assert [s.shard_id for s in shards] == ["a:0", "a:1", "b:0"]
-    assert shards == plan_shards([a, b], 4)  # input order does not matter
-    assert sorted(sum((s.switches for s in shards if s.fabric == "a"), ())) == sorted(sw.name for sw in a.switches)
-    assert find_shard([a, b], 4, "b:0").switches == tuple(sorted(sw.name for sw in b.switches))
-    with pytest.raises(UnknownShardError, match="a:7"):
-        find_shard([a, b], 4, "a:7")
-    with pytest.raises(ValueError, match="SHARD_SIZE"):
-        plan_shards([a], 0)
+G = 1_000_000_000
 
 
 def _read(ts_s: float, octets: list[int], *, uptime: int = 1000, errors: list[int] | None = None) -> SwitchRead:
@@ -88,21 +74,6 @@ def test_persisted_read_round_trips_exactly() -> None:
     assert decode_read(b"garbage") is None
 
 
-def test_downsample_means_ignore_nan_and_keep_util_max() -> None:
-    def frame(ts: int, util: list[float]) -> Frame:
-        u = np.asarray(util, dtype=np.float32)
-        return Frame("f", "v1", ts, 1.0, {"util": u, "in_bps": u * 100})
-
-    out = downsample([frame(1, [0.2, np.nan, np.nan]), frame(2, [0.4, 0.5, np.nan])], end_ns=2, step_s=2.0)
-    np.testing.assert_allclose(out.metrics["util"][:2], [0.3, 0.5], rtol=1e-6)
-    np.testing.assert_allclose(out.metrics["util_max"][:2], [0.4, 0.5], rtol=1e-6)
-    assert np.isnan(out.metrics["util"][2]) and np.isnan(out.metrics["util_max"][2])
-    assert out.interval_s == 2.0 and out.topology_version == "v1"
-    assert Frame.decode(out.encode()).metrics.keys() == out.metrics.keys()
-    with pytest.raises(ValueError, match="at least one frame"):
-        downsample([], end_ns=0, step_s=1.0)
-
-
 def test_snapshot_cell_times_give_each_port_its_own_interval_and_persist() -> None:
     def snap(ts_s: float, octets: list[int], late_row_s: float) -> IfSnapshot:
         n = len(octets)
@@ -126,3 +97,70 @@ def test_snapshot_cell_times_give_each_port_its_own_interval_and_persist() -> No
     assert np.isnan(part.metrics["in_bps"][3])
     t_prev, t_cur = part.port_span_ns["in_bps"]
     assert t_prev[:3].tolist() == [10_200_000_000, 10**10, 10**10] and t_cur[:3].tolist() == [11 * 10**9] * 3
+
+
+def _snap(ts_s: float, ifindex: list[int], octets: list[int], discards: list[int], uptime: int = 1000) -> IfSnapshot:
+    """A snapshot serving only ifHCInOctets and ifInDiscards, read in one instant (duration 0)."""
+    n = len(ifindex)
+    return IfSnapshot(
+        switch="leaf",
+        ts_ns=int(ts_s * G),
+        sys_uptime_ticks=uptime,
+        ifindex=np.array(ifindex, dtype=np.int32),
+        counters={
+            "in_octets": np.array(octets, dtype=np.uint64),
+            "in_discards": np.array(discards, dtype=np.uint64),
+        },
+        high_speed_mbps=np.full(n, 400_000, dtype=np.uint32),
+        oper_up=np.ones(n, dtype=bool),
+        discontinuity_ticks=np.zeros(n, dtype=np.int64),
+        varbinds=3 * n,
+        duration_s=0.0,
+    )
+
+
+def _slice(prev: IfSnapshot | None, cur: IfSnapshot | None, order: list[int]):  # type: ignore[no-untyped-def]
+    ifindex = np.array(order, dtype=np.int32)
+    return compute_slice(
+        "leaf",
+        None if prev is None else read_from_snapshot(prev, ifindex),
+        None if cur is None else read_from_snapshot(cur, ifindex),
+        np.full(len(order), 400e9),
+        7,
+    )
+
+
+def test_rates_follow_the_fabric_port_order_and_counter_widths() -> None:
+    prev = _snap(10, [3, 1, 2], [2**64 - 100, 0, 50], [2**32 - 1, 0, 0])
+    cur = _snap(11, [1, 2, 3], [1000, 40, 2**64 - 1], [5, 1, 9])  # port 2 went backwards: reset
+    part = _slice(prev, cur, [1, 3, 2, 7])
+    in_bps, discards = part.metrics["in_bps"], part.metrics["in_discards_ps"]
+    assert in_bps[:2].tolist() == [8000.0, 792.0]  # 1000 B and a Counter64 delta of 99 B in 1 s
+    assert np.isnan(in_bps[2]) and np.isnan(in_bps[3])  # reset; port 7 not served: a gap
+    assert discards[:3].tolist() == [5.0, 10.0, 1.0]  # port 3 wrapped its Counter32 once
+    assert part.dropped == {"reset_decrease": 1, "gap": 2}
+    assert np.isnan(part.metrics["out_bps"]).all()  # a column the agent does not serve: no data
+
+
+def test_a_failed_poll_is_a_gap_everywhere_and_an_uptime_drop_drops_all() -> None:
+    ok = _snap(10, [1, 2], [0, 0], [0, 0])
+    failed = _slice(ok, None, [1, 2])
+    assert not failed.ok and failed.dropped == {"gap": 2} and failed.t_cur_ns == 7
+    restarted = _snap(11, [1, 2], [10, 10], [0, 0], uptime=5)
+    part = _slice(ok, restarted, [1, 2])
+    assert np.isnan(part.metrics["in_bps"]).all() and np.isnan(part.metrics["in_discards_ps"]).all()
+    assert part.dropped == {"uptime_drop": 4}  # both ports of both served columns
+    assert _slice(None, None, [1]).dropped == {"gap": 1}
+
+
+def test_each_port_rate_runs_between_its_own_cell_read_times() -> None:
+    prev = _snap(10, [1, 2, 3], [0, 0, 0], [0, 0, 0])
+    cur = _snap(11, [1, 2, 3], [1000, 1000, 1000], [0, 0, 0])
+    # row 3 of the first poll came in a later response (0.5 s late); its discards column is unstamped
+    late = np.array([10, 10, 10.5]) * G
+    prev = replace(prev, cell_ts_ns={"in_octets": late.astype(np.int64)})
+    part = _slice(prev, cur, [3, 1, 2, 9])
+    assert part.metrics["in_bps"][:3].tolist() == [16000.0, 8000.0, 8000.0]
+    assert np.isnan(part.metrics["in_bps"][3])
+    t_prev, t_cur = part.port_span_ns["in_discards_ps"]  # no per-cell stamps: the poll's one read time
+    assert set(t_prev.tolist()) == {10 * G} and set(t_cur.tolist()) == {11 * G}
