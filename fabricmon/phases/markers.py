@@ -20,9 +20,9 @@ from django.utils import timezone
 from collectors.traces.schema import PHASES
 from fabricmon.core.phases.clocks import estimate_skew
 from fabricmon.core.phases.gates import clock_gate
+from fabricmon.core.phases.timeline import grouped_median, instances
 from fabricmon.jobs import blocks
 from fabricmon.jobs.models import Run
-from fabricmon.phases import state
 
 # --- phase markers on the live fabric heatmap ----------------------------------------------------
 RECENT_RUN_S = 6 * 3600  # a run ended this long ago is still offered beside the live heatmap
@@ -64,12 +64,12 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
         return out
     step, layer, code = cols.step[ok], cols.layer[ok], cols.phase[ok]
     rank, start, end = cols.rank[ok], cols.start_ns[ok], cols.end_ns[ok]
-    triples, inst = state.instances(step, layer, code)
+    triples, inst = instances(step, layer, code)
     world = run.world_size or int(rank.max()) + 1
     offset_known = bool((cols.clock_offset_ns[ok] != 0).all())
     clock = estimate_skew(inst, rank, end, world, offset_known=offset_known)
-    s_med = state.grouped_median(inst, start.astype(np.int64), len(triples))
-    e_med = state.grouped_median(inst, end.astype(np.int64), len(triples))
+    s_med = grouped_median(inst, start.astype(np.int64), len(triples))
+    e_med = grouped_median(inst, end.astype(np.int64), len(triples))
     phase_s = float(np.median(e_med - s_med)) / 1e9
     gate = clock_gate(clock.error_bound_ns / 1e9, offset_known, max(phase_s, 1e-6))
     keep = np.flatnonzero(e_med >= since_ns)

@@ -30,17 +30,16 @@ import numpy.typing as npt
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.base.connections import connect
 from fabricmon.core.phases.assess import SourceView, assess, attribution_input
 from fabricmon.core.phases.clocks import estimate_skew
 from fabricmon.core.phases.layout import FabricLayout, place_ranks
 from fabricmon.core.phases.live_attribution import LiveAttribution
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
-from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.phases.timeline import grouped_median, instances
 from fabricmon.jobs import blocks
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
-from fabricmon.telemetry import live_window
+from fabricmon.phases import counters
 from fabricmon.topology.fabric_view import fabric_view
 
 Key = tuple[int, int, str]  # (step, layer, phase)
@@ -58,35 +57,6 @@ class NoViewError(Exception):
     """The run has nothing to show yet (or names no fabric); ``str()`` says why."""
 
 
-def grouped_median(group: IntArray, values: IntArray, n_groups: int) -> IntArray:
-    """np.median of ``values`` per group id 0..n_groups-1 (every group non-empty), vectorized:
-    sort by (group, value) and average the middle one or two of each group."""
-    order = np.lexsort((values, group))
-    v = values[order].astype(np.float64)
-    counts = np.bincount(group, minlength=n_groups)
-    first = np.cumsum(counts) - counts
-    lo, hi = first + (counts - 1) // 2, first + counts // 2
-    return ((v[lo] + v[hi]) / 2).astype(np.int64)
-
-
-def instances(step: IntArray, layer: IntArray, phase: IntArray) -> tuple[IntArray, IntArray]:
-    """(unique (step, layer, phase) rows in sorted order, each event's row index), vectorised.
-
-    The three columns are packed into one int64 (step · 2^24 + layer · 2^8 + phase), so the
-    unique is a 1-D sort, several times faster than ``np.unique(axis=0)`` on the stacked columns."""
-    step, layer, phase = (np.asarray(a, dtype=np.int64) for a in (step, layer, phase))
-    small = not len(step) or (
-        min(step.min(), layer.min(), phase.min()) >= 0
-        and layer.max() < 1 << 16 and phase.max() < 1 << 8 and step.max() < 1 << 38
-    )
-    if not small:
-        triples, inst = np.unique(np.stack([step, layer, phase], axis=1), axis=0, return_inverse=True)
-        return triples, inst.reshape(-1)
-    keys, inst = np.unique((step << 24) | (layer << 8) | phase, return_inverse=True)
-    triples = np.stack([keys >> 24, (keys >> 8) & 0xFFFF, keys & 0xFF], axis=1)
-    return triples, inst.reshape(-1)
-
-
 @dataclass
 class _Projected:
     """Projected per-port bytes of the columns already routed, for one routing context."""
@@ -94,66 +64,6 @@ class _Projected:
     calls: dict[Key, tuple[int, int, int]] = field(default_factory=dict)  # key → (matrix id, calls, n_ranks)
     rows_in: dict[Key, FloatArray] = field(default_factory=dict)
     rows_out: dict[Key, FloatArray] = field(default_factory=dict)
-
-
-@dataclass
-class _Frames:
-    """Decoded counter frames of one fabric's live window, read incrementally by stream id."""
-
-    last_id: bytes = b"-"
-    frames: list[Frame] = field(default_factory=list)
-    generation: int = 0  # bumped when the stream is read again from scratch (gone or recreated)
-
-    def update(self, fabric: str) -> bytes:
-        r = connect()
-        newest_id = live_window.newest_id(r, fabric) or b"-"
-        if newest_id == b"-" or (self.last_id != b"-" and _id_tuple(newest_id) < _id_tuple(self.last_id)):
-            self.last_id, self.frames = b"-", []  # stream gone or recreated: start again
-            self.generation += 1
-        if newest_id not in (b"-", self.last_id):
-            got = live_window.read_window(r, fabric, after_id=self.last_id)
-            self.frames.extend(f for _, f in got)
-            self.last_id = got[-1][0] if got else self.last_id
-            keep = live_window.length(r, fabric)
-            if len(self.frames) > keep:  # the stream was trimmed: so is the copy
-                del self.frames[: len(self.frames) - keep]
-        return newest_id
-
-
-def _id_tuple(eid: bytes) -> tuple[int, int]:
-    ms, _, seq = eid.partition(b"-")
-    return int(ms), int(seq or 0)
-
-
-_FRAMES: OrderedDict[str, _Frames] = OrderedDict()
-
-
-def frames_of(fabric: str) -> _Frames:
-    """The fabric's cached frames (the 8 fabrics asked about most recently stay in memory)."""
-    hit = _FRAMES.get(fabric)
-    if hit is None:
-        hit = _FRAMES[fabric] = _Frames()
-        while len(_FRAMES) > 8:
-            _FRAMES.popitem(last=False)
-    _FRAMES.move_to_end(fabric)
-    return hit
-
-
-def measured_bytes(fabric: str, t1_ns: int, t2_ns: int) -> tuple[Any, Any, Any] | None:
-    """(edges, in bytes, out bytes) per poll interval from the cached live window, or None."""
-    frames = [
-        f
-        for f in _FRAMES.get(fabric, _Frames()).frames
-        if t1_ns <= f.ts_ns <= t2_ns and "in_bps" in f.metrics and "out_bps" in f.metrics
-    ]
-    if len(frames) < 3:
-        return None
-    ts = np.array([f.ts_ns for f in frames], dtype=np.int64)
-    edges = np.concatenate([[ts[0] - int(frames[0].interval_s * 1e9)], ts])
-    dt = np.diff(edges) / 1e9
-    m_in = np.stack([np.asarray(f.metrics["in_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
-    m_out = np.stack([np.asarray(f.metrics["out_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
-    return edges, m_in, m_out
 
 
 @dataclass(frozen=True)
@@ -265,7 +175,7 @@ class RunPhaseState:
         n_blocks, top_block = blocks.fingerprint(run.pk)
         ranks = RankMapEntry.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
         version = fabric_view(run.fabric).index.version if run.fabric else ""
-        frames = frames_of(run.fabric).update(run.fabric) if run.fabric else b""
+        frames = counters.frames_of(run.fabric).update(run.fabric) if run.fabric else b""
         return (
             n_blocks,
             top_block,
@@ -339,7 +249,7 @@ class RunPhaseState:
         keys = [all_keys[i] for i in pick]
         if not keys:
             raise NoViewError("no phase events match the run's traffic matrices yet")
-        meas = measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
+        meas = counters.measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
         sums = prepared = None
         if meas is not None:
             # what gates.assess fits the attribution on, built once; its sums kept across updates
@@ -347,7 +257,7 @@ class RunPhaseState:
                 keys, s_med[pick], e_med[pick], edges_ns=meas[0], measured_in=meas[1], measured_out=meas[2]
             )
             live = self._live_attribution(routing)
-            frames = _FRAMES.get(run.fabric)
+            frames = counters.kept(run.fabric)
             sums = live.sums(prepared.timeline, meas[0], prepared.measured,
                              generation=(run.fabric, id(frames), frames.generation if frames else -1))
             for k in ("rebuilds", "intervals_folded", "intervals_provisional"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.port_index import PortIndex, build_port_index
 from fabricmon.core.topology.spec import (
     FabricSpec,
     GnmiSettings,
@@ -49,17 +49,43 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     if not created:
         if not replace:
             raise FabricExistsError(f"fabric {spec.name!r} exists (use replace=True to re-import it)")
-        # The collector choice is set in the admin, not in the file: keep it across re-imports.
-        collectors = dict(Switch.objects.filter(fabric=fabric).values_list("name", "collector"))
-        # Leaves of the tree first: each is then one DELETE with nothing left to cascade
-        # (top-down, Django's collector would load every row to cascade and SET_NULL).
-        Link.objects.filter(fabric=fabric).delete()
-        Nic.objects.filter(gpu__host__fabric=fabric).delete()
-        Gpu.objects.filter(host__fabric=fabric).delete()
-        Host.objects.filter(fabric=fabric).delete()
-        Port.objects.filter(switch__fabric=fabric).delete()
-        Switch.objects.filter(fabric=fabric).delete()
+        collectors = _clear(fabric)
+    port_rows, port_id = _write_switches(fabric, spec, index, collectors)
+    _write_hosts(fabric, spec, port_id)
+    fabric.description = spec.description
+    fabric.topology_version = index.version
+    fabric.save(update_fields=["description", "topology_version", "updated"])
+    keys = [f"{index.switch_names[s]}:{ifx}"
+            for s, ifx in zip(index.switch_of.tolist(), index.ifindex.tolist(), strict=True)]
+    peer_list = [""] * len(index)
+    for p in port_rows:
+        peer_list[p.index] = p.peer
+    TopologyVersion.objects.update_or_create(
+        fabric=fabric, version=index.version, defaults={"port_keys": keys, "port_peers": peer_list}
+    )
+    return fabric
 
+
+def _clear(fabric: Fabric) -> dict[str, str]:
+    """Delete everything below a fabric that is re-imported; returns the collector choice per switch
+    (set in the admin, not in the file: kept across re-imports)."""
+    collectors = dict(Switch.objects.filter(fabric=fabric).values_list("name", "collector"))
+    # Leaves of the tree first: each is then one DELETE with nothing left to cascade
+    # (top-down, Django's collector would load every row to cascade and SET_NULL).
+    Link.objects.filter(fabric=fabric).delete()
+    Nic.objects.filter(gpu__host__fabric=fabric).delete()
+    Gpu.objects.filter(host__fabric=fabric).delete()
+    Host.objects.filter(fabric=fabric).delete()
+    Port.objects.filter(switch__fabric=fabric).delete()
+    Switch.objects.filter(fabric=fabric).delete()
+    return collectors
+
+
+def _write_switches(
+    fabric: Fabric, spec: FabricSpec, index: PortIndex, collectors: dict[str, str]
+) -> tuple[list[Port], dict[tuple[str, str], int]]:
+    """Switches, their ports (numbered by the port index, with their peers) and the links between
+    them, in bulk. Returns the port rows and their ids by (switch, port name)."""
     switches = Switch.objects.bulk_create(
         [_switch_row(fabric, sw, collectors.get(sw.name, Switch.Collector.SNMP)) for sw in spec.switches]
     )
@@ -74,18 +100,18 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
              facing=p.facing, index=position[sw.name, p.ifindex], peer=peers.get((sw.name, p.name), ""))
         for sw in spec.switches for p in sw.ports
     ]
-    ports = Port.objects.bulk_create(port_rows, batch_size=2000)
-    port_id = {}
-    it = iter(ports)
-    for sw in spec.switches:
-        for p in sw.ports:
-            port_id[sw.name, p.name] = next(it).pk
-
+    ports = iter(Port.objects.bulk_create(port_rows, batch_size=2000))
+    port_id = {(sw.name, p.name): next(ports).pk for sw in spec.switches for p in sw.ports}
     Link.objects.bulk_create(
         [Link(fabric=fabric, a_id=port_id[ln.a_switch, ln.a_port], b_id=port_id[ln.b_switch, ln.b_port])
          for ln in spec.links],
         batch_size=2000,
     )
+    return port_rows, port_id
+
+
+def _write_hosts(fabric: Fabric, spec: FabricSpec, port_id: dict[tuple[str, str], int]) -> None:
+    """Hosts, their GPUs and the GPUs' NICs cabled to switch ports, in bulk."""
     hosts = Host.objects.bulk_create([Host(fabric=fabric, name=h.name) for h in spec.hosts], batch_size=2000)
     gpu_rows = [Gpu(host_id=row.pk, index=g.index, rail=g.rail)
                 for h, row in zip(spec.hosts, hosts, strict=True) for g in h.gpus]
@@ -96,19 +122,6 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
          for g, row in zip(all_gpus, gpus, strict=True)],
         batch_size=2000,
     )
-
-    fabric.description = spec.description
-    fabric.topology_version = index.version
-    fabric.save(update_fields=["description", "topology_version", "updated"])
-    keys = [f"{index.switch_names[s]}:{ifx}"
-            for s, ifx in zip(index.switch_of.tolist(), index.ifindex.tolist(), strict=True)]
-    peer_list = [""] * len(index)
-    for p in port_rows:
-        peer_list[p.index] = p.peer
-    TopologyVersion.objects.update_or_create(
-        fabric=fabric, version=index.version, defaults={"port_keys": keys, "port_peers": peer_list}
-    )
-    return fabric
 
 
 def _switch_row(fabric: Fabric, sw: SwitchSpec, collector: str) -> Switch:

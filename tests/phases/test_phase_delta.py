@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from fabricmon.core.phases.assess import SourceView
 from fabricmon.core.phases.gates import Gate
+from fabricmon.core.phases.timeline import grouped_median
 from fabricmon.phases.deltas import split_message, view_delta, view_message
-from fabricmon.phases.state import grouped_median
 
 PASS = Gate(
     "rank_map_coverage", "a", 1.0, "ratio", 0.99, 0.9, True, "pass", "rank_map_coverage: 100 % ≥ 99 %"
@@ -143,7 +143,7 @@ def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_u
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**37), st.integers(0, 300), st.integers(0, 12)), min_size=1, max_size=100))
 def test_packed_instances_are_numpys_unique_rows(rows: list[tuple[int, int, int]]) -> None:
-    from fabricmon.phases.state import instances  # noqa: PLC0415
+    from fabricmon.core.phases.timeline import instances  # noqa: PLC0415
 
     a = np.array(rows, dtype=np.int64)
     want, want_inv = np.unique(a, axis=0, return_inverse=True)

@@ -71,72 +71,61 @@ class Condition:
 def conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
     """Turn findings into rule conditions. Per-port incast is inhibited while the hot set moves,
     so operators get one moving-incast alert rather than one alert per port it visits."""
+    hot = [_moving_incast(findings, geo)] if findings.moving else _incasts(findings, geo)
+    return hot + _switch_conditions(findings, geo)
+
+
+def _port_name(geo: FabricGeometry, p: int) -> str:
     idx = geo.index
+    return f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}"
+
+
+def _moving_incast(findings: WindowFindings, geo: FabricGeometry) -> Condition:
+    """One condition per fabric while the hot set moves: it stays one alert wherever it goes."""
+    return Condition(
+        "moving_incast",
+        "fabric",
+        f"moving incast: hot set {', '.join(_port_name(geo, int(p)) for p in findings.hot_ports[:4])}"
+        f" (J={findings.jaccard:.2f}, {findings.migrations} migrations"
+        f"{', leaf jump' if findings.leaf_jump else ''}"
+        f"{', rail jump' if findings.rail_jump else ''})",
+        value=findings.migration_rate,
+        ports=tuple(int(p) for p in findings.hot_ports),
+        details={
+            "leaf_jump": findings.leaf_jump,
+            "rail_jump": findings.rail_jump,
+            "migrations": findings.migrations,
+            "fan_in_known": findings.fan_in_known,
+        },
+    )
+
+
+def _incasts(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
+    """One condition per hot port of a hot set that stays put."""
+    out = []
+    for p, f, ld in zip(findings.hot_ports, findings.hot_fan_in, findings.hot_load, strict=True):
+        fan = f"fan-in {f:.0f}" if np.isfinite(f) else "fan-in unknown"
+        name = _port_name(geo, int(p))
+        out.append(Condition("incast", name, f"incast on {name}: load {ld:.2f}, {fan}", value=float(ld),
+                             ports=(int(p),)))
+    return out
+
+
+def _switch_conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
+    """Per switch: PFC storm, ECMP imbalance, rail-plan violation, no data."""
+    idx = geo.index
+    names = idx.switch_names
     out: list[Condition] = []
-
-    def port_name(p: int) -> str:
-        return f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}"
-
-    if findings.moving:
-        out.append(
-            Condition(
-                "moving_incast",
-                "fabric",
-                f"moving incast: hot set {', '.join(port_name(int(p)) for p in findings.hot_ports[:4])}"
-                f" (J={findings.jaccard:.2f}, {findings.migrations} migrations"
-                f"{', leaf jump' if findings.leaf_jump else ''}"
-                f"{', rail jump' if findings.rail_jump else ''})",
-                value=findings.migration_rate,
-                ports=tuple(int(p) for p in findings.hot_ports),
-                details={
-                    "leaf_jump": findings.leaf_jump,
-                    "rail_jump": findings.rail_jump,
-                    "migrations": findings.migrations,
-                    "fan_in_known": findings.fan_in_known,
-                },
-            )
-        )
-    else:
-        for p, f, ld in zip(findings.hot_ports, findings.hot_fan_in, findings.hot_load, strict=True):
-            fan = f"fan-in {f:.0f}" if np.isfinite(f) else "fan-in unknown"
-            out.append(
-                Condition(
-                    "incast",
-                    port_name(int(p)),
-                    f"incast on {port_name(int(p))}: load {ld:.2f}, {fan}",
-                    value=float(ld),
-                    ports=(int(p),),
-                )
-            )
-    sw_storm = np.unique(idx.switch_of[findings.storm_ports])
-    for s in sw_storm:
-        ports = findings.storm_ports[idx.switch_of[findings.storm_ports] == s]
-        out.append(
-            Condition(
-                "pfc_storm",
-                idx.switch_names[s],
-                f"PFC storm on {idx.switch_names[s]}: {len(ports)} port(s) paused",
-                value=float(len(ports)),
-                ports=tuple(int(p) for p in ports),
-            )
-        )
+    storm_sw = idx.switch_of[findings.storm_ports]
+    for s in np.unique(storm_sw):
+        ports = findings.storm_ports[storm_sw == s]
+        out.append(Condition("pfc_storm", names[s], f"PFC storm on {names[s]}: {len(ports)} port(s) paused",
+                             value=float(len(ports)), ports=tuple(int(p) for p in ports)))
     for s, r in zip(findings.ecmp_switches, findings.ecmp_ratio, strict=True):
-        out.append(
-            Condition(
-                "ecmp_imbalance",
-                idx.switch_names[s],
-                f"ECMP imbalance on {idx.switch_names[s]} uplinks: busiest {r:.1f}× mean",
-                value=float(r),
-            )
-        )
+        out.append(Condition("ecmp_imbalance", names[s],
+                             f"ECMP imbalance on {names[s]} uplinks: busiest {r:.1f}× mean", value=float(r)))
     for s in np.unique(idx.switch_of[findings.rail_violation_ports]):
-        out.append(
-            Condition(
-                "rail_violation",
-                idx.switch_names[s],
-                f"rail-plan violation: traffic leaves rail via {idx.switch_names[s]} uplinks",
-            )
-        )
-    for s in findings.down_switches:
-        out.append(Condition("target_down", idx.switch_names[s], f"{idx.switch_names[s]}: no data"))
+        out.append(Condition("rail_violation", names[s],
+                             f"rail-plan violation: traffic leaves rail via {names[s]} uplinks"))
+    out.extend(Condition("target_down", names[s], f"{names[s]}: no data") for s in findings.down_switches)
     return out

@@ -68,3 +68,33 @@ def design_rows(timeline: PhaseTimeline, edges_ns: IntArray) -> tuple[FloatArray
     """(occupancy (I, K), interval lengths in s (I,)) of the intervals between ``edges_ns``."""
     edges = np.asarray(edges_ns, dtype=np.int64)
     return occupancy(timeline, edges), np.diff(edges).astype(np.float64) / 1e9
+
+
+def grouped_median(group: IntArray, values: IntArray, n_groups: int) -> IntArray:
+    """np.median of ``values`` per group id 0..n_groups-1 (every group non-empty), vectorized:
+    sort by (group, value) and average the middle one or two of each group."""
+    order = np.lexsort((values, group))
+    v = values[order].astype(np.float64)
+    counts = np.bincount(group, minlength=n_groups)
+    first = np.cumsum(counts) - counts
+    lo, hi = first + (counts - 1) // 2, first + counts // 2
+    out: IntArray = ((v[lo] + v[hi]) / 2).astype(np.int64)
+    return out
+
+
+def instances(step: IntArray, layer: IntArray, phase: IntArray) -> tuple[IntArray, IntArray]:
+    """(unique (step, layer, phase) rows in sorted order, each event's row index), vectorised.
+
+    The three columns are packed into one int64 (step · 2^24 + layer · 2^8 + phase), so the
+    unique is a 1-D sort, several times faster than ``np.unique(axis=0)`` on the stacked columns."""
+    step, layer, phase = (np.asarray(a, dtype=np.int64) for a in (step, layer, phase))
+    small = not len(step) or (
+        min(step.min(), layer.min(), phase.min()) >= 0
+        and layer.max() < 1 << 16 and phase.max() < 1 << 8 and step.max() < 1 << 38
+    )
+    if not small:
+        triples, inst = np.unique(np.stack([step, layer, phase], axis=1), axis=0, return_inverse=True)
+        return triples, inst.reshape(-1)
+    keys, inst = np.unique((step << 24) | (layer << 8) | phase, return_inverse=True)
+    triples = np.stack([keys >> 24, (keys >> 8) & 0xFFFF, keys & 0xFF], axis=1)
+    return triples, inst.reshape(-1)

@@ -16,7 +16,7 @@ served on one loopback address.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from fabricmon.core.topology.spec import (
     FabricSpec,
@@ -27,6 +27,26 @@ from fabricmon.core.topology.spec import (
     SnmpSettings,
     SwitchSpec,
 )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The shape being generated: SUs, rails, spines and how leaves are cabled to spines."""
+
+    servers: int
+    gpus_per_server: int
+    spines: int
+    servers_per_su: int
+    speed_bps: int
+    su_servers: tuple[int, ...]  # servers in each SU (the last may be partial)
+    per_pair: int  # parallel links per leaf–spine pair
+
+    @property
+    def n_su(self) -> int:
+        return len(self.su_servers)
+
+    def leaf_name(self, su: int, rail: int) -> str:
+        return f"leaf-su{su}-r{rail}" if self.n_su > 1 else f"leaf-r{rail}"
 
 
 def rail_optimized(
@@ -44,83 +64,65 @@ def rail_optimized(
 ) -> FabricSpec:
     if servers < 1 or gpus_per_server < 1 or spines < 0:
         raise ValueError("servers and gpus_per_server must be ≥ 1, spines ≥ 0")
-    speed_bps = speed_gbps * 1_000_000_000
-    snmp = snmp or SnmpSettings()
     n_su = -(-servers // servers_per_su)
-    rails = gpus_per_server
-    # Servers of one SU on one leaf; the last SU may be partial.
-    su_servers = [min(servers_per_su, servers - su * servers_per_su) for su in range(n_su)]
+    su_servers = tuple(min(servers_per_su, servers - su * servers_per_su) for su in range(n_su))
     uplinks = uplinks_per_leaf if uplinks_per_leaf is not None else max(su_servers)
     if spines and uplinks % spines:
         raise ValueError(f"uplinks_per_leaf={uplinks} does not divide evenly over {spines} spines")
-    per_pair = uplinks // spines if spines else 0
-
-    switches: list[SwitchSpec] = []
-    links: list[LinkSpec] = []
-    hosts: list[HostSpec] = []
-    k = 0
-
-    def leaf_name(su: int, rail: int) -> str:
-        return f"leaf-su{su}-r{rail}" if n_su > 1 else f"leaf-r{rail}"
-
-    spine_ports: dict[int, list[PortSpec]] = {s: [] for s in range(spines)}
-    for su in range(n_su):
-        for rail in range(rails):
-            lname = leaf_name(su, rail)
-            ports = [
-                PortSpec(ifindex=i + 1, name=f"Ethernet{i + 1}", speed_bps=speed_bps, facing="host")
-                for i in range(su_servers[su])
-            ]
-            for s in range(spines):
-                for j in range(per_pair):
-                    ifx = len(ports) + 1
-                    ports.append(PortSpec(ifx, f"Ethernet{ifx}", speed_bps, "fabric"))
-                    sp = spine_ports[s]
-                    sp_ifx = len(sp) + 1
-                    sp.append(PortSpec(sp_ifx, f"Ethernet{sp_ifx}", speed_bps, "fabric"))
-                    links.append(LinkSpec(lname, f"Ethernet{ifx}", f"spine{s}", f"Ethernet{sp_ifx}"))
-                    del j
-            switches.append(
-                SwitchSpec(
-                    name=lname,
-                    role="leaf",
-                    rail=rail,
-                    mgmt_address=mgmt_address,
-                    snmp=replace(snmp, port=snmp_base_port + k),
-                    ports=tuple(ports),
-                )
-            )
-            k += 1
-    for s in range(spines):
-        switches.append(
-            SwitchSpec(
-                name=f"spine{s}",
-                role="spine",
-                rail=None,
-                mgmt_address=mgmt_address,
-                snmp=replace(snmp, port=snmp_base_port + k),
-                ports=tuple(spine_ports[s]),
-            )
-        )
-        k += 1
-
-    width = max(3, len(str(servers)))
-    for h in range(servers):
-        su, local = divmod(h, servers_per_su)
-        gpus = tuple(
-            GpuSpec(
-                index=g,
-                nic=f"mlx5_{g}",
-                rail=g,
-                switch=leaf_name(su, g),
-                port=f"Ethernet{local + 1}",
-            )
-            for g in range(gpus_per_server)
-        )
-        hosts.append(HostSpec(name=f"node{h + 1:0{width}d}", gpus=gpus))
-
+    plan = _Plan(servers, gpus_per_server, spines, servers_per_su, speed_gbps * 1_000_000_000, su_servers,
+                 uplinks // spines if spines else 0)
+    snmp = snmp or SnmpSettings()
+    leaves, spine_ports, links = _leaves(plan)
+    switches = [
+        SwitchSpec(name=n, role="leaf", rail=rail, mgmt_address=mgmt_address,
+                   snmp=replace(snmp, port=snmp_base_port + k), ports=ports)
+        for k, (n, rail, ports) in enumerate(leaves)
+    ]
+    switches += [
+        SwitchSpec(name=f"spine{s}", role="spine", rail=None, mgmt_address=mgmt_address,
+                   snmp=replace(snmp, port=snmp_base_port + len(leaves) + s), ports=tuple(spine_ports[s]))
+        for s in range(spines)
+    ]
     desc = (
-        f"rail-optimized: {servers} servers x {gpus_per_server} GPUs, {n_su} SU, {rails} rails, "
+        f"rail-optimized: {servers} servers x {gpus_per_server} GPUs, {n_su} SU, {gpus_per_server} rails, "
         f"{spines} spines, {speed_gbps}G"
     )
-    return FabricSpec(name=name, switches=tuple(switches), hosts=tuple(hosts), links=tuple(links), description=desc)
+    return FabricSpec(name=name, switches=tuple(switches), hosts=_hosts(plan), links=tuple(links), description=desc)
+
+
+def _leaves(plan: _Plan) -> tuple[list[tuple[str, int, tuple[PortSpec, ...]]], dict[int, list[PortSpec]], list[LinkSpec]]:
+    """Leaves in generation order (SU by SU, rail by rail) with their ports: one host-facing port per
+    server of the SU, then the uplinks, spread evenly over the spines as parallel links."""
+    leaves: list[tuple[str, int, tuple[PortSpec, ...]]] = []
+    spine_ports: dict[int, list[PortSpec]] = {s: [] for s in range(plan.spines)}
+    links: list[LinkSpec] = []
+    speed = plan.speed_bps
+    for su in range(plan.n_su):
+        for rail in range(plan.gpus_per_server):
+            lname = plan.leaf_name(su, rail)
+            ports = [PortSpec(ifindex=i + 1, name=f"Ethernet{i + 1}", speed_bps=speed, facing="host")
+                     for i in range(plan.su_servers[su])]
+            for s in range(plan.spines):
+                for _ in range(plan.per_pair):
+                    ifx = len(ports) + 1
+                    ports.append(PortSpec(ifx, f"Ethernet{ifx}", speed, "fabric"))
+                    sp = spine_ports[s]
+                    sp_ifx = len(sp) + 1
+                    sp.append(PortSpec(sp_ifx, f"Ethernet{sp_ifx}", speed, "fabric"))
+                    links.append(LinkSpec(lname, f"Ethernet{ifx}", f"spine{s}", f"Ethernet{sp_ifx}"))
+            leaves.append((lname, rail, tuple(ports)))
+    return leaves, spine_ports, links
+
+
+def _hosts(plan: _Plan) -> tuple[HostSpec, ...]:
+    """Servers numbered across SUs; GPU g's NIC on rail g's leaf of its SU, port = server's slot."""
+    width = max(3, len(str(plan.servers)))
+    hosts = []
+    for h in range(plan.servers):
+        su, local = divmod(h, plan.servers_per_su)
+        gpus = tuple(
+            GpuSpec(index=g, nic=f"mlx5_{g}", rail=g, switch=plan.leaf_name(su, g), port=f"Ethernet{local + 1}")
+            for g in range(plan.gpus_per_server)
+        )
+        hosts.append(HostSpec(name=f"node{h + 1:0{width}d}", gpus=gpus))
+    return tuple(hosts)
