@@ -26,16 +26,18 @@ demo: install
 test: install
 	bash scripts/test.sh
 
-## Pure units only (milliseconds each; no services needed).
+## Units only: no services, no browser, no seeded sweeps (marked slow); seconds in all.
 test-fast: install
-	$(PY) -m pytest -q -m "not integration and not e2e" -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -m "not integration and not e2e and not slow" -n $(PYTEST_WORKERS)
 
 bench: install
 	bash scripts/bench.sh
 
+## ruff (the rules in pyproject.toml), mypy strict on core and collectors, the layer contracts.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy fabricmon/core collectors
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf var test-output .pytest_cache

@@ -39,7 +39,7 @@ SERVER = """
 import sys, time, numpy as np
 sys.path.insert(0, {root!r})
 from twin.gnmi_target import GnmiFabric
-from twin.queues import QueueCounterSource
+from twin.gnmi_sources import QueueCounterSource
 n = {n}
 rng = np.random.default_rng(0)
 lam = [rng.uniform(0, 1.5, n) * 50e9 for _ in range(8)]

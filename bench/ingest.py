@@ -45,7 +45,7 @@ T0 = 1_795_987_668_367_402_543
 
 
 def make_batches(n_events: int, ranks: int, batch: int) -> list[bytes]:
-    import orjson  # noqa: PLC0415
+    import orjson
 
     out, lines = [], []
     phases = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
@@ -99,15 +99,15 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
     """One measured ingest into a fresh database; prints one JSON line."""
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
-    import django  # noqa: PLC0415
+    import django
 
     django.setup()
-    from django.contrib.auth import get_user_model  # noqa: PLC0415
-    from django.core.management import call_command  # noqa: PLC0415
-    from django.db import connection  # noqa: PLC0415
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
 
-    from fabricmon.jobs import blocks, ingest  # noqa: PLC0415
-    from fabricmon.jobs.models import Run  # noqa: PLC0415
+    from fabricmon.jobs import blocks, ingest
+    from fabricmon.jobs.models import Run
 
     call_command("migrate", verbosity=0)
     user = get_user_model().objects.create_user("bench")
@@ -145,7 +145,7 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
 
 
 def _pg_database(admin_url: str, name: str, create: bool) -> str:
-    import psycopg  # noqa: PLC0415
+    import psycopg
 
     with psycopg.connect(admin_url.replace("postgres://", "postgresql://"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
@@ -308,7 +308,7 @@ def write_trace(path: Path, target_mb: int, world: int = 8) -> int:
 
 
 def _import_child(path: str) -> None:
-    from collectors.traces.kineto import read_kineto  # noqa: PLC0415
+    from collectors.traces.kineto import read_kineto
 
     t0 = time.perf_counter()
     with open(path, "rb") as f:

@@ -40,12 +40,12 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout, no install needed
 
-from fabricmon.core.telemetry.frames import Frame  # noqa: E402
-from fabricmon.core.topology.port_index import build_port_index  # noqa: E402
-from fabricmon.core.topology.railgen import rail_optimized  # noqa: E402
+from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
-from fabricmon.core.topology.yaml_load import load_fabric  # noqa: E402
-from fabricmon.telemetry import live_window  # noqa: E402
+from fabricmon.core.topology.yaml_load import load_fabric
+from fabricmon.telemetry import live_window
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 USER, PASSWORD = "bench", "bench-password"

@@ -156,18 +156,22 @@ def main() -> None:
     r = bench_projection()
     print(f"projection: 4096 GPUs, {r['ports']:.0f} ports, PXN; routing built once in {r['build_s']:.1f} s")
     print(
-        f"  float64 matrices: {r['ms64']:.1f} ms/phase (median {r['ms64_med']:.1f}); reading the input alone: {r['floor64']:.1f} ms"
+        f"  float64 matrices: {r['ms64']:.1f} ms/phase (median {r['ms64_med']:.1f});"
+        f" reading the input alone: {r['floor64']:.1f} ms"
     )
     print(
-        f"  float32 matrices: {r['ms32']:.1f} ms/phase (median {r['ms32_med']:.1f}); reading the input alone: {r['floor32']:.1f} ms;"
+        f"  float32 matrices: {r['ms32']:.1f} ms/phase (median {r['ms32_med']:.1f});"
+        f" reading the input alone: {r['floor32']:.1f} ms;"
         f" max error vs float64 {r['f32_rel_err']:.1e}"
     )
     print(
-        f"  twin router (reference, same matrices): {r['ref_ms']:.1f} ms/phase, max error vs it {r.get('ref_rel_err', float('nan')):.1e}"
+        f"  twin router (reference, same matrices): {r['ref_ms']:.1f} ms/phase, max error"
+        f" vs it {r.get('ref_rel_err', float('nan')):.1e}"
     )
     a = bench_attribution()
     print(
-        f"attribution: 3600 x 1 s samples x {2 * 12288} counters, 16 (layer, phase): counters alone {a['alone_s']:.1f} s"
+        f"attribution: 3600 x 1 s samples x {2 * 12288} counters, 16 (layer, phase):"
+        f" counters alone {a['alone_s']:.1f} s"
         f" ({a['alone_hot_s']:.1f} s with hot ports + confidence; residual {a['residual']:.3f}),"
         f" counters + projection prior {a['prior_s']:.1f} s"
     )

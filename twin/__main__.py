@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report-every-steps", type=int, default=1, help="report every k-th training step")
     ap.add_argument("--report-block-steps", type=int, default=1,
                     help="with --report-every-steps k: report B consecutive steps of every k·B (the same "
-                         "share, but whole poll intervals of reported steps, which the projection gate checks)")
+                         "share, but whole poll intervals of reported steps, which the projection gate "
+                         "checks)")
     ap.add_argument("--report-connect-timeout-s", type=float, default=300.0,
                     help="retry creating the run (token file, server) this long, then stop reporting")
     ap.add_argument("--report-skew-ns", type=int, default=0,

@@ -46,7 +46,7 @@ from twin.gnmi_target import GnmiFabric
 from twin.live_reporter import LiveJobReporter
 from twin.mib import build_switch_mib
 from twin.moe import MoeTraffic
-from twin.queues import TwinSwitchSource
+from twin.gnmi_sources import TwinSwitchSource
 from twin.routing import Router, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol

@@ -6,7 +6,7 @@ notification carries the device timestamp of the counter read it came from.
 
 A switch is backed by a :class:`CounterSource` — anything with ``port_names`` and ``read()``
 returning ``(ts_ns, {leaf key: array per port})`` — so the target runs standalone (tests, bench)
-or on the twin's traffic (twin/queues.py). Faults for tests: :meth:`GnmiFabric.stop_switch` /
+or on the twin's traffic (twin/gnmi_sources.py). Faults for tests: :meth:`GnmiFabric.stop_switch` /
 :meth:`start_switch` (same port), and ``mangle`` hooks that rewrite outgoing responses.
 
     GnmiFabric (one thread, one asyncio loop)

@@ -17,6 +17,7 @@ mismatch.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,7 @@ def rank_map_entries(fabric: FabricSpec, coverage: float = 1.0) -> list[dict[str
         for g in sorted(host.gpus, key=lambda g: g.index):
             out.append({"rank": len(out), "host": host.name, "local_rank": g.index, "gpu": f"gpu{g.index}",
                         "nic": g.nic, "switch": g.switch, "switch_port": g.port})
-    keep = int(round(coverage * len(out)))
+    keep = round(coverage * len(out))
     return out[:keep]
 
 
@@ -71,10 +72,14 @@ def rank_hosts(fabric: FabricSpec) -> list[str]:
 class TwinJobRecording:
     """``duration_s`` of the twin's job from ``t0_ns``, recorded without running agents."""
 
-    def __init__(self, cfg: TwinConfig, duration_s: float, t0_ns: int, fabric: FabricSpec | None = None) -> None:
+    def __init__(
+        self, cfg: TwinConfig, duration_s: float, t0_ns: int, fabric: FabricSpec | None = None
+    ) -> None:
         self.cfg = cfg
-        self.fabric = fabric or rail_optimized(cfg.name, servers=cfg.servers, gpus_per_server=cfg.gpus_per_server,
-                                               spines=cfg.spines, speed_gbps=cfg.speed_gbps)
+        self.fabric = fabric or rail_optimized(
+            cfg.name, servers=cfg.servers, gpus_per_server=cfg.gpus_per_server, spines=cfg.spines,
+            speed_gbps=cfg.speed_gbps,
+        )
         self.ports = build_port_index(self.fabric)
         self.wiring = Wiring(self.fabric, self.ports)
         self.router = Router(self.wiring, cfg.routing, seed=cfg.seed)
@@ -95,8 +100,8 @@ class TwinJobRecording:
                 matrices[(lt.step, lt.layer, "dispatch")] = lt.dispatch_bytes
                 matrices[(lt.step, lt.layer, "combine")] = lt.combine_bytes
         self.phases = [
-            RecordedPhase(ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns, matrices[(ph.step, ph.layer, ph.kind)],
-                          ph.in_bytes, ph.out_bytes, ph.hot_gpu)
+            RecordedPhase(ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns,
+                          matrices[(ph.step, ph.layer, ph.kind)], ph.in_bytes, ph.out_bytes, ph.hot_gpu)
             for ph in phases
         ]
         self.end_ns = end_ns
@@ -116,9 +121,10 @@ class TwinJobRecording:
         n = int((self.end_ns - self.t0_ns) / (poll_s * NS))
         edges = self.t0_ns + (np.arange(n + 1) * poll_s * NS).astype(np.int64)
         frames = []
-        for a, b in zip(edges[:-1], edges[1:], strict=True):
+        for a, b in itertools.pairwise(edges):
             in_b, out_b = self.window_bytes(int(a), int(b))
-            metrics = {"in_bps": (in_b * 8 / poll_s).astype(np.float32), "out_bps": (out_b * 8 / poll_s).astype(np.float32)}
+            metrics = {"in_bps": (in_b * 8 / poll_s).astype(np.float32),
+                       "out_bps": (out_b * 8 / poll_s).astype(np.float32)}
             frames.append(Frame(self.fabric.name, self.ports.version, int(b), poll_s, metrics))
         return frames
 
@@ -126,7 +132,9 @@ class TwinJobRecording:
         """Rank r = GPU r of the fabric (host order); ``coverage`` < 1 keeps only the first ranks."""
         return rank_map_entries(self.fabric, coverage)
 
-    def events(self, *, skew_ns_by_host: dict[int, int] | None = None, id_prefix: str = "twin") -> Iterator[dict[str, Any]]:
+    def events(
+        self, *, skew_ns_by_host: dict[int, int] | None = None, id_prefix: str = "twin"
+    ) -> Iterator[dict[str, Any]]:
         """Per-rank phase events of every phase; ranks on a skewed host stamp times off by its skew."""
         hosts = rank_hosts(self.fabric)
         shift = np.zeros(self.world_size, dtype=np.int64)
@@ -134,7 +142,8 @@ class TwinJobRecording:
             shift[self.wiring.gpu_host == h] = skew
         for ph in self.phases:
             for ev in events_from_matrix(ph.matrix, step=ph.step, layer=ph.layer, phase=ph.phase,
-                                         start_ns=ph.start_ns, end_ns=ph.end_ns, id_prefix=id_prefix, hosts=hosts):
+                                         start_ns=ph.start_ns, end_ns=ph.end_ns, id_prefix=id_prefix,
+                                         hosts=hosts):
                 s = int(shift[ev["rank"]])
                 if s:
                     ev["start_ns"] += s
@@ -147,7 +156,8 @@ class TwinJobRecording:
         status, body = client.post_rank_map(run_id, self.rank_map(coverage))
         if status >= 300:
             raise RuntimeError(f"rank map rejected: {status} {body}")
-        poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=measure_clock)
+        poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22,
+                             measure_clock=measure_clock)
         for ev in self.events(skew_ns_by_host=skew_ns_by_host):
             poster.submit(ev)
         stats = poster.close(timeout_s=300)

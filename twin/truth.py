@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from twin.counters import METRICS, RATE_NAMES
-from twin.queues import queue_leaves
+from twin.gnmi_sources import queue_leaves
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class TwinTruth:
 
     def true_queue(self, switch: str | None, t_ns: int) -> dict[str, np.ndarray]:
         """Queue, ECN, PFC counters (uint64 per port) the gNMI target serves at ``t_ns``
-        (twin.queues.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
+        (twin.gnmi_sources.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
         if self.queues is None:
             raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
         cum = self.queues.counters_at(t_ns)

@@ -83,7 +83,8 @@ def read_from_snapshot(snapshot: IfSnapshot, ifindex: npt.NDArray[np.int32]) -> 
         if name in snapshot.counters:  # a column the agent does not serve stays absent (→ NaN)
             raw = np.asarray(snapshot.counters[name], dtype=np.uint64)
             counters[name] = align_ports(src, raw, ifindex)[0].astype(np.uint64)
-    speed_mbps = align_ports(src, np.asarray(snapshot.high_speed_mbps, dtype=np.float64), ifindex)[0].astype(np.float64)
+    high_speed = np.asarray(snapshot.high_speed_mbps, dtype=np.float64)
+    speed_mbps = align_ports(src, high_speed, ifindex)[0].astype(np.float64)
     speed = np.where(speed_mbps > 0, speed_mbps * 1e6, np.nan)
     disc = snapshot.discontinuity_ticks
     disc_aligned = None

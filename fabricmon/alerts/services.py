@@ -130,7 +130,8 @@ def _open_alerts(fabric: str, run_name: str) -> dict[str, Alert]:
 
 
 def _slot(a: Alert) -> Slot:
-    return Slot(a.kind, a.key, a.state, _ns(a.active_since), _ns(a.last_true), Condition(a.kind, a.key, a.summary))  # type: ignore[arg-type]
+    cond = Condition(a.kind, a.key, a.summary)
+    return Slot(a.kind, a.key, a.state, _ns(a.active_since), _ns(a.last_true), cond)  # type: ignore[arg-type]
 
 
 def _apply(w: _Window, rows: dict[str, Alert], ch: Transition) -> AlertTransition:

@@ -91,7 +91,8 @@ def receivers(request: HttpRequest) -> HttpResponse:
         rcv.owner = None if access.is_staff(request.user) else request.user  # job owners route their own runs
         rcv.save()
         return redirect("alerts:receivers")
-    visible = Receiver.objects.all() if access.is_staff(request.user) else Receiver.objects.filter(owner=request.user)
+    staff = access.is_staff(request.user)
+    visible = Receiver.objects.all() if staff else Receiver.objects.filter(owner=request.user)
     return render(request, "alerts/receivers.html", {"receivers": visible, "form": form})
 
 

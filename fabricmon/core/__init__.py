@@ -1,1 +1,2 @@
-"""Pure Python + numpy: no Django, Celery or Channels imports (enforced by tests/core/test_layering.py)."""
+"""Pure Python + numpy, no Django, Celery or Channels (the contracts in pyproject.toml, checked by
+tests/test_layers.py): topology, telemetry maths, detection and a run's phases on the fabric."""

@@ -35,7 +35,9 @@ from fabricmon.jobs.sql import QmarkCursor, insert_many, pg_cursor, sql_cursor
 NO_VALUE = -1  # a matrix's step/layer when the events had none (a real value keeps the unique key working)
 
 
-def insert_block(run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray) -> int:
+def insert_block(
+    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray
+) -> int:
     """One ``EventBlock`` row and its key-index rows (``keys`` with their event ``counts``), raw SQL
     in the caller's transaction (the ORM's create costs ~0.5 µs an event here). Returns its id."""
     blob = encode_block(cols)

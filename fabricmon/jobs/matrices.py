@@ -116,7 +116,8 @@ def add_events(
 
 
 def _write(
-    run: Run, wanted: list[tuple[str, int, int, str]], calls: list[int], n: int, sums: _DenseSums | _SortedSums
+    run: Run, wanted: list[tuple[str, int, int, str]], calls: list[int], n: int,
+    sums: _DenseSums | _SortedSums,
 ) -> None:
     """Matrix ``j`` of ``wanted`` gets ``sums.part(j)`` and ``calls[j]`` more calls: added to the
     stored row (grown to ``n`` ranks) or inserted."""

@@ -60,7 +60,8 @@ def take(token_key: str, cost: int = 1) -> float:
     if rate <= 0:
         return 0.0
     try:
-        wait = float(_script(settings.REDIS_URL)(keys=[keys.rate_bucket(token_key)], args=[rate, burst, cost]))
+        take_script = _script(settings.REDIS_URL)
+        wait = float(take_script(keys=[keys.rate_bucket(token_key)], args=[rate, burst, cost]))
     except redis.RedisError as exc:
         global _last_warning  # noqa: PLW0603  (one warning a minute, not one per request)
         if time.monotonic() - _last_warning > 60:

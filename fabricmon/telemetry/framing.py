@@ -104,7 +104,8 @@ class FabricFramer:
             return None
         if not r.set(keys.framed(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
             return None
-        frame = self.assemble(tick_ns, _str_keys(reported), _str_keys(r.hgetall(keys.latest_slices(self.fabric))))
+        latest = _str_keys(r.hgetall(keys.latest_slices(self.fabric)))
+        frame = self.assemble(tick_ns, _str_keys(reported), latest)
         live_window.append(r, frame, max_frames=self.max_frames)
         return frame
 

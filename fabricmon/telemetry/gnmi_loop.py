@@ -45,7 +45,7 @@ def target_spec(sw: SwitchSpec, framer: FabricFramer) -> GnmiTargetSpec:
 
 
 async def gnmi_switch_loop(
-    sw: SwitchSpec, session: GnmiSession, framer: FabricFramer,
+    sw: SwitchSpec, session: GnmiSession, framer: FabricFramer, *,
     deliver: Callable[[str, int, SwitchSlice], None],
     record: Callable[[str, int, SwitchSlice, dict[str, Any]], None],
     running: Callable[[], bool] = lambda: True,

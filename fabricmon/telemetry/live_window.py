@@ -48,11 +48,14 @@ def _after(after_id: bytes | str) -> bytes | str:
 
 def append(r: redis.Redis, frame: Frame, *, max_frames: int) -> bytes:
     """Add a frame to its fabric's window; returns the stream ID."""
-    eid: bytes = r.xadd(keys.frames(frame.fabric), {FIELD: frame.encode()}, maxlen=max_frames, approximate=True)
+    eid: bytes = r.xadd(keys.frames(frame.fabric), {FIELD: frame.encode()}, maxlen=max_frames,
+                        approximate=True)
     return eid
 
 
-def read_window(r: redis.Redis, fabric: str, *, after_id: bytes | str = b"-", count: int | None = None) -> list[Entry]:
+def read_window(
+    r: redis.Redis, fabric: str, *, after_id: bytes | str = b"-", count: int | None = None
+) -> list[Entry]:
     """Frames after ``after_id`` (exclusive unless ``-``), oldest first."""
     return _decode(r.xrange(keys.frames(fabric), min=_after(after_id), count=count))
 

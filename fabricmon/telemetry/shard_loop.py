@@ -151,8 +151,8 @@ class ShardCollector:
             [gnmi_loop.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
         for n in self.gnmi_names:
             tasks.append(asyncio.create_task(gnmi_loop.gnmi_switch_loop(
-                spec.switch(n), self.gnmi.sessions[n], self.framer, self._deliver, self._record_gnmi,
-                running=lambda: not self._stopping)))
+                spec.switch(n), self.gnmi.sessions[n], self.framer, deliver=self._deliver,
+                record=self._record_gnmi, running=lambda: not self._stopping)))
         tasks.append(asyncio.create_task(self._deadline_loop()))
         try:
             self.report.ended = await self._supervise()

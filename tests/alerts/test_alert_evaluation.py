@@ -11,9 +11,9 @@ from fabricmon.alerts.models import Alert, Episode
 from fabricmon.base import keys
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.telemetry.frames import Frame
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.topology import services as topology
+from tests.topologies import two_leaf_two_spine
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 KMAX = DetectConfig().watermark_kmax_bytes
@@ -21,7 +21,7 @@ T0_NS = 1_767_225_600 * 10**9
 
 
 def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> None:
-    topology.import_fabric(rail_optimized(fabric_name, servers=4, gpus_per_server=2, spines=2))
+    topology.import_fabric(two_leaf_two_spine(fabric_name, servers=4))
     geo = geometry(fabric_name)
     host = np.flatnonzero(geo.is_leaf_host)
     try:

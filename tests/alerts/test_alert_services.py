@@ -16,7 +16,7 @@ from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import fabric_geometry
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
+from tests.topologies import two_leaf_two_spine
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -25,7 +25,7 @@ KMAX = DetectConfig().watermark_kmax_bytes
 
 @pytest.fixture(scope="module")
 def geo():
-    fabric = rail_optimized("small", servers=4, gpus_per_server=2, spines=2)
+    fabric = two_leaf_two_spine("small", servers=4)
     return fabric_geometry(build_port_index(fabric), fabric)
 
 

@@ -18,7 +18,7 @@ from collectors.gnmi.metrics import IntervalTaker, snapshot
 from collectors.gnmi.paths import LEAF_INDEX
 from collectors.gnmi.session import GnmiCollector, GnmiTargetSpec
 from twin.gnmi_target import GnmiFabric
-from twin.queues import QueueCounterSource
+from twin.gnmi_sources import QueueCounterSource
 
 pytestmark = pytest.mark.integration
 

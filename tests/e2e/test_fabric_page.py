@@ -12,9 +12,9 @@ import pytest
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.telemetry import live_window
+from tests.topologies import four_leaf_two_spine
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -48,7 +48,7 @@ class Feeder(threading.Thread):
 
 @pytest.fixture
 def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
-    spec = rail_optimized(fabric_name, servers=16, gpus_per_server=4, spines=2)
+    spec = four_leaf_two_spine(fabric_name, servers=16)
     (tmp_path / "topology.yaml").write_text(dump_fabric(spec))
     daphne_server.manage("load_topology", str(tmp_path / "topology.yaml"))
     index = build_port_index(spec)

@@ -16,8 +16,8 @@ from test_fabric_page import Feeder, wait_js
 
 from fabricmon.base import keys
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
+from tests.topologies import four_leaf_two_spine
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 USER = "op-e2e"  # the e2e session user (tests/e2e/conftest.py)
@@ -50,7 +50,7 @@ def ingest(server, fabric: str, todo: dict[str, tuple[int | None, bytes]]) -> di
 
 @pytest.fixture
 def fed_fabric(daphne_server, redis_client, fabric_name, tmp_path):
-    spec = rail_optimized(fabric_name, servers=4, gpus_per_server=4, spines=2)
+    spec = four_leaf_two_spine(fabric_name, servers=4)
     (tmp_path / "topology.yaml").write_text(dump_fabric(spec))
     daphne_server.manage("load_topology", str(tmp_path / "topology.yaml"))
     index = build_port_index(spec)

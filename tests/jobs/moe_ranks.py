@@ -72,7 +72,7 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
             }
         )
 
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for step in range(args.steps):

@@ -244,7 +244,7 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
 def test_importer_validation_names_bad_peer_keys() -> None:
     """The row-by-row validator (importers) refuses non-ASCII digits and out-of-range ranks with a
     reason instead of failing on int()."""
-    from fabricmon.jobs.validation import validate_dicts  # noqa: PLC0415
+    from fabricmon.jobs.validation import validate_dicts
 
     bad = [{"\u00b2": 1}, {"\u0663": 1}, {"99999999999999999999": 1}, {"1": 2**63}]
     batch = validate_dicts([_event(i, send_bytes_per_peer=m) for i, m in enumerate(bad)] + [_event(9)])

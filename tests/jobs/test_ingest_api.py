@@ -297,7 +297,7 @@ def test_inspector_lines() -> None:
     ],
 )
 def test_fast_and_careful_validation_agree(over) -> None:
-    from fabricmon.jobs.validation import _careful_row, _fast_row  # noqa: PLC0415
+    from fabricmon.jobs.validation import _careful_row, _fast_row
 
     obj = {**_event(3), **over}
     fast = _fast_row(obj, 7)
@@ -306,7 +306,7 @@ def test_fast_and_careful_validation_agree(over) -> None:
 
 
 def test_oversized_batch_is_refused_with_413(api, monkeypatch) -> None:
-    from fabricmon.jobs import api as api_module  # noqa: PLC0415
+    from fabricmon.jobs import api as api_module
 
     monkeypatch.setattr(api_module, "MAX_BATCH_BYTES", 100)
     resp = api["post"](f"/jobs/api/runs/{api['run'].pk}/events", _ndjson([_event(i) for i in range(5)]))

@@ -44,7 +44,7 @@ def fabricmon_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _events(client: IngestClient, run_id: int, source: str) -> list[dict]:
-    import urllib.request  # noqa: PLC0415
+    import urllib.request
 
     req = urllib.request.Request(f"{client.base_url}/jobs/api/runs/{run_id}/events?source={source}")
     req.add_header("Authorization", f"Bearer {client.token}")

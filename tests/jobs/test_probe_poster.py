@@ -35,9 +35,9 @@ def test_a_closed_poster_refuses_new_events_without_raising() -> None:
 def test_a_rate_limited_batch_is_posted_again_after_retry_after() -> None:
     """A loopback server answers the first post 429 (as the ingest API does over a token's limit),
     then accepts: the batch goes back to the buffer, posting pauses, nothing is lost."""
-    import json  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     posts: list[int] = []
 

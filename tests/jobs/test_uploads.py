@@ -184,7 +184,7 @@ def test_openapi_describes_the_upload_status(uploads, trace) -> None:
 def test_the_cli_imports_synchronously(uploads, trace, tmp_path) -> None:
     """``manage.py import_trace`` reads the file in its own process (no worker) and leaves a done
     upload row with the counts; a format error is a CommandError naming it."""
-    from django.core.management import CommandError, call_command  # noqa: PLC0415
+    from django.core.management import CommandError, call_command
 
     body, n_a2a = trace
     path = tmp_path / "kineto_rank1.json"

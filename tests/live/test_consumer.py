@@ -223,9 +223,9 @@ def test_a_client_that_stops_acknowledging_is_closed_and_costs_one_pending_frame
 def test_a_selected_runs_phase_markers_come_over_the_socket_all_then_only_new(fabric_name, redis_client, settings) -> None:
     """The run selector's markers on the heatmap's socket (MarkerFeed): every marker of the window
     on selection, then only the new ones after more events are ingested; none after deselecting."""
-    from phase_events import GAP_MS, phase_ndjson  # noqa: PLC0415
+    from phase_events import GAP_MS, phase_ndjson
 
-    from fabricmon.jobs import ingest, runs  # noqa: PLC0415
+    from fabricmon.jobs import ingest, runs
 
     settings.FABRICMON_PHASES_TICK_S = 0.2
     cookie = session_cookie("op")

@@ -11,11 +11,11 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from phase_events import GAP_MS, phase_ndjson
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.jobs.ingest import ingest_ndjson
 from fabricmon.jobs.models import Run
 from fabricmon.jobs.runs import create_run, end_run
 from fabricmon.topology.services import import_fabric
+from tests.topologies import two_leaf_one_spine
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 T0_NS = 1_800_000_000_000_000_000
@@ -24,7 +24,7 @@ OFFSET_NS = 2_000_000  # what the probe's exchange measured: moves every event o
 
 @pytest.fixture
 def fabric(fabric_name):
-    spec = rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=1)
+    spec = two_leaf_one_spine(fabric_name, servers=2)
     import_fabric(spec)
     return spec
 

@@ -15,13 +15,14 @@ from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.topology.services import import_fabric
+from tests.topologies import two_leaf_two_spine
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
 @pytest.fixture
 def fabric(fabric_name, redis_client):
-    spec = rail_optimized(fabric_name, servers=4, gpus_per_server=2, spines=2)
+    spec = two_leaf_two_spine(fabric_name, servers=4)
     import_fabric(spec)
     yield spec
     redis_client.delete(keys.frames(fabric_name), keys.health(fabric_name))

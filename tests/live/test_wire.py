@@ -12,8 +12,8 @@ import pytest
 from fabricmon.base import sockets
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.heatmap_rows import fabric_layout
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.live import messages, wire
+from tests.topologies import two_leaf_two_spine
 
 
 def make_frame(values: dict[str, list[float]], ts_ns: int = 1_700_000_000_000_000_000) -> Frame:
@@ -107,7 +107,7 @@ def test_protocol_js_mirrors_python_constants() -> None:
 
 
 def test_layout_groups_cover_every_port_in_order() -> None:
-    spec = rail_optimized("g", servers=4, gpus_per_server=2, spines=2)
+    spec = two_leaf_two_spine("g", servers=4)
     layout = fabric_layout(spec, [f"p{i}" for i in range(24)])
     n = layout["n_ports"]
     for level in (0, 1):

@@ -105,7 +105,7 @@ def test_grouped_median_is_numpys_median_per_group(rows: list[tuple[int, int]]) 
 
 
 def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_upserted() -> None:
-    from fabricmon.core.phases.attribution import HotPorts  # noqa: PLC0415
+    from fabricmon.core.phases.attribution import HotPorts
 
     def hot(claimed: list[bool]) -> HotPorts:
         tied = np.array([[True, False, False], [True, True, True], [False, False, True]])
@@ -143,7 +143,7 @@ def test_attributed_hot_ports_travel_only_where_claimed_and_a_changed_claim_is_u
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**37), st.integers(0, 300), st.integers(0, 12)), min_size=1, max_size=100))
 def test_packed_instances_are_numpys_unique_rows(rows: list[tuple[int, int, int]]) -> None:
-    from fabricmon.core.phases.timeline import instances  # noqa: PLC0415
+    from fabricmon.core.phases.timeline import instances
 
     a = np.array(rows, dtype=np.int64)
     want, want_inv = np.unique(a, axis=0, return_inverse=True)
@@ -155,10 +155,10 @@ def test_a_burst_of_nudges_is_one_recompute_per_min_gap() -> None:
     """Twenty nudges in a burst (a job posting twenty batches), and the ticks, cost no recompute
     before the socket's minimum gap has passed (without it: 41 here, one per nudge and tick). The
     gap is an hour, so the count is not a timing race."""
-    import asyncio  # noqa: PLC0415
+    import asyncio
 
-    from fabricmon.phases.state import PhaseSnapshot  # noqa: PLC0415
-    from fabricmon.phases.stream import PhaseStream  # noqa: PLC0415
+    from fabricmon.phases.state import PhaseSnapshot
+    from fabricmon.phases.stream import PhaseStream
 
     computed: list[int] = []
 

@@ -17,13 +17,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.services import ensure_collectors, fabric_status, run_shard, shard_started
 from fabricmon.topology.services import import_fabric
+from tests.topologies import two_leaf_one_spine, two_leaf_two_spine
 
 pytestmark = pytest.mark.integration
 
@@ -176,7 +176,7 @@ def test_frames_once_per_tick_nan_for_a_dead_shard_and_history_rows(twin_process
 
 @pytest.mark.django_db
 def test_status_says_when_there_are_no_frames(fabric_name, redis_client) -> None:
-    import_fabric(rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=1))
+    import_fabric(two_leaf_one_spine(fabric_name, servers=2))
     out = StringIO()
     call_command("fabric_status", fabric_name, "--once", stdout=out)
     assert "no frames yet — is the collector running?" in out.getvalue()
@@ -205,7 +205,7 @@ def test_next_lease_holder_continues_from_the_last_read(twin_process, redis_url,
 @pytest.mark.django_db
 def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, redis_url, settings) -> None:
     settings.FABRICMON_SHARD_SIZE = 2
-    import_fabric(rail_optimized(fabric_name, servers=2, gpus_per_server=2, spines=2))  # 4 switches
+    import_fabric(two_leaf_two_spine(fabric_name, servers=2))  # 4 switches
     ours = {f"{fabric_name}:0", f"{fabric_name}:1"}
     held = Lease.acquire(redis_client, f"{fabric_name}:1", 5)
     assert held is not None

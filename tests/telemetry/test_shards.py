@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.telemetry.shards import UnknownShardError, find_shard, plan_shards
+from tests.topologies import four_leaf_two_spine, two_leaf_one_spine
 
 
 def test_shards_are_deterministic_and_never_span_fabrics() -> None:
-    a = rail_optimized("a", servers=4, gpus_per_server=4, spines=2)  # 4 leaves + 2 spines
-    b = rail_optimized("b", servers=4, gpus_per_server=2, spines=1)  # 2 leaves + 1 spine
+    a = four_leaf_two_spine("a", servers=4)  # 4 leaves + 2 spines
+    b = two_leaf_one_spine("b", servers=4)  # 2 leaves + 1 spine
     shards = plan_shards([b, a], 4)
     assert [s.shard_id for s in shards] == ["a:0", "a:1", "b:0"]
     assert shards == plan_shards([a, b], 4)  # input order does not matter

@@ -6,16 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import GnmiSettings
 from fabricmon.topology.models import Switch
 from fabricmon.topology.services import fabric_spec, gnmi_settings, import_fabric
+from tests.topologies import two_leaf_one_spine
 
 pytestmark = pytest.mark.django_db
 
 
 def test_gnmi_settings_round_trip_through_the_database() -> None:
-    fab = rail_optimized("gdb", servers=2, gpus_per_server=2, spines=1)
+    fab = two_leaf_one_spine("gdb", servers=2)
     sws = tuple(replace(sw, gnmi=GnmiSettings(50000 + k, 0.25)) if sw.role == "leaf" else sw
                 for k, sw in enumerate(fab.switches))
     fab = replace(fab, switches=sws)

@@ -16,10 +16,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import import_fabric
+from tests.topologies import two_leaf_one_spine
 
 pytestmark = pytest.mark.django_db
 AUTH_KEY, PRIV_KEY, COMMUNITY = "auth-secret-123", "priv-secret-456", "comm-secret-789"
@@ -29,8 +29,7 @@ AUTH_KEY, PRIV_KEY, COMMUNITY = "auth-secret-123", "priv-secret-456", "comm-secr
 def tiny() -> Fabric:
     snmp = SnmpSettings(version="3", community=COMMUNITY, v3_user="mon", v3_auth_key=AUTH_KEY,
                         v3_priv_key=PRIV_KEY)
-    return import_fabric(rail_optimized("tiny", servers=2, gpus_per_server=2, spines=1, uplinks_per_leaf=1,
-                                        snmp=snmp))
+    return import_fabric(two_leaf_one_spine("tiny", servers=2, uplinks_per_leaf=1, snmp=snmp))
 
 
 @pytest.mark.parametrize("model", [Fabric, Switch, Port, Link, Host, Gpu, Nic, TopologyVersion],

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import fabric_spec
+from tests.topologies import one_su_256_gpus, two_leaf_one_spine
 
 pytestmark = pytest.mark.django_db
 MODELS = (Fabric, Switch, Port, Link, Host, Gpu, Nic, TopologyVersion)
@@ -47,10 +47,10 @@ def test_generate_load_export_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "su1.yaml"
     run("generate_topology", "--servers", "32", "--gpus-per-server", "8", "--spines", "4",
         "--speed-gbps", "400", "--name", "su1", "-o", str(path))
-    assert load_fabric(path.read_text()) == rail_optimized()
+    assert load_fabric(path.read_text()) == one_su_256_gpus()
     msg = run("load_topology", str(path))
     assert "loaded fabric 'su1': 12 switches, 768 ports, 32 hosts, 256 GPUs, 256 links" in msg
-    assert fabric_spec("su1") == rail_optimized()
+    assert fabric_spec("su1") == one_su_256_gpus()
     assert run("export_topology", "su1") == path.read_text()
     out = tmp_path / "back.yaml"
     run("export_topology", "su1", "-o", str(out))
@@ -116,7 +116,7 @@ def test_generate_rejects_impossible_shape() -> None:
 def test_load_topology_exits_non_zero_from_the_shell(tmp_path: Path) -> None:
     """The real entry point: a broken file gives exit status 1 and the problem on stderr."""
     bad = tmp_path / "broken.yaml"
-    bad.write_text(dump_fabric(rail_optimized("tiny", servers=2, gpus_per_server=2, spines=1))
+    bad.write_text(dump_fabric(two_leaf_one_spine("tiny", servers=2))
                    .replace("role: spine", "role: core"))
     proc = subprocess.run(
         [sys.executable, "manage.py", "load_topology", str(bad)],

@@ -1,6 +1,6 @@
 """Topology services against the real test database: import, read back, port index, peers, rail plan.
 
-Scenarios use the fixture topology ``two_leaf_one_spine`` (rail_optimized, 2 servers x 2 GPUs,
+Scenarios use the fixture topology ``tiny`` (``two_leaf_one_spine``: 2 servers x 2 GPUs,
 1 spine, one uplink per leaf)::
 
                           [spine0]
@@ -25,7 +25,6 @@ import pytest
 from django.db import IntegrityError
 
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import FabricSpec, GpuSpec, HostSpec, SnmpSettings
 from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.topology.fabric_view import fabric_view
@@ -38,13 +37,15 @@ from fabricmon.topology.services import (
     port_peers,
     rail_plan_violations,
 )
+from tests.topologies import one_su_256_gpus, two_leaf_one_spine
 
 pytestmark = pytest.mark.django_db
 MODELS = (Fabric, Switch, Port, Link, Host, Gpu, Nic, TopologyVersion)
 
 
-def two_leaf_one_spine(name: str = "tiny", **kw: object) -> FabricSpec:
-    return rail_optimized(name, servers=2, gpus_per_server=2, spines=1, uplinks_per_leaf=1, **kw)  # type: ignore[arg-type]
+def tiny(name: str = "tiny", **kw: object) -> FabricSpec:
+    """``two_leaf_one_spine`` with one uplink per leaf: the smallest fabric with every part."""
+    return two_leaf_one_spine(name, **{"uplinks_per_leaf": 1, **kw})  # type: ignore[arg-type]
 
 
 def row_counts() -> dict[str, int]:
@@ -61,7 +62,7 @@ def miscable(spec: FabricSpec) -> FabricSpec:
 
 # 1. import, then read the same fabric back
 def test_import_and_read_back_two_leaf_one_spine() -> None:
-    spec = two_leaf_one_spine()
+    spec = tiny()
     fabric = import_fabric(spec)
     assert row_counts() == {"Fabric": 1, "Switch": 3, "Port": 8, "Link": 2, "Host": 2, "Gpu": 4, "Nic": 4,
                             "TopologyVersion": 1}
@@ -78,7 +79,7 @@ def test_import_and_read_back_two_leaf_one_spine() -> None:
 
 # 2. one scalable unit: 768 ports, 256 GPUs, exact round trip, index equal to core's
 def test_one_su_round_trip_and_port_index() -> None:
-    spec = rail_optimized()
+    spec = one_su_256_gpus()
     import_fabric(spec)
     assert Port.objects.count() == 768 and Nic.objects.count() == 256
     assert fabric_spec("su1") == spec
@@ -94,7 +95,7 @@ def test_snmp_settings_survive_the_database() -> None:
     v3 = SnmpSettings(version="3", v3_user="mon", v3_auth_protocol="SHA256", v3_auth_key="authpass1",
                       v3_priv_protocol="AES256", v3_priv_key="privpass1", v3_context="ctx",
                       interval_s=10.0, timeout_s=2.5, retries=2)
-    spec = two_leaf_one_spine(snmp=v3)
+    spec = tiny(snmp=v3)
     import_fabric(spec)
     back = fabric_spec("tiny")
     assert back == spec and back.switches[2].snmp.port == 16102 and back.switches[0].snmp.v3_priv_key == "privpass1"
@@ -104,9 +105,9 @@ def test_snmp_settings_survive_the_database() -> None:
 
 # 3. re-import replaces the contents, keeps the fabric row and the version history
 def test_reimport_replaces_and_keeps_history() -> None:
-    first = import_fabric(two_leaf_one_spine())
+    first = import_fabric(tiny())
     old_keys = TopologyVersion.objects.get().port_keys
-    bigger = rail_optimized("tiny", servers=3, gpus_per_server=2, spines=1, uplinks_per_leaf=1)
+    bigger = two_leaf_one_spine("tiny", servers=3, uplinks_per_leaf=1)
     second = import_fabric(bigger)
     assert second.pk == first.pk and second.topology_version != first.topology_version
     assert fabric_spec("tiny") == bigger and Port.objects.count() == 2 * (3 + 1) + 2
@@ -118,41 +119,41 @@ def test_reimport_replaces_and_keeps_history() -> None:
 
 
 def test_no_replace_refuses_and_changes_nothing() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     before = row_counts()
     with pytest.raises(FabricExistsError, match="'tiny' exists"):
-        import_fabric(rail_optimized("tiny", servers=4, gpus_per_server=2, spines=1), replace=False)
-    assert row_counts() == before and fabric_spec("tiny") == two_leaf_one_spine()
+        import_fabric(two_leaf_one_spine("tiny", servers=4), replace=False)
+    assert row_counts() == before and fabric_spec("tiny") == tiny()
 
 
 # 4. all-or-nothing: an invalid spec, and a spec the database refuses half-way
 def test_invalid_spec_is_rejected_before_touching_existing_fabric() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     before = row_counts()
-    bad = rail_optimized("tiny", servers=3, gpus_per_server=2, spines=1, uplinks_per_leaf=1)
+    bad = two_leaf_one_spine("tiny", servers=3, uplinks_per_leaf=1)
     leaf = bad.switches[0]
     bad = replace(bad, switches=(replace(leaf, ports=(*leaf.ports, leaf.ports[0])), *bad.switches[1:]))
     with pytest.raises(TopologyError, match=r"fabric 'tiny': switches\[0\] \(leaf-r0\)\.ports\[4\]: field 'ifindex': duplicate"):
         import_fabric(bad)
-    assert row_counts() == before and fabric_spec("tiny") == two_leaf_one_spine()
+    assert row_counts() == before and fabric_spec("tiny") == tiny()
 
 
 def test_database_failure_midway_rolls_everything_back() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     before = row_counts()
-    spec = rail_optimized("tiny", servers=3, gpus_per_server=2, spines=1, uplinks_per_leaf=1)
+    spec = two_leaf_one_spine("tiny", servers=3, uplinks_per_leaf=1)
     # Unvalidated: two hosts of the same name pass the switch/port inserts, then the host insert fails.
     spec = replace(spec, hosts=(*spec.hosts, spec.hosts[0]))
     with pytest.raises(IntegrityError):
         import_fabric(spec, validate=False)
-    assert row_counts() == before and fabric_spec("tiny") == two_leaf_one_spine()
+    assert row_counts() == before and fabric_spec("tiny") == tiny()
 
 
 # 5. the rail plan
 def test_rail_plan_check_finds_a_miscabled_and_an_uncabled_nic() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     assert rail_plan_violations("tiny") == []
-    import_fabric(miscable(two_leaf_one_spine()))
+    import_fabric(miscable(tiny()))
     found = rail_plan_violations("tiny")
     assert [(v.host, v.gpu, v.nic, v.rail, v.switch, v.switch_rail) for v in found] == [
         ("node001", 0, "mlx5_0", 0, "leaf-r1", 1), ("node001", 1, "mlx5_1", 1, "leaf-r0", 0)]
@@ -163,7 +164,7 @@ def test_rail_plan_check_finds_a_miscabled_and_an_uncabled_nic() -> None:
 
 
 def test_nic_on_a_spine_is_a_violation() -> None:
-    spec = two_leaf_one_spine()
+    spec = tiny()
     h = spec.hosts[1]
     spine = spec.switches[2]
     spine = replace(spine, ports=(*spine.ports, replace(spine.ports[0], ifindex=9, name="Ethernet9", facing="host")))
@@ -176,7 +177,7 @@ def test_nic_on_a_spine_is_a_violation() -> None:
 
 # 6. peers and query budgets
 def test_port_peers_labels_in_index_order() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     assert port_peers("tiny") == [
         "node001 gpu0 mlx5_0", "node002 gpu0 mlx5_0", "spine0:Ethernet1",
         "node001 gpu1 mlx5_1", "node002 gpu1 mlx5_1", "spine0:Ethernet2",
@@ -186,7 +187,7 @@ def test_port_peers_labels_in_index_order() -> None:
 
 
 def test_query_counts_stay_bounded_on_one_su(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
-    import_fabric(rail_optimized())
+    import_fabric(one_su_256_gpus())
     with django_assert_max_num_queries(4):
         peers = port_peers("su1")
     assert len(peers) == 768 and peers[0] == "node001 gpu0 mlx5_0" and peers[-1] == "leaf-r7:Ethernet64"
@@ -202,17 +203,17 @@ def test_query_counts_stay_bounded_on_one_su(django_assert_max_num_queries) -> N
 
 
 def test_fabric_view_cache_follows_reimport_with_same_layout() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     assert fabric_view("tiny").index.speed_bps[0] == 400e9
-    import_fabric(two_leaf_one_spine(speed_gbps=800))
+    import_fabric(tiny(speed_gbps=800))
     index = fabric_view("tiny").index
-    assert index.speed_bps[0] == 800e9 and index.version == build_port_index(two_leaf_one_spine()).version
+    assert index.speed_bps[0] == 800e9 and index.version == build_port_index(tiny()).version
 
 
 def test_collector_protocol_defaults_to_snmp_and_follows_the_admin() -> None:
-    import_fabric(two_leaf_one_spine())
+    import_fabric(tiny())
     assert collector_protocols("tiny") == {"leaf-r0": "snmp", "leaf-r1": "snmp", "spine0": "snmp"}
     Switch.objects.filter(name="spine0").update(collector=Switch.Collector.BOTH)
     assert collector_protocols("tiny")["spine0"] == "both"
-    import_fabric(two_leaf_one_spine())  # re-import keeps what the operator chose
+    import_fabric(tiny())  # re-import keeps what the operator chose
     assert collector_protocols("tiny")["spine0"] == "both"

@@ -13,6 +13,7 @@ import pytest
 
 from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token
+from tests.topologies import four_leaf_two_spine
 from twin.cluster import Twin
 from twin.config import TwinConfig
 from twin.moe import MoeTraffic
@@ -93,11 +94,10 @@ def test_server_down_twin_keeps_running_and_counts_drops() -> None:
 def test_block_reporting_keeps_runs_of_consecutive_steps() -> None:
     """``every_steps=4, block_steps=2``: steps 0-1, 8-9, 16-17 … — a quarter of the job, as every
     4th step would be, but in runs of consecutive steps whose poll intervals the gates can use."""
-    from fabricmon.core.topology.railgen import rail_optimized  # noqa: PLC0415
-    from twin.live_reporter import LiveJobReporter  # noqa: PLC0415
-    from twin.schedule import Phase  # noqa: PLC0415
+    from twin.live_reporter import LiveJobReporter
+    from twin.schedule import Phase
 
-    fabric = rail_optimized("blocks", servers=2, gpus_per_server=4, spines=2, speed_gbps=400)
+    fabric = four_leaf_two_spine("blocks", servers=2)
     reporter = LiveJobReporter(fabric, "http://127.0.0.1:9", "t" * 20, run_name="b", tags=[],
                                every_steps=4, block_steps=2)
     zeros = np.zeros(1)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
+from tests.topologies import four_leaf_two_spine
 from twin.fabric_queues import CUM, FabricQueues, peer_positions
 from twin.moe import MoeConfig, MoeTraffic
 from twin.routing import Router, Wiring
@@ -21,7 +21,7 @@ T0 = 1_000_000_000_000
 
 
 def build(lossy: bool) -> tuple[JobTimeline, FabricQueues]:
-    fab = rail_optimized("q", servers=4, gpus_per_server=4, spines=2)
+    fab = four_leaf_two_spine("q", servers=4)
     ports = build_port_index(fab)
     wiring = Wiring(fab, ports)
     router = Router(wiring, "pxn", seed=2)

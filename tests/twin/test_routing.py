@@ -13,21 +13,22 @@ import numpy as np
 import pytest
 
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
+from tests import topologies
+from tests.topologies import four_leaf_two_spine
 from twin.moe import MoeConfig, MoeTraffic
 from twin.routing import Router, Wiring
 
 
 @pytest.fixture(scope="module")
 def small():
-    fabric = rail_optimized("small", servers=4, gpus_per_server=4, spines=2)
+    fabric = four_leaf_two_spine("small", servers=4)
     index = build_port_index(fabric)
     return fabric, index, Wiring(fabric, index)
 
 
 @pytest.fixture(scope="module")
 def one_su_256_gpus():
-    fabric = rail_optimized("su1")
+    fabric = topologies.one_su_256_gpus()
     index = build_port_index(fabric)
     return fabric, index, Wiring(fabric, index)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
+from tests.topologies import four_leaf_two_spine
 from twin.moe import MoeConfig, MoeTraffic
 from twin.routing import Router, Wiring
 from twin.schedule import JobTimeline
@@ -17,7 +17,7 @@ NS = 1_000_000_000
 
 
 def _timeline(lossy: bool) -> tuple[JobTimeline, np.ndarray]:
-    fabric = rail_optimized("t", servers=8, gpus_per_server=4, spines=2)
+    fabric = four_leaf_two_spine("t", servers=8)
     index = build_port_index(fabric)
     wiring = Wiring(fabric, index)
     tl = JobTimeline(MoeTraffic(MoeConfig(layers=4), wiring.n_gpus, seed=3), Router(wiring, "pxn"),

@@ -216,7 +216,8 @@ def _rail_violations(
 def _pfc_storm(metrics: Mapping[str, FloatArray], geo: FabricGeometry, cfg: DetectConfig) -> IntArray:
     """Ports paused for at least ``storm_paused_fraction`` of the window (none below the minimum)."""
     with np.errstate(invalid="ignore"):
-        storm = np.flatnonzero(_metric(metrics, "pfc_paused_fraction", geo.n_ports) >= cfg.storm_paused_fraction)
+        paused = _metric(metrics, "pfc_paused_fraction", geo.n_ports)
+        storm = np.flatnonzero(paused >= cfg.storm_paused_fraction)
     return storm.astype(np.int64) if len(storm) >= cfg.storm_min_ports else np.zeros(0, np.int64)
 
 

@@ -84,7 +84,8 @@ class SourceView:
     hot: HotPorts | None = None
 
     def as_dict(self, with_values: bool = True) -> dict[str, Any]:
-        shown = self.verdict != "withhold" and self.load_bytes is not None
+        load = self.load_bytes if self.verdict != "withhold" else None
+        shown = load is not None
         return {
             "basis": self.basis or None,
             "hot": self.hot.as_dict() if shown and self.hot is not None else None,
@@ -93,8 +94,8 @@ class SourceView:
             "gates": [g.as_dict() for g in self.gates],
             "failed": [g.reason for g in failing(self.gates)],
             "columns": [list(c) for c in self.columns],
-            "values": self.load_bytes.tolist() if (shown and with_values and self.load_bytes is not None) else None,
-            "hot_port": self.load_bytes.argmax(axis=1).tolist() if shown and self.load_bytes is not None and self.load_bytes.size else None,
+            "values": load.tolist() if load is not None and with_values else None,
+            "hot_port": load.argmax(axis=1).tolist() if load is not None and load.size else None,
         }
 
 
@@ -143,20 +144,23 @@ def assess(
         edges = np.asarray(edges_ns, dtype=np.int64)
         counters = _Counters(edges, measured_in, measured_out, prepared or attribution_input(
             cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out))
-    projected, rel = _projected_view(cols, start, end, projected_in, projected_out,
-                                     [coverage_gate(coverage), clock], counters)
+    projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
+                                     projected_out=projected_out, gates=[coverage_gate(coverage), clock],
+                                     counters=counters)
     views = {"projected": projected}
     if counters is not None:
         # the projection is the attribution's prior only where it passed every gate
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if projected.verdict == "show" else None
-        views["attributed"] = _attributed_view(counters, projected_in, projected_out, clock, phase_s,
-                                               prior_error, attribution_sums)
-        views["measured"] = _measured_view(cols, start, end, counters, clock, phase_s)
+        views["attributed"] = _attributed_view(
+            counters, projected_in=projected_in, projected_out=projected_out, clock=clock, phase_s=phase_s,
+            prior_error=prior_error, sums=attribution_sums)
+        views["measured"] = _measured_view(cols, start=start, end=end, counters=counters, clock=clock,
+                                           phase_s=phase_s)
     return views
 
 
 def _projected_view(
-    cols: tuple[Column, ...], start: IntArray, end: IntArray, projected_in: FloatArray,
+    cols: tuple[Column, ...], *, start: IntArray, end: IntArray, projected_in: FloatArray,
     projected_out: FloatArray, gates: list[Gate], counters: _Counters | None,
 ) -> tuple[SourceView, float]:
     """The projection, compared with the counters of the intervals inside the run's phases (those
@@ -181,7 +185,7 @@ def _projected_view(
 
 
 def _attributed_view(
-    counters: _Counters, projected_in: FloatArray, projected_out: FloatArray, clock: Gate, phase_s: float,
+    counters: _Counters, *, projected_in: FloatArray, projected_out: FloatArray, clock: Gate, phase_s: float,
     prior_error: float | None, sums: AttributionSums | None,
 ) -> SourceView:
     """Counters split over the run's (layer, phase) keys.
@@ -219,7 +223,8 @@ def _attributed_view(
 
 
 def _measured_view(
-    cols: tuple[Column, ...], start: IntArray, end: IntArray, counters: _Counters, clock: Gate, phase_s: float
+    cols: tuple[Column, ...], *, start: IntArray, end: IntArray, counters: _Counters, clock: Gate,
+    phase_s: float,
 ) -> SourceView:
     """Each phase column gets its poll interval's mean rate over the phase's window."""
     edges = counters.edges
@@ -229,8 +234,11 @@ def _measured_view(
     dur = (end - start).astype(np.float64)
     load = np.maximum(counters.measured_in[i], counters.measured_out[i]) * (dur / dt[i])[:, None]
     poll_s = float(np.median(dt)) / 1e9
-    gates = (clock, check("poll_resolution", "each poll interval holds at most one phase, so a column is that phase",
-                          poll_s / phase_s if phase_s > 0 else math.nan, flag_bound=1.0, withhold_bound=math.inf,
-                          unit="phases/poll"))
+    resolution = check(
+        "poll_resolution", "each poll interval holds at most one phase, so a column is that phase",
+        poll_s / phase_s if phase_s > 0 else math.nan, flag_bound=1.0, withhold_bound=math.inf,
+        unit="phases/poll",
+    )
+    gates = (clock, resolution)
     v = view_verdict(gates)
     return SourceView("measured", v, gates, cols, load if v != "withhold" else None)

@@ -20,7 +20,7 @@ class Attribution:
 
     keys: tuple[tuple[int, str], ...]
     bytes_per_phase: FloatArray  # (K, C): bytes one instance of key k puts on column c
-    background_Bps: FloatArray  # (C,) rate not explained by phases
+    background_bytes_per_s: FloatArray  # (C,) rate not explained by phases
     residual_rel: float  # ‖O·x + dt·b − m‖ / ‖m‖ over everything
     residual_rel_per_column: FloatArray  # (C,)
     intervals: int

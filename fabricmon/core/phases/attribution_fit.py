@@ -191,7 +191,7 @@ class AttributionSums:
         return Attribution(
             keys=self.keys,
             bytes_per_phase=x[:k],
-            background_Bps=x[k] if self.background else np.zeros(c),
+            background_bytes_per_s=x[k] if self.background else np.zeros(c),
             residual_rel=float(np.sqrt(err2.sum())) / max(float(np.sqrt(self.sq.sum())), 1e-300),
             residual_rel_per_column=np.where(tot > 0, err / np.maximum(tot, 1e-300), 0.0),
             intervals=self.intervals,

@@ -189,7 +189,7 @@ class Projector:
         if (up_cnt[a, b] == 0).any():
             raise ValueError("some leaf pair has no path through a common spine")
         if self.routing.mode == "spray":
-            up, dn = self._spray(a, b, up_tab, up_cnt, dn_tab, dn_cnt)
+            up, dn = self._spray(a, b, up_tab=up_tab, up_cnt=up_cnt, dn_tab=dn_tab, dn_cnt=dn_cnt)
             return cross, up, dn
         key = (src_gpu[cross].astype(np.uint64) << np.uint64(32)) | dst_gpu[cross].astype(np.uint64)
         h1 = splitmix64(key ^ np.uint64(self.routing.seed))
@@ -286,7 +286,8 @@ class Projector:
         )
 
     def _spray(
-        self, a: IntArray, b: IntArray, up_tab: IntArray, up_cnt: IntArray, dn_tab: IntArray, dn_cnt: IntArray
+        self, a: IntArray, b: IntArray, *,
+        up_tab: IntArray, up_cnt: IntArray, dn_tab: IntArray, dn_cnt: IntArray,
     ) -> tuple[_Hops, _Hops]:
         """Even split: a flow's bytes over every usable uplink (1/n each), then at that spine over
         every downlink to the destination leaf. Returns (flow, cable, fraction) for both tiers."""

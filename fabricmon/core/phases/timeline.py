@@ -29,7 +29,8 @@ class PhaseTimeline:
     def from_events(cls, events: Sequence[tuple[int, int, str, int, int]]) -> PhaseTimeline:
         """From (step, layer, phase, start_ns, end_ns) rows; keys sorted by (layer, phase order)."""
         order = {"dispatch": 0, "combine": 1}
-        keys = sorted({(int(e[1]), str(e[2])) for e in events}, key=lambda k: (k[0], order.get(k[1], 9), k[1]))
+        seen = {(int(e[1]), str(e[2])) for e in events}
+        keys = sorted(seen, key=lambda k: (k[0], order.get(k[1], 9), k[1]))
         kid = {k: i for i, k in enumerate(keys)}
         return cls(
             key=np.asarray([kid[(int(e[1]), str(e[2]))] for e in events], dtype=np.int64),

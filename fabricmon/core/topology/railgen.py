@@ -87,13 +87,17 @@ def rail_optimized(
         f"rail-optimized: {servers} servers x {gpus_per_server} GPUs, {n_su} SU, {gpus_per_server} rails, "
         f"{spines} spines, {speed_gbps}G"
     )
-    return FabricSpec(name=name, switches=tuple(switches), hosts=_hosts(plan), links=tuple(links), description=desc)
+    return FabricSpec(name=name, switches=tuple(switches), hosts=_hosts(plan), links=tuple(links),
+                      description=desc)
 
 
-def _leaves(plan: _Plan) -> tuple[list[tuple[str, int, tuple[PortSpec, ...]]], dict[int, list[PortSpec]], list[LinkSpec]]:
+_Leaf = tuple[str, int, tuple[PortSpec, ...]]  # (name, rail, ports)
+
+
+def _leaves(plan: _Plan) -> tuple[list[_Leaf], dict[int, list[PortSpec]], list[LinkSpec]]:
     """Leaves in generation order (SU by SU, rail by rail) with their ports: one host-facing port per
     server of the SU, then the uplinks, spread evenly over the spines as parallel links."""
-    leaves: list[tuple[str, int, tuple[PortSpec, ...]]] = []
+    leaves: list[_Leaf] = []
     spine_ports: dict[int, list[PortSpec]] = {s: [] for s in range(plan.spines)}
     links: list[LinkSpec] = []
     speed = plan.speed_bps
@@ -121,7 +125,8 @@ def _hosts(plan: _Plan) -> tuple[HostSpec, ...]:
     for h in range(plan.servers):
         su, local = divmod(h, plan.servers_per_su)
         gpus = tuple(
-            GpuSpec(index=g, nic=f"mlx5_{g}", rail=g, switch=plan.leaf_name(su, g), port=f"Ethernet{local + 1}")
+            GpuSpec(index=g, nic=f"mlx5_{g}", rail=g, switch=plan.leaf_name(su, g),
+                    port=f"Ethernet{local + 1}")
             for g in range(plan.gpus_per_server)
         )
         hosts.append(HostSpec(name=f"node{h + 1:0{width}d}", gpus=gpus))

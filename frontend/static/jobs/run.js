@@ -81,7 +81,7 @@ async function drawTimeline() {
     tr.y.push(`rank ${rank}`);
     tr.text.push(`rank ${rank} · step ${data.step[i]} · layer ${data.layer[i]} · ${p}<br>${data.bytes_sent[i] ?? "?"} B sent · ${data.source[i]}`);
   });
-  Plotly.newPlot("timeline", Object.values(byPhase), {barmode: "overlay", xaxis: {title: "ms since first event"},
+  Plotly.newPlot("timeline", Object.values(byPhase), {barmode: "overlay", xaxis: {title: {text: "ms since first event"}},
     margin: {l: 70, r: 10, t: 10, b: 40}, legend: {orientation: "h"}}, {responsive: true});
 }
 
@@ -93,7 +93,7 @@ async function drawMatrix() {
   const n = m.sent.length, labels = [...Array(n).keys()].map((r) => `${r}`);
   Plotly.newPlot("matrix", [{type: "heatmap", z: m.sent, x: labels, y: labels, colorscale: "YlOrRd",
     hovertemplate: "src %{y} → dst %{x}: %{z} B<extra></extra>"}],
-    {xaxis: {title: "destination rank"}, yaxis: {title: "source rank", autorange: "reversed"}, margin: {l: 60, r: 10, t: 10, b: 50}},
+    {xaxis: {title: {text: "destination rank"}}, yaxis: {title: {text: "source rank"}, autorange: "reversed"}, margin: {l: 60, r: 10, t: 10, b: 50}},
     {responsive: true});
 }
 

@@ -82,7 +82,7 @@ function draw() {
             (c.lead_se_rel === null ? ", SE unknown)" : ` ± ${(100 * c.lead_se_rel).toFixed(1)} %)`)});
   });
   const traces = [
-    {type: "heatmap", x: cols, y: rows, z, colorscale: "Inferno", colorbar: {title: "bytes"}},
+    {type: "heatmap", x: cols, y: rows, z, colorscale: "Inferno", colorbar: {title: {text: "bytes"}}},
     {type: "scatter", mode: "markers", x: hot.map(h => h.x), y: hot.map(h => h.y), name: "hot port",
      marker: {symbol: "x", color: "cyan", size: 8}},
   ];
@@ -95,7 +95,7 @@ function draw() {
       `(top ports within 2 standard errors) · attributed from ${view.basis || "counters"}`
     : "";
   Plotly.react("heatmap", traces,
-    {title: `${src} bytes per port (rows rail → leaf) · routing ${held.routing}`, yaxis: {autorange: "reversed"},
+    {title: {text: `${src} bytes per port (rows rail → leaf) · routing ${held.routing}`}, yaxis: {autorange: "reversed"},
      margin: {l: 180}, showlegend: true, legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"}}, {responsive: true});
   $("heatmap").dataset.drawn = "1";
   $("heatmap").dataset.columns = String(cols.length);

@@ -7,10 +7,13 @@ confusion table is printed (``pytest -s``) and the issue's thresholds are assert
 
 from __future__ import annotations
 
+import pytest
+
 from twin.scenario_scoring import format_table, score
 from twin.scenarios import run_batch
 
 
+@pytest.mark.slow
 def test_twin_scenarios_confusion_table_meets_issue_7() -> None:
     result = score(seeds=20, batch=run_batch)
     print("\n" + format_table(result))

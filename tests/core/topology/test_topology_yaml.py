@@ -22,14 +22,14 @@ import pytest
 import yaml
 
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.core.topology.yaml_load import check_fabric, load_fabric
+from tests.topologies import four_leaf_two_spine, one_su_256_gpus, two_leaf_one_spine
 
 
-def two_leaf_one_spine() -> dict[str, Any]:
+def two_leaf_one_spine_doc() -> dict[str, Any]:
     leaves = [
         {
             "name": f"leaf-r{r}", "role": "leaf", "rail": r, "mgmt_address": "127.0.0.1",
@@ -76,15 +76,14 @@ def problems(doc: dict[str, Any]) -> list[str]:
 
 
 def test_rail_optimized_round_trips_exactly() -> None:
-    spec = rail_optimized()
+    spec = one_su_256_gpus()
     assert load_fabric(dump_fabric(spec)) == spec
 
 
 def test_round_trip_keeps_port_index_and_odd_speeds_and_v3() -> None:
     v3 = SnmpSettings(version="3", v3_user="mon", v3_auth_key="authpass1", v3_priv_key="privpass1",
                       interval_s=10.0, timeout_s=2.0, retries=2)
-    spec = rail_optimized("two-su", servers=40, gpus_per_server=4, spines=2, speed_gbps=200,
-                          uplinks_per_leaf=32, snmp=v3)
+    spec = four_leaf_two_spine("two-su", servers=40, speed_gbps=200, uplinks_per_leaf=32, snmp=v3)
     sw0 = spec.switches[0]
     odd = replace(sw0, ports=(replace(sw0.ports[0], speed_bps=2_500_000_000), *sw0.ports[1:]),
                   snmp=replace(sw0.snmp, community="other"))
@@ -95,7 +94,7 @@ def test_round_trip_keeps_port_index_and_odd_speeds_and_v3() -> None:
 
 
 def test_hand_written_fixture_loads() -> None:
-    spec = load_fabric(yaml.safe_dump(two_leaf_one_spine()))
+    spec = load_fabric(yaml.safe_dump(two_leaf_one_spine_doc()))
     assert [s.name for s in spec.switches] == ["leaf-r0", "leaf-r1", "spine0"]
     assert spec.switches[1].snmp.port == 16101 and spec.switches[1].snmp.timeout_s == 0.3
     assert spec.hosts[1].gpus[1].port == "Ethernet2" and spec.links[1].b_port == "Ethernet2"
@@ -106,7 +105,7 @@ def test_hand_written_fixture_loads() -> None:
 def test_v3_secrets_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FM_TEST_AUTH", "s3cret-auth")
     monkeypatch.setenv("FM_TEST_PRIV", "s3cret-priv")
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["defaults"]["snmp"].update(version="3", v3_user="mon", v3_auth_protocol="sha256",
                                    v3_auth_key_env="FM_TEST_AUTH", v3_priv_key_env="FM_TEST_PRIV")
     spec = load_fabric(yaml.safe_dump(doc))
@@ -119,7 +118,7 @@ def test_v3_secrets_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bad_speed_names_file_entry_and_field() -> None:
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["switches"][1]["ports"][2]["speed_gbps"] = "fast"
     assert problems(doc) == [
         "tiny.yaml: switches[1] (leaf-r1).ports[2]: field 'speed_gbps': expected a positive number, got 'fast'"
@@ -127,7 +126,7 @@ def test_bad_speed_names_file_entry_and_field() -> None:
 
 
 def test_all_problems_are_reported_not_just_the_first() -> None:
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     del doc["switches"][0]["mgmt_address"]
     doc["switches"][1]["ports"][0]["ifindex"] = "one"
     doc["switches"][2]["role"] = "core"
@@ -168,7 +167,7 @@ def test_all_problems_are_reported_not_just_the_first() -> None:
     ],
 )
 def test_each_error_case(mutate: Any, expected: str) -> None:
-    doc = copy.deepcopy(two_leaf_one_spine())
+    doc = copy.deepcopy(two_leaf_one_spine_doc())
     mutate(doc)
     found = problems(doc)
     assert any(expected in p for p in found), found
@@ -193,14 +192,14 @@ def test_each_error_case(mutate: Any, expected: str) -> None:
     ],
 )
 def test_snmp_settings_errors(snmp: dict[str, Any], where: str, expected: str) -> None:
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["switches"][0]["snmp"].update(snmp)
     found = problems(doc)
     assert any(p.startswith(f"tiny.yaml: {where}: {expected}") for p in found), found
 
 
 def test_bad_default_is_reported_once_under_defaults() -> None:
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["defaults"]["snmp"]["timeout_s"] = "slow"
     assert problems(doc) == [
         "tiny.yaml: defaults.snmp: field 'timeout_s': expected a positive number of seconds, got 'slow'"
@@ -208,7 +207,7 @@ def test_bad_default_is_reported_once_under_defaults() -> None:
 
 
 def test_secrets_never_appear_in_errors() -> None:
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["switches"][0]["snmp"].update(version="3", v3_user="mon", v3_auth_key="hunter2")  # too short
     doc["switches"][1]["snmp"].update(community=12345678)
     text = "\n".join(problems(doc))
@@ -226,7 +225,7 @@ def test_not_yaml_or_not_a_mapping() -> None:
 
 def test_miscabled_nic_is_not_an_import_error() -> None:
     """Rail-plan violations are for check_rail_plan, not for the importer."""
-    doc = two_leaf_one_spine()
+    doc = two_leaf_one_spine_doc()
     doc["hosts"][0]["gpus"][0].update(switch="leaf-r1", port="Ethernet1")
     doc["hosts"][0]["gpus"][1].update(switch="leaf-r0", port="Ethernet1")
     spec = load_fabric(yaml.safe_dump(doc))
@@ -234,7 +233,7 @@ def test_miscabled_nic_is_not_an_import_error() -> None:
 
 
 def test_check_fabric_applies_the_file_rules_to_code_built_specs() -> None:
-    spec = rail_optimized("gen", servers=2, gpus_per_server=2, spines=1)
+    spec = two_leaf_one_spine("gen", servers=2)
     check_fabric(spec)  # a good spec passes silently
     leaf = spec.switches[1]
     bad_port = replace(leaf.ports[0], speed_bps=0)

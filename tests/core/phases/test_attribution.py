@@ -83,6 +83,7 @@ def _score(seeds):  # type: ignore[no-untyped-def]
     return score, {k: np.array(v) for k, v in leads.items()}, np.array(median_se_alone)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seeds", "alone_min", "prior_min"), [
     (range(6), 0.80, 0.95),  # the seeds the knobs were chosen on
     (range(10, 16), 0.68, 0.95),  # held out
@@ -266,7 +267,7 @@ def test_sums_fed_in_chunks_equal_attribute(kind: str) -> None:
     assert got.intervals == len(m) - 2
     occ, dt_s = design_rows(tl, edges)
     a_mat = np.column_stack([occ, dt_s]) if bg else occ
-    x = np.vstack([got.bytes_per_phase, got.background_Bps[None, :]]) if bg else got.bytes_per_phase
+    x = np.vstack([got.bytes_per_phase, got.background_bytes_per_s[None, :]]) if bg else got.bytes_per_phase
     ok = np.isfinite(m).all(axis=1)
     rows = np.linalg.norm(a_mat[ok] @ x - m[ok], axis=0)
     np.testing.assert_allclose(np.sqrt(sums.residual_sq(x)), rows, rtol=1e-6)

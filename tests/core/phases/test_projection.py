@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from projection_twin_runs import poll_edges, recording
@@ -34,7 +36,7 @@ def test_matches_twin_routing_exactly(mode: str, servers: int, per_su: int) -> N
 
 
 def test_a_different_ecmp_seed_is_a_different_routing() -> None:
-    fab, idx, layout = _fabric(16, 4)
+    _fab, _idx, layout = _fabric(16, 4)
     m = np.random.default_rng(1).random((layout.n_gpus, layout.n_gpus))
     a = Projector(layout, RankPlacement(np.arange(layout.n_gpus)), Routing("ecmp", 1)).project(m)
     b = Projector(layout, RankPlacement(np.arange(layout.n_gpus)), Routing("ecmp", 2)).project(m)
@@ -43,7 +45,7 @@ def test_a_different_ecmp_seed_is_a_different_routing() -> None:
 
 
 def test_spray_conserves_bytes_and_balances_uplinks() -> None:
-    fab, idx, layout = _fabric(16, 4)
+    _fab, _idx, layout = _fabric(16, 4)
     n = layout.n_gpus
     m = np.random.default_rng(2).random((n, n))
     place = RankPlacement(np.arange(n))
@@ -61,7 +63,7 @@ def test_spray_conserves_bytes_and_balances_uplinks() -> None:
 def test_permuted_rank_map_moves_the_bytes_with_the_ranks(servers: int, per_su: int) -> None:
     """A shuffled rank map has no block structure (the proxy ports come from the sparse matrix);
     the identity map has (a reshape-sum): both paths must agree."""
-    fab, idx, layout = _fabric(servers, per_su)
+    _fab, _idx, layout = _fabric(servers, per_su)
     n = layout.n_gpus
     perm = np.random.default_rng(4).permutation(n)  # rank r runs on GPU perm[r]
     m = np.random.default_rng(5).random((n, n))
@@ -75,7 +77,7 @@ def test_permuted_rank_map_moves_the_bytes_with_the_ranks(servers: int, per_su: 
 def test_place_ranks_reports_unplaceable_entries_and_keeps_the_rest() -> None:
     rec = recording()
     layout = FabricLayout.from_spec(rec.fabric, rec.ports)
-    entries = rec.rank_map()[:4] + [{"rank": 4, "host": "nowhere", "switch": "x", "switch_port": "y"}, {"rank": 99}]
+    entries = [*rec.rank_map()[:4], {"rank": 4, "host": "nowhere", "switch": "x", "switch_port": "y"}, {"rank": 99}]
     place = place_ranks(layout, entries, rec.world_size)
     assert place.coverage == pytest.approx(4 / rec.world_size)
     assert len(place.problems) == 2 and "rank 4" in place.problems[0] and "99" in place.problems[1]
@@ -113,7 +115,7 @@ def test_interval_bytes_reproduces_the_twins_counters() -> None:
     edges = poll_edges(rec)
     k = np.stack([p.out_bytes for p in rec.phases])
     got = interval_bytes(np.array([p.start_ns for p in rec.phases]), np.array([p.end_ns for p in rec.phases]), k, edges)
-    want = np.array([rec.window_bytes(int(a), int(b))[1] for a, b in zip(edges[:-1], edges[1:], strict=True)])
+    want = np.array([rec.window_bytes(int(a), int(b))[1] for a, b in itertools.pairwise(edges)])
     np.testing.assert_allclose(got, want, rtol=1e-5)  # ns as float64 near 1.8e18: ~256 ns grain
 
 

@@ -19,7 +19,7 @@ from fabricmon.core.detection.geometry import fabric_geometry
 from fabricmon.core.detection.lifecycle import LifecycleConfig, advance, fingerprint
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.core.topology.port_index import build_port_index
-from fabricmon.core.topology.railgen import rail_optimized
+from tests.topologies import two_leaf_two_spine
 from twin.scenario_scoring import KINDS, evaluate, format_table, score
 from twin.synthetic_scenarios import make_scenario, synthetic_batch
 
@@ -28,7 +28,7 @@ KMAX = DetectConfig().watermark_kmax_bytes
 
 @pytest.fixture(scope="module")
 def geo():
-    fabric = rail_optimized("small", servers=4, gpus_per_server=2, spines=2)
+    fabric = two_leaf_two_spine("small", servers=4)
     return fabric_geometry(build_port_index(fabric), fabric)
 
 
@@ -148,6 +148,7 @@ def test_unknown_scenario_kind_is_named() -> None:
         make_scenario("x", 0)
 
 
+@pytest.mark.slow
 def test_balanced_ten_minutes_raise_no_alert_at_all() -> None:
     for seed in range(3):
         scn = make_scenario("balanced", seed)
@@ -156,6 +157,7 @@ def test_balanced_ten_minutes_raise_no_alert_at_all() -> None:
         assert res.first_firing == {}, (seed, res.first_firing)
 
 
+@pytest.mark.slow
 def test_detection_quality_on_seeded_scenarios() -> None:
     """≥ 20 seeds per kind: moving-incast recall/precision ≥ 0.95, alerts within 2 windows."""
     result = score(seeds=20, batch=synthetic_batch())

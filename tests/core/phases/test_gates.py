@@ -7,6 +7,7 @@ import math
 import re
 
 import numpy as np
+import pytest
 from projection_twin_runs import gate_summary, recording, scenario
 
 from fabricmon.core.phases.clocks import estimate_skew
@@ -61,6 +62,7 @@ def test_half_rank_map_fails_coverage_and_withholds_projection() -> None:
     assert _gate(views, "projected", "clock_alignment").verdict == "pass"
 
 
+@pytest.mark.slow
 def test_routing_mismatch_fails_projected_vs_measured_and_withholds() -> None:
     views = scenario(recording("ecmp"), routing=Routing("pxn"))  # the fabric ran ECMP, we assume PXN
     g = _gate(views, "projected", "projected_vs_measured")
@@ -106,6 +108,7 @@ def test_step_coverage_marks_intervals_that_overlap_unreported_steps() -> None:
     assert full.fraction == 1.0 and not full.gap_intervals.any()
 
 
+@pytest.mark.slow
 def test_a_sampled_run_is_compared_only_where_every_step_was_reported() -> None:
     """A job that reports every 8th step: the counters carry the other 7 too, so comparing them
     with the projection would blame it for bytes no event describes (97 % off). Without a gap-free

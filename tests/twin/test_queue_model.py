@@ -29,7 +29,7 @@ def small_cfg(n: int, lossless: bool, pmax: float = 0.3) -> QueueConfig:
     )
 
 
-def euler(cfg: QueueConfig, i: int, q: float, paused: bool, lam: float, t: float, dt: float = 2e-5):  # noqa: PLR0917
+def euler(cfg: QueueConfig, i: int, q: float, paused: bool, lam: float, t: float, dt: float = 2e-5):
     """Scalar reference: tiny steps of the §5.1 equations for queue i."""
     c, b = cfg.line_rate_bytes_ps[i], cfg.buffer_bytes[i]
     admitted = dropped = marked = pause = 0.0

@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import GnmiSettings
 from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.core.topology.yaml_load import load_fabric
+from tests.topologies import two_leaf_one_spine
 
 
 def fabric_with_gnmi():
-    fab = rail_optimized("g1", servers=2, gpus_per_server=2, spines=1)
+    fab = two_leaf_one_spine("g1", servers=2)
     sws = tuple(
         replace(sw, gnmi=GnmiSettings(port=50051 + k, sample_interval_s=0.5 if k else 1.0))
         if sw.role == "leaf" else sw

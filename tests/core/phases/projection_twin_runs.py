@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
@@ -34,11 +35,14 @@ def poll_edges(rec: TwinJobRecording, poll_s: float = 1.0, phase_ns: int = 123_4
 
 
 def measured(rec: TwinJobRecording, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rows = [rec.window_bytes(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    rows = [rec.window_bytes(int(a), int(b)) for a, b in itertools.pairwise(edges)]
     return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
 
 
-def scenario(rec: TwinJobRecording, *, routing: Routing = Routing("pxn"), coverage: float = 1.0,
+PXN = Routing("pxn")
+
+
+def scenario(rec: TwinJobRecording, *, routing: Routing = PXN, coverage: float = 1.0,
              skew_ns_by_host: dict[int, int] | None = None,
              reported: Callable[[int], bool] | None = None) -> dict[str, SourceView]:
     """The whole derived-view pipeline, as the phases app runs it, on the twin's job.
@@ -61,8 +65,8 @@ def scenario(rec: TwinJobRecording, *, routing: Routing = Routing("pxn"), covera
     # phase window on the server's clock: the median over ranks (one skewed host cannot move it)
     order = np.argsort(inst_a, kind="stable")
     bounds = np.searchsorted(inst_a[order], np.arange(len(keys) + 1))
-    s_med = np.array([np.median(start_a[order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]).astype(np.int64)
-    e_med = np.array([np.median(end_a[order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]).astype(np.int64)
+    s_med = np.array([np.median(start_a[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
+    e_med = np.array([np.median(end_a[order[a:b]]) for a, b in itertools.pairwise(bounds)]).astype(np.int64)
     by_key = {(p.step, p.layer, p.phase): p.matrix for p in rec.phases}
     pb = proj.project(np.stack([by_key[k] for k in keys]))
     edges = poll_edges(rec)
