@@ -42,11 +42,11 @@ from twin.config import TwinConfig
 from twin.counters import METRICS, CounterClock
 from twin.fabric_queues import FabricQueues, peer_positions
 from twin.faults import TwinFaults
+from twin.gnmi_sources import TwinSwitchSource
 from twin.gnmi_target import GnmiFabric
 from twin.live_reporter import LiveJobReporter
 from twin.mib import build_switch_mib
 from twin.moe import MoeTraffic
-from twin.gnmi_sources import TwinSwitchSource
 from twin.routing import Router, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol

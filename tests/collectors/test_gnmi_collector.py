@@ -17,8 +17,8 @@ from pygnmi.spec.v080 import gnmi_pb2 as pb
 from collectors.gnmi.metrics import IntervalTaker, snapshot
 from collectors.gnmi.paths import LEAF_INDEX
 from collectors.gnmi.session import GnmiCollector, GnmiTargetSpec
-from twin.gnmi_target import GnmiFabric
 from twin.gnmi_sources import QueueCounterSource
+from twin.gnmi_target import GnmiFabric
 
 pytestmark = pytest.mark.integration
 

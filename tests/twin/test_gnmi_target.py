@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from pygnmi.client import gNMIclient
 
-from twin.gnmi_target import GnmiFabric
 from twin.gnmi_sources import QueueCounterSource
+from twin.gnmi_target import GnmiFabric
 
 pytestmark = pytest.mark.integration
 PORTS = ("Ethernet0", "Ethernet1", "Ethernet2")
