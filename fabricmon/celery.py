@@ -1,4 +1,4 @@
-"""The Celery app: collectors (long-lived shard loops) and, later, alert deliveries."""
+"""The Celery app: collectors (long-lived shard loops), alert evaluation and delivery, trace imports."""
 
 import os
 

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import ijson
 
-from collectors.traces import TraceFormatError
+from collectors.traces.errors import TraceFormatError
 from collectors.traces.safe_pickle import loads_plain
 from collectors.traces.schema import DTYPE_BYTES
 

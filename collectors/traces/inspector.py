@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import orjson
 
-from collectors.traces import TraceFormatError
+from collectors.traces.errors import TraceFormatError
 
 _PHASE = {
     "AllReduce": "allreduce",

@@ -27,7 +27,7 @@ from typing import IO, Any
 import ijson
 import orjson
 
-from collectors.traces import TraceFormatError
+from collectors.traces.errors import TraceFormatError
 from collectors.traces.schema import DTYPE_BYTES, PHASE_LABEL_RE, PHASES
 
 HEAD_BYTES = 1 << 20

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from collectors.traces import TraceFormatError, read_events
 from fabricmon.base import sockets
 from fabricmon.jobs.ingest import IngestResult, ingest_events
 from fabricmon.jobs.models import Run, TraceUpload
@@ -113,8 +114,6 @@ def run_import(
     (bytes read, counts, state). A format error marks it failed and raises ``InputError``.
     ``before_done`` runs after the last event is stored and before the row says done (the queued
     path deletes its file there: whoever sees "done" sees the cleanup finished too)."""
-    from collectors.traces import TraceFormatError, read_events  # importers are pure, no Django  # noqa: PLC0415
-
     pk = upload.pk
 
     def save(**values: Any) -> None:  # an UPDATE of the given columns only (no read-modify-write)
