@@ -6,8 +6,8 @@ Roles are auth groups (created by ``live/migrations/0001_roles.py``)::
     admins      operators who also administer (the Django admin)
     superuser   everything
 
-A run is seen by its owner and by staff. Views use the decorators, consumers the predicates
-(run through ``database_sync_to_async``).
+A run's pages are seen by its owner and by staff; its phase views by any logged-in user. Views
+use the decorators, consumers the predicates (run through ``database_sync_to_async``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def is_staff(user: User) -> bool:
 def can_see_run(user: User, run: Any) -> bool:
     """A run's owner and staff see it."""
     return user.is_authenticated and (run.owner_id == user.pk or is_staff(user))
+
+
+def can_see_phase_views(user: User, run: Any) -> bool:
+    """A run's phase views (page, JSON, socket): any logged-in user, today."""
+    return bool(user.is_authenticated)
 
 
 def operator_required(view: View) -> View:

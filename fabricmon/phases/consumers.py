@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from fabricmon.base import access
 from fabricmon.base.sockets import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED, run_group
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
@@ -39,7 +40,8 @@ class PhaseConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        if not await database_sync_to_async(Run.objects.filter(pk=run_id).exists)():
+        run = await database_sync_to_async(Run.objects.filter(pk=run_id).first)()
+        if run is None or not access.can_see_phase_views(user, run):
             await self.accept()
             await self.close(code=CLOSE_NO_SUCH_RUN)
             return

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
+from fabricmon.base import access
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases import services
@@ -24,6 +25,8 @@ def _routing(request: HttpRequest) -> Routing | None:
 @login_required
 def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
+    if not access.can_see_phase_views(request.user, run):
+        raise Http404("no such run")
     routing = _routing(request)
     if routing is None:
         return JsonResponse(
@@ -43,4 +46,6 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
+    if not access.can_see_phase_views(request.user, run):
+        raise Http404("no such run")
     return render(request, "phases/run.html", {"run": run, "modes": ROUTING_MODES})
