@@ -177,9 +177,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Collection and the live window --------------------------------------------------------------
 # How many seconds of frames each fabric keeps in Redis for the live views.
 FABRICMON_LIVE_WINDOW_S = env_int("FABRICMON_LIVE_WINDOW_S", 600)
-# A collector holds its shard this long before handing it back; a dead worker's shard is
-# picked up by another within one lease (the lock expires).
-FABRICMON_LEASE_S = env_float("FABRICMON_LEASE_S", 30.0)
+# A collector holds its shard's lease for as long as it is healthy, renewing it every third of this
+# TTL; a standby takes a dead holder's shard over once it expires. 0: 0.9 of the shard's fastest
+# poll interval (a takeover then costs about two intervals).
+FABRICMON_LEASE_TTL_S = env_float("FABRICMON_LEASE_TTL_S", 0.0)
 # Switches per collector shard (one long-lived Celery task per shard).
 FABRICMON_SHARD_SIZE = env_int("FABRICMON_SHARD_SIZE", 16)
 # Downsampled history kept in the database: one row per port per this many seconds.

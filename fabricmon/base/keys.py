@@ -7,6 +7,7 @@ everything::
     fm:frames:{fabric}            stream  live window of frames        telemetry.live_window
     fm:health:{fabric}            hash    switch → JSON health         telemetry.live_window
     fm:lease:{shard}              string  holder token (SET NX PX)     telemetry.leases
+    fm:standby:{shard}            string  standby token (SET NX PX)    telemetry.leases
     fm:enqueued:{shard}           string  "a collector is queued"      telemetry.services
     fm:tick:{fabric}:{tick_ns}    hash    switch → slice of a tick     telemetry.framing
     fm:latest:{fabric}            hash    switch → last good slice     telemetry.framing
@@ -42,6 +43,10 @@ def health(fabric: str) -> str:
 
 def lease(shard_id: str) -> str:
     return f"fm:lease:{shard_id}"
+
+
+def standby(shard_id: str) -> str:
+    return f"fm:standby:{shard_id}"
 
 
 def enqueued(shard_id: str) -> str:

@@ -43,8 +43,12 @@ end
 return redis.call('HLEN', KEYS[1])
 """
 TICK_TTL_MS = 120_000
-# After a tick's deadline a slice is late; the frame is built with what is there.
+# After a tick's deadline a slice is late; the frame is built with what is there. The deadline is
+# each due switch's measured walk time (mean + 3 deviations, EWMA) plus this grace, and never later
+# than DEADLINE_MAX_FRACTION of the frame interval (the next tick's polls start then).
 DEADLINE_GRACE_S = 0.25
+DEADLINE_MAX_FRACTION = 0.95
+WALK_ALPHA = 0.2  # EWMA weight of the newest walk time
 
 
 @dataclass
@@ -57,16 +61,17 @@ class FabricFramer:
     frame_ns: int = field(init=False)
     interval_ns: dict[str, int] = field(init=False)
     slices: dict[str, slice] = field(init=False)
-    deadline_s: float = field(init=False)
+    walk_s: dict[str, tuple[float, float]] = field(init=False)  # switch → (EWMA walk time, EWMA |dev|)
 
     def __post_init__(self) -> None:
+        self.measured: set[str] = set()
         self.index = build_port_index(self.spec)
         self.interval_ns = {sw.name: round(sw.snmp.interval_s * 1e9) for sw in self.spec.switches}
         self.frame_ns = min(self.interval_ns.values())
         self.slices = {name: self.index.slice_of(name) for name in self.index.switch_names}
-        # A due switch's poll starts at the tick and ends within timeout x attempts (< interval).
-        budget = max(sw.snmp.timeout_s * (sw.snmp.retries + 1) for sw in self.spec.switches)
-        self.deadline_s = min(budget, self.frame_ns / 1e9) + DEADLINE_GRACE_S
+        # Until a walk is measured, assume it may take its whole timeout budget (timeout x attempts).
+        self.walk_s = {sw.name: (min(sw.snmp.timeout_s * (sw.snmp.retries + 1), self.frame_ns / 1e9), 0.0)
+                       for sw in self.spec.switches}
 
     @property
     def fabric(self) -> str:
@@ -75,6 +80,21 @@ class FabricFramer:
     @property
     def max_frames(self) -> int:
         return max(1, math.ceil(self.window_s * 1e9 / self.frame_ns))
+
+    def observe_walk(self, switch: str, seconds: float) -> None:
+        """Fold one measured walk (poll duration) of ``switch`` into its deadline estimate."""
+        mean, dev = self.walk_s.get(switch, (seconds, 0.0))
+        if switch not in self.measured:
+            mean, dev = seconds, 0.0
+            self.measured.add(switch)
+        dev = (1 - WALK_ALPHA) * dev + WALK_ALPHA * abs(seconds - mean)
+        self.walk_s[switch] = ((1 - WALK_ALPHA) * mean + WALK_ALPHA * seconds, dev)
+
+    def deadline_s(self, tick_ns: int) -> float:
+        """How long after ``tick_ns`` its frame waits for slow switches (their measured walk times)."""
+        due = self.due(tick_ns)
+        slowest = max((m + 3 * d for n, (m, d) in self.walk_s.items() if n in due), default=0.0)
+        return min(slowest + DEADLINE_GRACE_S, DEADLINE_MAX_FRACTION * self.frame_ns / 1e9)
 
     def frame_tick(self, poll_ns: int) -> int:
         """The frame tick a poll scheduled at ``poll_ns`` belongs to."""
@@ -96,11 +116,15 @@ class FabricFramer:
             return self.build(r, tick_ns)
         return None
 
-    def build(self, r: redis.Redis, tick_ns: int, *, at_deadline: bool = False) -> Frame | None:
+    def build(
+        self, r: redis.Redis, tick_ns: int, *, at_deadline: bool = False, gap: bool = False
+    ) -> Frame | None:
         """Assemble and append the tick's frame unless someone already did (or, at the deadline,
-        nobody reported anything: a fabric with no live collector gets no frames, not NaN ones)."""
+        nobody reported anything: a fabric with no live collector gets no frames, not NaN ones).
+        ``gap``: a tick a new holder found unframed when it took the shard over — built with what
+        reported, explicit no-data for the rest, so the window has no hole."""
         reported = r.hgetall(keys.tick(self.fabric, tick_ns))
-        if at_deadline and not reported:
+        if at_deadline and not reported and not gap:
             return None
         if not r.set(keys.framed(self.fabric, tick_ns), b"1", nx=True, px=TICK_TTL_MS):
             return None
@@ -116,7 +140,7 @@ class FabricFramer:
             blob = reported.get(switch)
             if blob is None and not self.is_due(switch, tick_ns):
                 blob = latest.get(switch)
-                fresh_after = tick_ns - self.interval_ns[switch] - round(self.deadline_s * 1e9)
+                fresh_after = tick_ns - self.interval_ns[switch] - self.frame_ns
             else:
                 fresh_after = None
             if not blob:

@@ -1,20 +1,35 @@
-"""Leases: a shard is polled by at most one collector at a time.
+"""Leases: a shard is polled by exactly one collector at a time, and a standby waits beside it.
 
-A lease is a Redis key ``fm:lease:{shard}`` holding a random token, set with ``SET NX PX``. The
-holder renews it well before expiry with a compare-and-``PEXPIRE`` (Lua: only if the key still
-holds *its* token) and deletes it with a compare-and-``DEL`` when it hands the shard back. A
-worker that dies stops renewing; the key expires after at most ``ttl_s`` and the next
-``ensure_collectors`` run hands the shard to another worker — the "within one lease" promise.
+A lease is a Redis key (``base.keys.lease``) holding the holder's token, set with ``SET NX PX``.
+The holder renews it every third of its TTL with a compare-and-``PEXPIRE`` (Lua: only if the key
+still holds *its* token) and keeps it for as long as it is healthy: a healthy shard is never handed
+back, so there is no handover to lose a tick at. It hands the shard back (compare-and-``DEL``)
+only when its worker shuts down; a worker that dies just stops renewing.
 
-A holder that fails to renew (network blip longer than the TTL, Redis restart) must stop polling:
-someone else may already hold the shard.
+Beside each holder a *standby* (another collector task, usually in another worker process)
+registers itself (``base.keys.standby``, renewed the same way) and watches the lease every
+``WATCH_S``. When the lease is gone — released, or expired after one TTL because its holder died —
+the standby takes it and starts polling at the next tick, with the last reads the holder left in
+Redis, so a dead worker's shard is taken over within about one TTL plus one interval::
+
+    holder   ──renew──renew──renew──✗ (killed)
+    lease    ████████████████████████████░░░░ expires after ttl_s
+    standby  ·watch·watch·watch·watch·watch·watch──acquire──poll at the next tick──renew──…
+
+No switch is ever polled by two holders: the holder polls only while its lease is *locally* known
+to be valid — until the time it sent its last successful renew plus the TTL, minus a margin. Redis
+starts the TTL when it receives the renew, which is later, so the key cannot have expired (and been
+taken) while the old holder still believes it holds it. A holder whose renew fails (lost lease,
+Redis gone) stops polling at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
+import time
 
 import redis
 
@@ -32,37 +47,91 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+WATCH_S = 0.05  # how often a standby looks at its shard's lease
+MARGIN_S = 0.05  # a holder stops polling this long before its lease could have expired in Redis
+MIN_TTL_S = 0.5
+MAX_TTL_S = 30.0
 
 
-class Lease:
+def ttl_for(min_interval_s: float, configured_s: float = 0.0) -> float:
+    """The lease TTL for a shard whose fastest switch polls every ``min_interval_s``: the configured
+    one if set, else 0.9 of the interval (a takeover then costs at most about two intervals)."""
+    ttl = configured_s if configured_s > 0 else 0.9 * min_interval_s - WATCH_S
+    return min(max(ttl, MIN_TTL_S), MAX_TTL_S)
+
+
+def _token() -> str:
+    # The token names the holder so `redis-cli GET fm:lease:…` tells an operator who has it.
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+class _Claim:
+    """A Redis key held with a token and a TTL: acquire, renew, release, and local validity."""
+
+    def __init__(self, r: redis.Redis, key: str, token: str, ttl_s: float, sent: float) -> None:
+        self.r, self.key, self.token, self.ttl_s = r, key, token, ttl_s
+        self.held = True
+        self.valid_until = sent + ttl_s - MARGIN_S
+
+    @classmethod
+    def _take(cls, r: redis.Redis, key: str, ttl_s: float) -> tuple[str, float] | None:
+        token, sent = _token(), time.monotonic()
+        return (token, sent) if r.set(key, token, nx=True, px=_ms(ttl_s)) else None
+
+    def renew(self) -> bool:
+        """Extend to a full TTL from now; False (and ``held`` cleared) if it was lost or Redis is gone."""
+        if not self.held:
+            return False
+        sent = time.monotonic()
+        try:
+            self.held = bool(self.r.eval(_RENEW, 1, self.key, self.token, _ms(self.ttl_s)))
+        except redis.RedisError:
+            self.held = False
+        if self.held:
+            self.valid_until = sent + self.ttl_s - MARGIN_S
+        return self.held
+
+    def valid(self) -> bool:
+        """True while the claim cannot have expired in Redis (no round trip: checked before each poll)."""
+        return self.held and time.monotonic() < self.valid_until
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            with contextlib.suppress(redis.RedisError):  # Redis gone: the key expires on its own
+                self.r.eval(_RELEASE, 1, self.key, self.token)
+
+
+class Lease(_Claim):
     """A held shard. Create with :meth:`acquire`; ``renew()`` and ``release()`` are idempotent."""
 
-    def __init__(self, r: redis.Redis, shard_id: str, token: str, ttl_s: float) -> None:
-        self.r = r
+    def __init__(self, r: redis.Redis, shard_id: str, token: str, ttl_s: float, sent: float) -> None:
+        super().__init__(r, keys.lease(shard_id), token, ttl_s, sent)
         self.shard_id = shard_id
-        self.token = token
-        self.ttl_s = ttl_s
-        self.held = True
 
     @classmethod
     def acquire(cls, r: redis.Redis, shard_id: str, ttl_s: float) -> Lease | None:
         """Take the shard if nobody holds it; ``None`` if it is held."""
-        # The token names the holder so `redis-cli GET fm:lease:…` tells an operator who has it.
-        token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
-        if r.set(keys.lease(shard_id), token, nx=True, px=_ms(ttl_s)):
-            return cls(r, shard_id, token, ttl_s)
-        return None
+        got = cls._take(r, keys.lease(shard_id), ttl_s)
+        return cls(r, shard_id, got[0], ttl_s, got[1]) if got else None
 
-    def renew(self) -> bool:
-        """Extend to a full TTL from now; False (and ``held`` cleared) if the lease was lost."""
-        if self.held:
-            self.held = bool(self.r.eval(_RENEW, 1, keys.lease(self.shard_id), self.token, _ms(self.ttl_s)))
-        return self.held
 
-    def release(self) -> None:
-        if self.held:
-            self.r.eval(_RELEASE, 1, keys.lease(self.shard_id), self.token)
-            self.held = False
+class Standby(_Claim):
+    """The one collector waiting to take over a shard (at most one per shard)."""
+
+    def __init__(self, r: redis.Redis, shard_id: str, token: str, ttl_s: float, sent: float) -> None:
+        super().__init__(r, keys.standby(shard_id), token, ttl_s, sent)
+        self.shard_id = shard_id
+
+    @classmethod
+    def register(cls, r: redis.Redis, shard_id: str, ttl_s: float) -> Standby | None:
+        """Become the shard's standby; ``None`` if it already has one."""
+        got = cls._take(r, keys.standby(shard_id), ttl_s)
+        return cls(r, shard_id, got[0], ttl_s, got[1]) if got else None
 
 
 def holder(r: redis.Redis, shard_id: str) -> str | None:
@@ -71,5 +140,7 @@ def holder(r: redis.Redis, shard_id: str) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
+def standby(r: redis.Redis, shard_id: str) -> str | None:
+    """Who waits to take the shard over (the token), or None."""
+    raw = r.get(keys.standby(shard_id))
+    return raw.decode() if isinstance(raw, bytes) else raw

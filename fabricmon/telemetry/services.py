@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import redis
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -25,7 +27,7 @@ from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.spec import FabricSpec, SwitchSpec
 from fabricmon.telemetry import event_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.leases import WATCH_S, Lease, Standby, holder, standby, ttl_for
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
@@ -34,6 +36,7 @@ from fabricmon.topology.models import Fabric
 from fabricmon.topology.services import collector_protocols, fabric_spec
 
 log = logging.getLogger(__name__)
+MAX_WALK_INTERVALS = 3  # a walk slower than this many intervals is abandoned as a timeout
 
 
 def load_fabrics() -> list[FabricSpec]:
@@ -49,21 +52,24 @@ def all_shards(fabrics: Sequence[FabricSpec] | None = None) -> list[Shard]:
 
 
 def run_shard(
-    shard_id: str, *, lease_s: float, stop_event: threading.Event | None = None,
+    shard_id: str, *, lease_s: float | None = None, stop_event: threading.Event | None = None,
     fabrics: Sequence[FabricSpec] | None = None, redis_url: str | None = None, run_s: float | None = None,
     observer: Callable[[PollRecord], None] | None = None, history: bool = True,
-    protocols: Mapping[str, str] | None = None,
+    protocols: Mapping[str, str] | None = None, standby: bool = False,
 ) -> ShardReport:
-    """Hold shard ``shard_id`` for one lease (``run_s``, default ``lease_s``) and collect it.
+    """Collect shard ``shard_id`` for as long as this collector holds its lease.
 
-    Returns at once with ``acquired=False`` if another collector holds the shard (``ended`` says
-    ``not_acquired``) or the topology no longer has it (``unknown_shard``). Otherwise polls
-    the shard's switches on this thread's long-lived event loop (one pysnmp engine per loop),
-    reports slices and builds frames, renews the lease every ``lease_s / 3`` and hands the shard
-    back at the end — or earlier on ``stop_event`` or a lost lease. ``fabrics`` defaults to the
-    database topology; ``observer`` sees every poll (diagnostics, tests). ``protocols`` (switch →
-    snmp | gnmi | both) defaults to the database's collector choice, or SNMP for ``fabrics``
-    given in code.
+    Polls the shard's switches on this thread's long-lived event loop (one pysnmp engine per loop),
+    reports slices and builds frames, renews the lease every third of its TTL (``lease_s``; default
+    from the shard's fastest interval, ``leases.ttl_for``) and never hands a healthy shard back: it
+    returns on ``stop_event``, after ``run_s`` (None: never) or when the lease is lost.
+
+    If another collector holds the shard: returns ``not_acquired`` at once, or with ``standby``
+    registers as the shard's one standby and takes over the moment the lease is gone (``ended``
+    is ``standby_not_needed`` when the shard already has a standby). ``unknown_shard``: the
+    topology no longer has it. ``fabrics`` defaults to the database topology; ``observer`` sees
+    every poll (diagnostics, tests). ``protocols`` (switch → snmp | gnmi | both) defaults to the
+    database's collector choice, or SNMP for ``fabrics`` given in code.
     """
     specs = load_fabrics() if fabrics is None else list(fabrics)
     try:
@@ -74,22 +80,91 @@ def run_shard(
     spec = next(f for f in specs if f.name == shard.fabric)
     if protocols is None and fabrics is None:
         protocols = collector_protocols(spec.name)
+    fastest = min(spec.switch(n).snmp.interval_s for n in shard.switches)
+    ttl = lease_s or ttl_for(fastest, settings.FABRICMON_LEASE_TTL_S)
+    until = None if run_s is None else time.monotonic() + run_s
     r = connect(redis_url)
-    lease = Lease.acquire(r, shard_id, lease_s)
-    if lease is None:
-        return ShardReport(shard_id, acquired=False, ended="not_acquired")
     try:
-        framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
-        sink = _history_sink(redis_url) if history else None
-        collector = ShardCollector(
-            r, shard, framer, lease, _snmp_poll_fn(), run_s=lease_s if run_s is None else run_s,
-            stop_event=stop_event, observer=observer, history_sink=sink,
-            history_step_s=settings.FABRICMON_HISTORY_STEP_S, protocols=protocols,
-        )
-        return event_loop.event_loop().run_until_complete(collector.run())
+        lease = Lease.acquire(r, shard_id, ttl)
+        took_over = False
+        if lease is None:
+            if not standby:
+                return ShardReport(shard_id, acquired=False, ended="not_acquired")
+            lease, ended = _stand_by(r, shard_id, ttl, stop_event, until)
+            if lease is None:
+                return ShardReport(shard_id, acquired=False, ended=ended)
+            took_over = True
+        try:
+            framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
+            sink = _history_sink(redis_url) if history else None
+            collector = ShardCollector(
+                r, shard, framer, lease, _snmp_poll_fn(),
+                run_s=None if until is None else max(0.0, until - time.monotonic()),
+                stop_event=stop_event, observer=observer, history_sink=sink,
+                history_step_s=settings.FABRICMON_HISTORY_STEP_S, protocols=protocols,
+            )
+            collector.report.took_over = took_over
+            how = "took over" if took_over else "acquired"
+            log.info("shard %s: collecting (%s, lease %s)", shard_id, how, lease.token)
+            return event_loop.event_loop().run_until_complete(collector.run())
+        finally:
+            lease.release()
     finally:
-        lease.release()
         r.close()
+
+
+def _stand_by(
+    r: redis.Redis, shard_id: str, ttl_s: float, stop_event: threading.Event | None, until: float | None
+) -> tuple[Lease | None, str]:
+    """Wait beside the shard's holder as its one standby; take the lease the moment it is gone.
+    Returns (lease, "") on takeover, else (None, why the wait ended)."""
+    me = Standby.register(r, shard_id, ttl_s)
+    if me is None:
+        return None, "standby_not_needed"
+    next_renew = time.monotonic() + ttl_s / 3
+    try:
+        while True:
+            if stop_event is not None and stop_event.is_set():
+                return None, "stopped"
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return None, "lease_end"
+            if not r.exists(keys.lease(shard_id)):
+                lease = Lease.acquire(r, shard_id, ttl_s)
+                if lease is not None:
+                    return lease, ""
+            if now >= next_renew:
+                if not me.renew():
+                    return None, "standby_lost"
+                next_renew = now + ttl_s / 3
+            time.sleep(WATCH_S)
+    finally:
+        me.release()
+
+
+SHUTDOWN = threading.Event()  # set in a worker process that is shutting down (telemetry.tasks)
+
+
+def keep_collecting(
+    shard_id: str, *, stop_event: threading.Event = SHUTDOWN, redis_url: str | None = None
+) -> str:
+    """A collector task's life: hold the shard, or stand by beside its holder, until ``stop_event``.
+
+    A lost lease or standby slot (Redis restarted, the loop stalled past the TTL and the standby
+    took over) sends it back to the shard — as its standby, or its holder again; Redis being
+    unreachable is waited out. Ends when the shard already has a holder and a standby, or is gone.
+    """
+    while not stop_event.is_set():
+        try:
+            report = run_shard(shard_id, standby=True, stop_event=stop_event, redis_url=redis_url)
+        except redis.RedisError as exc:
+            log.warning("shard %s: Redis unreachable (%s); trying again", shard_id, exc)
+            stop_event.wait(1.0)
+            continue
+        if report.ended in ("standby_not_needed", "unknown_shard"):
+            return report.ended
+        stop_event.wait(0.1)
+    return "stopped"
 
 
 def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
@@ -98,10 +173,13 @@ def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
     async def poll(sw: SwitchSpec) -> Any:
         target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
         try:
-            # Belt and braces: whatever pysnmp does, a poll never outlives 90 % of its interval.
-            return await asyncio.wait_for(poller.poll(target), sw.snmp.interval_s * 0.9)
+            # Belt and braces: whatever the client does, a walk never outlives MAX_WALK_INTERVALS
+            # intervals. A slower walk than the interval is a late cell, not a failed poll.
+            return await asyncio.wait_for(poller.poll(target), sw.snmp.interval_s * MAX_WALK_INTERVALS)
         except TimeoutError:
-            raise SnmpPollError("timeout", f"{sw.name}: no complete poll within the interval") from None
+            raise SnmpPollError(
+                "timeout", f"{sw.name}: no complete walk within {MAX_WALK_INTERVALS} intervals"
+            ) from None
 
     return poll
 
@@ -111,16 +189,17 @@ def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
 
 def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
                       redis_url: str | None = None) -> list[str]:
-    """Enqueue a collector for every shard whose lease is free (none running, or its worker died).
+    """Enqueue a collector for every shard that lacks its holder or its standby (none running yet,
+    or a worker died and the standby took over).
 
     A short ``fm:enqueued:{shard}`` marker keeps a backlog from piling up while a queued task has
-    not started yet; a task that starts and finds the shard held simply returns.
+    not started yet; a task that starts decides its role (holder, standby, or not needed).
     """
     r = connect(redis_url)
     started: list[str] = []
     try:
         for shard in all_shards():
-            if holder(r, shard.shard_id) is not None:
+            if holder(r, shard.shard_id) is not None and standby(r, shard.shard_id) is not None:
                 continue
             if r.set(keys.enqueued(shard.shard_id), b"1", nx=True, px=round(hold_s * 1000)):
                 enqueue(shard.shard_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -44,6 +45,20 @@ HistorySink = Callable[[FabricFramer, int, int], None]  # (framer, start_ns, end
 # A previous read older than this many intervals is not differenced against (the sample would
 # average over a stretch nobody watched: better one NaN than a smeared value).
 MAX_BASELINE_INTERVALS = 3
+# A switch is reported down after this many failed polls in a row: one slow or lost poll is a late
+# or missing cell, not an outage.
+DOWN_AFTER_FAILURES = 2
+# A new holder fills at most this many unframed ticks since the last frame with no-data frames (a
+# takeover gap); an older hole is an outage of the whole fabric's collection and stays visible.
+MAX_GAP_TICKS = 120
+SUPERVISE_WAKE_S = 0.25  # how often the supervisor looks at its stop flag between renewals
+# A holder that is asked to stop hands its shard over at a tick boundary: its polls of the last
+# tick are done and the lease is released this long before the boundary, so the standby (which
+# looks every WATCH_S) polls the next tick itself.
+HANDBACK_LEAD_NS = 150_000_000
+# A new holder that starts this early into a tick (fraction of the frame interval) still polls that
+# tick; later, it frames the tick with what was reported and polls from the next one.
+LATE_START_FRACTION = 0.3
 
 
 @dataclass(frozen=True)
@@ -66,10 +81,14 @@ class ShardReport:
 
     shard_id: str
     acquired: bool
-    ended: str = ""  # lease_end | stopped | lease_lost | not_acquired
+    # lease_end (run_s over) | stopped | lease_lost | not_acquired | standby_not_needed |
+    # standby_lost | unknown_shard
+    ended: str = ""
     polls: int = 0
     failures: int = 0
     frames_built: int = 0
+    gap_frames: int = 0  # unframed ticks filled with what was reported when the shard was taken over
+    took_over: bool = False  # the lease was taken from a holder that was gone, after standing by
 
 
 @dataclass
@@ -84,6 +103,7 @@ class _Health:
     poll_ms: float | None = None
     consecutive_failures: int = 0
     polls: int = 0
+    late_polls: int = 0  # polls that finished after their frame was built: a late cell, not down
     error_counts: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
     last_error: str = ""
@@ -97,6 +117,7 @@ class _Health:
             h.last_success_ns = old.get("last_success_ns")
             h.consecutive_failures = int(old.get("consecutive_failures", 0))
             h.polls = int(old.get("polls", 0))
+            h.late_polls = int(old.get("late_polls", 0))
             h.error_counts.update(old.get("error_counts", {}))
             h.dropped.update(old.get("dropped", {}))
             h.last_error = str(old.get("last_error", ""))
@@ -107,6 +128,7 @@ class _Health:
             "up": self.up, "last_success_ns": self.last_success_ns, "last_poll_ns": self.last_poll_ns,
             "poll_ms": self.poll_ms, "errors": self.consecutive_failures,
             "consecutive_failures": self.consecutive_failures, "polls": self.polls,
+            "late_polls": self.late_polls,
             "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
             "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
             **self.extra,
@@ -114,11 +136,12 @@ class _Health:
 
 
 class ShardCollector:
-    """Runs one shard for one lease on the current event loop. Build it, then ``await run()``."""
+    """Runs one shard while it holds its lease, on the current event loop. Build it, then
+    ``await run()``; it ends on ``stop_event``, after ``run_s`` (None: never) or when the lease is lost."""
 
     def __init__(
         self, r: redis.Redis, shard: Shard, framer: FabricFramer, lease: Lease, poll: PollFn, *,
-        run_s: float, stop_event: threading.Event | None = None,
+        run_s: float | None, stop_event: threading.Event | None = None,
         observer: Callable[[PollRecord], None] | None = None, history_sink: HistorySink | None = None,
         history_step_s: float = 60.0, protocols: Mapping[str, str] | None = None,
     ) -> None:
@@ -136,6 +159,11 @@ class ShardCollector:
         # swallow a cancel that races with its inner task finishing, and a `while True` loop would
         # then outlive its lease (seen in CI as a shard that never handed back).
         self._stopping = False
+        self._handback_tick: int | None = None  # no poll of this tick or later (handing over)
+        now = time.time_ns()
+        tick = framer.frame_tick(now)
+        late = now - tick > LATE_START_FRACTION * framer.frame_ns
+        self._start_tick = tick + framer.frame_ns if late else tick  # the first tick this holder polls
         old = live_window.read_health(r, self.fabric)
         self.health = {
             name: _Health.resume(shard.shard_id, framer.spec.switch(name).snmp.interval_s, old.get(name))
@@ -143,6 +171,7 @@ class ShardCollector:
         }
 
     async def run(self) -> ShardReport:
+        self._fill_gap()
         spec = self.framer.spec
         snmp_names = [n for n in self.shard.switches
                       if n not in self.gnmi_names or self.protocols.get(n) == "both"]
@@ -156,6 +185,8 @@ class ShardCollector:
         tasks.append(asyncio.create_task(self._deadline_loop()))
         try:
             self.report.ended = await self._supervise()
+            if self.report.ended in ("stopped", "lease_end"):
+                await self._hand_back()
         finally:
             self._stopping = True
             for t in tasks:
@@ -166,21 +197,42 @@ class ShardCollector:
             if pending:
                 log.warning("shard %s: %d loop(s) ignored cancellation; left behind", self.shard.shard_id,
                             len(pending))
+            self.lease.release()  # before the gNMI sessions close: the standby may start at once
             if self.gnmi is not None:
                 await self.gnmi.stop()
         return self.report
 
+    async def _hand_back(self) -> None:
+        """Stop at a tick boundary: no poll of that tick or later, the previous tick's polls done,
+        then (the caller) release the lease ``HANDBACK_LEAD_NS`` before the boundary."""
+        f = self.framer
+        now = time.time_ns()
+        boundary = (now // f.frame_ns + 1) * f.frame_ns
+        if boundary - now < 2 * HANDBACK_LEAD_NS:
+            boundary += f.frame_ns
+        self._handback_tick = boundary
+        release_at = boundary - HANDBACK_LEAD_NS
+        while (left := release_at - time.time_ns()) > 0:
+            await asyncio.sleep(min(left / 1e9, self.lease.ttl_s / 3))
+            if time.time_ns() < release_at and not self.lease.renew():
+                return  # lost meanwhile: nothing left to hand over
+
     async def _supervise(self) -> str:
-        end = time.monotonic() + self.run_s
+        """Renew the lease every third of its TTL for as long as the shard is held; a healthy shard
+        is never handed back (``run_s`` bounds tests and benches, ``stop_event`` a shutdown)."""
+        end = math.inf if self.run_s is None else time.monotonic() + self.run_s
         renew_every = self.lease.ttl_s / 3
         next_renew = time.monotonic() + renew_every
         while True:
-            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            await asyncio.sleep(max(0.0, min(next_renew, end, now + SUPERVISE_WAKE_S) - now))
             now = time.monotonic()
             if self.stop_event is not None and self.stop_event.is_set():
                 return "stopped"
             if now >= end:
                 return "lease_end"
+            if self._stopping:  # a switch loop saw the lease's local validity run out
+                return "lease_lost"
             if now >= next_renew:
                 if not self.lease.renew():
                     log.warning("shard %s: lease lost, stopping", self.shard.shard_id)
@@ -197,9 +249,14 @@ class ShardCollector:
         keep_read_ms = max(60_000, 10 * interval_ns // 1_000_000)
         max_baseline_ns = MAX_BASELINE_INTERVALS * interval_ns
         prev = self._load_read(sw.name)
+        scheduled = -(-self._start_tick // interval_ns) * interval_ns  # the first of its own grid
         while not self._stopping:
-            scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
-            await asyncio.sleep((scheduled - time.time_ns()) / 1e9)
+            await asyncio.sleep(max(0.0, (scheduled - time.time_ns()) / 1e9))
+            if self._handback_tick is not None and scheduled >= self._handback_tick:
+                break  # the standby polls this tick
+            if not self.lease.valid():  # it may have lapsed: never poll beside the next holder
+                self._stopping = True
+                break
             started = time.time_ns()
             cur, kind, message = await self._poll_once(sw, ifindex)
             finished = time.time_ns()
@@ -207,15 +264,19 @@ class ShardCollector:
                 prev = None
             part = compute_slice(sw.name, prev, cur, spec_speed, started)
             tick = self.framer.frame_tick(scheduled)
+            if cur is not None:
+                self.framer.observe_walk(sw.name, (finished - started) / 1e9)
+            late = finished > tick + round(self.framer.deadline_s(tick) * 1e9)
             if not self._gnmi_up(sw.name):  # "both": SNMP fills in only while gNMI is down
                 self._deliver(sw.name, tick, part)
-            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part)
+            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late)
             if cur is not None:
                 prev = cur
                 self.r.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
             if self.observer is not None:
                 self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
                                          kind))
+            scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
 
     async def _poll_once(self, sw: SwitchSpec, ifindex: Any) -> tuple[SwitchRead | None, str | None, str]:
         """One poll → (aligned read, None, "") or (None, error kind, message). Never raises."""
@@ -268,15 +329,16 @@ class ShardCollector:
             self._after_frame(frame)
 
     def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,  # noqa: PLR0917
-                       error: str, part: SwitchSlice) -> None:
+                       error: str, part: SwitchSlice, *, late: bool = False) -> None:
         h = self.health[switch]
         h.polls += 1
         h.last_poll_ns = started
         h.poll_ms = round((finished - started) / 1e6, 3)
+        h.late_polls += int(late and cur is not None)
         self.report.polls += 1
         if cur is None:
-            h.up = False
             h.consecutive_failures += 1
+            h.up = h.consecutive_failures < DOWN_AFTER_FAILURES
             h.error_counts[error.split(":", 1)[0]] += 1
             h.last_error = error[:300]
             self.report.failures += 1
@@ -290,19 +352,38 @@ class ShardCollector:
     # --- frames -------------------------------------------------------------------------------
 
     async def _deadline_loop(self) -> None:
-        """Build each tick's frame at its deadline if the fast path did not (a shard is dead)."""
+        """Build each tick's frame at its deadline if the fast path did not (a switch is slow or a
+        shard is dead); the deadline follows the due switches' measured walk times."""
         f = self.framer
-        tick = f.frame_tick(time.time_ns()) + f.frame_ns
-        deadline_ns = round(f.deadline_s * 1e9)
+        tick = self._start_tick
         while not self._stopping:
+            if self._handback_tick is not None and tick >= self._handback_tick:
+                return
+            deadline_ns = round(f.deadline_s(tick) * 1e9)
             await asyncio.sleep(max(0.0, (tick + deadline_ns - time.time_ns()) / 1e9))
             frame = f.build(self.r, tick, at_deadline=True)
             if frame is not None:
                 self._after_frame(frame)
             tick += f.frame_ns
-            behind = time.time_ns() - (tick + deadline_ns)
+            behind = time.time_ns() - (tick + round(f.deadline_s(tick) * 1e9))
             if behind > f.frame_ns:  # the loop was starved: skip ticks rather than replay them
                 tick += (behind // f.frame_ns) * f.frame_ns
+
+    def _fill_gap(self) -> None:
+        """A holder that just took the shard over frames the ticks nobody framed since the last frame
+        (its predecessor died, or handed over mid-tick), up to the current one: what was reported,
+        and explicit no-data for the rest — a column of NaN, never a missing column."""
+        f = self.framer
+        newest = live_window.latest(self.r, self.fabric)
+        if newest is None:
+            return
+        last = newest[1].ts_ns
+        first = max(last + f.frame_ns, self._start_tick - MAX_GAP_TICKS * f.frame_ns)
+        for tick in range(first, self._start_tick, f.frame_ns):
+            frame = f.build(self.r, tick, gap=True)
+            if frame is not None:
+                self.report.gap_frames += 1
+                self._after_frame(frame)
 
     def _after_frame(self, frame: Frame) -> None:
         self.report.frames_built += 1

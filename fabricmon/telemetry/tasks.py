@@ -1,50 +1,75 @@
-"""Celery shells over ``services``: shard collectors and the beat job that keeps them running."""
+"""Celery shells over ``services``: shard collectors and the beat job that keeps them running.
+
+A ``collect_shard`` task lives as long as its worker: it holds its shard (or stands by for it) and
+goes back to the shard when its lease or standby slot is lost (a Redis restart, a stall). On a
+warm shutdown the worker's pool children get SIGTERM from the main process, which sets
+``SHUTDOWN``: holders hand their shards back at once, so the standby takes over without waiting out
+a lease.
+"""
 
 from __future__ import annotations
 
-import redis
+import logging
+import os
+import signal
+from pathlib import Path
+
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 from django.conf import settings
 
 from fabricmon.telemetry import event_loop, services
 
+log = logging.getLogger(__name__)
+
 
 @worker_process_init.connect
 def _fresh_loop_per_process(**_kwargs: object) -> None:
-    # A forked pool child must build its own event loop and SNMP engine (lazily, on first lease).
+    # A forked pool child must build its own event loop and SNMP engine (lazily, on first lease),
+    # and hand its shard back when it is told to stop.
     event_loop.reset_after_fork()
+    signal.signal(signal.SIGTERM, _child_sigterm)
+
+
+def _child_sigterm(signum: int, _frame: object) -> None:
+    services.SHUTDOWN.set()
+    # Let the collector release its lease (≤ one supervisor wake-up), then terminate as before.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.alarm(2)  # SIGALRM's default action ends the process should the task not return
+
+
+@worker_shutting_down.connect
+def _tell_pool_children(**_kwargs: object) -> None:
+    """Warm shutdown waits for running tasks, and collectors never finish on their own: pass the
+    shutdown to every pool child (Linux: the main process's children from /proc)."""
+    for children in Path("/proc/self/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                continue
 
 
 @shared_task(
     name="telemetry.collect_shard",
     ignore_result=True,
-    # Not acks_late: if the worker dies, the lease expires and beat re-enqueues the shard within
-    # one lease — redelivering the old message an hour later (visibility timeout) would only race.
+    # Not acks_late: if the worker dies its standby takes the shard over and beat queues a new
+    # standby — redelivering the old message an hour later (visibility timeout) would only race.
     acks_late=False,
-    # Redis briefly unreachable at lease start: retry soon, a few times, then let beat take over.
-    autoretry_for=(redis.ConnectionError, redis.TimeoutError),
-    retry_backoff=1,
-    retry_backoff_max=10,
-    max_retries=3,
 )
 def collect_shard(shard_id: str) -> str:
-    """Collect one shard for one lease (FABRICMON_LEASE_S), then hand it back and queue the next lease."""
+    """Hold shard ``shard_id`` or stand by for it, for as long as this worker lives."""
     services.shard_started(shard_id)
-    report = services.run_shard(shard_id, lease_s=settings.FABRICMON_LEASE_S)
-    if report.ended == "lease_end":
-        # Queue the next lease at once (any worker may take it); beat would, but only seconds later.
-        _enqueue(shard_id)
-    return report.ended
+    return services.keep_collecting(shard_id)
 
 
 @shared_task(name="telemetry.ensure_collectors", ignore_result=True)
 def ensure_collectors() -> list[str]:
-    """Beat job: enqueue a collector for every shard nobody holds (new, finished, or its worker died)."""
+    """Beat job: enqueue a collector for every shard without a holder or a standby."""
     return services.ensure_collectors(_enqueue)
 
 
 def _enqueue(shard_id: str) -> None:
-    collect_shard.apply_async(
-        (shard_id,), queue=settings.FABRICMON_COLLECTOR_QUEUE, expires=settings.FABRICMON_LEASE_S
-    )
+    # A queued collector nobody started within a few beats is superseded by the next beat's.
+    expires = max(10.0, 3 * settings.FABRICMON_ENSURE_COLLECTORS_S)
+    collect_shard.apply_async((shard_id,), queue=settings.FABRICMON_COLLECTOR_QUEUE, expires=expires)

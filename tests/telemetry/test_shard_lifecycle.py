@@ -17,9 +17,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 
+from fabricmon.base import keys
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.leases import Lease, Standby, holder
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.services import ensure_collectors, fabric_status, run_shard, shard_started
 from fabricmon.topology.services import import_fabric
@@ -204,24 +205,27 @@ def test_next_lease_holder_continues_from_the_last_read(twin_process, redis_url,
 
 @pytest.mark.django_db
 def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, redis_url, settings) -> None:
+    """A shard gets a collector queued while it lacks its holder or its standby, once per marker."""
     settings.FABRICMON_SHARD_SIZE = 2
     import_fabric(two_leaf_two_spine(fabric_name, servers=2))  # 4 switches
     ours = {f"{fabric_name}:0", f"{fabric_name}:1"}
     held = Lease.acquire(redis_client, f"{fabric_name}:1", 5)
-    assert held is not None
+    waiting = Standby.register(redis_client, f"{fabric_name}:1", 5)
+    assert held is not None and waiting is not None
     queued: list[str] = []
     try:
         ensure_collectors(queued.append, redis_url=redis_url)
-        assert [s for s in queued if s in ours] == [f"{fabric_name}:0"]  # the held shard is left alone
+        assert [s for s in queued if s in ours] == [f"{fabric_name}:0"]  # held and backed: left alone
         ensure_collectors(queued.append, redis_url=redis_url)
         assert [s for s in queued if s in ours] == [f"{fabric_name}:0"]  # queued, not yet started: once
         shard_started(f"{fabric_name}:0", redis_url=redis_url)
-        held.release()  # its holder handed it back (or died and the key expired)
+        waiting.release()  # the standby took the shard over, or died: the holder has no standby
         ensure_collectors(queued.append, redis_url=redis_url)
         assert sorted(s for s in queued if s in ours) == [f"{fabric_name}:0", f"{fabric_name}:0", f"{fabric_name}:1"]
     finally:
         held.release()
-        redis_client.delete(*(f"fm:enqueued:{s}" for s in ours))
+        waiting.release()
+        redis_client.delete(*(keys.enqueued(s) for s in ours))
 
 
 @pytest.mark.django_db

@@ -1,0 +1,145 @@
+"""Lease handover and takeover between collector processes, against the twin's real agents.
+
+Two collector processes (``collector_process.py``, as two Celery pool children would be) share one
+shard: one holds it, the other stands by. The test asks the holder to hand over ten times (a
+rolling restart) and kills the holder twice with SIGKILL (a worker dying), and checks from the live
+window and from every poll both processes made:
+
+* every tick between the first and the last frame has its frame (no tick lost at a handover);
+* after a kill, the standby's first poll comes within two poll intervals of the kill;
+* no switch is ever polled by two processes at once, and no tick of a switch is polled twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.leases import holder
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+INTERVAL_S = 1.0
+NS = 1_000_000_000
+
+
+class Collector:
+    """One collector process and the JSON lines it prints (polls and run reports)."""
+
+    def __init__(self, topology: Path, shard: str, redis_url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.telemetry.collector_process", str(topology), shard, redis_url,
+             str(INTERVAL_S)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "REDIS_URL": redis_url},
+        )
+        self.pid = self.proc.pid
+        self.lines: list[dict] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.lines.append(json.loads(line))
+
+    def polls(self) -> list[dict]:
+        return [x for x in list(self.lines) if "switch" in x]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.reader.join(5)
+
+
+def _holder_pid(redis_client, shard: str) -> int | None:
+    token = holder(redis_client, shard)
+    return int(token.split(":")[1]) if token else None
+
+
+def _wait(predicate, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_ten_handovers_and_two_kills_lose_no_tick_and_never_poll_twice(twin_process, redis_url,
+                                                                        redis_client) -> None:
+    shard = f"{twin_process.fabric.name}:0"
+    procs = [Collector(twin_process.topology_path, shard, redis_url)]
+    everyone = list(procs)  # the killed ones too: their polls count for "never polled twice"
+    handovers, takeovers_s = 0, []
+    try:
+        assert _wait(lambda: _holder_pid(redis_client, shard) == procs[0].pid, 20)
+        procs.append(Collector(twin_process.topology_path, shard, redis_url))
+        everyone.append(procs[-1])
+        assert _wait(lambda: redis_client.exists(f"fm:standby:{shard}"), 20)
+        time.sleep(2.5)
+        for _ in range(10):  # a rolling restart: the holder hands its shard over, ten times
+            before = _holder_pid(redis_client, shard)
+            os.kill(before, signal.SIGUSR1)
+            assert _wait(lambda before=before: _holder_pid(redis_client, shard) not in (None, before), 5)
+            handovers += 1
+            assert _wait(lambda: redis_client.exists(f"fm:standby:{shard}"), 5)
+            time.sleep(1.6)
+        for _ in range(2):  # a worker dies: SIGKILL, then its replacement stands by
+            dead = _holder_pid(redis_client, shard)
+            victim = next(p for p in procs if p.pid == dead)
+            killed_ns = time.time_ns()
+            victim.proc.kill()
+            victim.proc.wait()
+            survivor = next(p for p in procs if p.proc.poll() is None)
+            assert _wait(lambda s=survivor, k=killed_ns: any(x["started"] > k for x in s.polls()), 5)
+            first = min(x["started"] for x in survivor.polls() if x["started"] > killed_ns)
+            takeovers_s.append((first - killed_ns) / 1e9)
+            procs.remove(victim)
+            procs.append(Collector(twin_process.topology_path, shard, redis_url))
+            everyone.append(procs[-1])
+            assert _wait(lambda: redis_client.exists(f"fm:standby:{shard}"), 20)
+            time.sleep(2.5)
+    finally:
+        for p in everyone:
+            p.stop()
+    frames = [f for _, f in live_window.read_window(redis_client, twin_process.fabric.name)]
+    ticks = np.array([f.ts_ns for f in frames], dtype=np.int64)
+    steps = np.diff(ticks) // round(INTERVAL_S * NS)
+    print(f"\nhandovers {handovers}, takeovers after SIGKILL {[round(t, 2) for t in takeovers_s]} s, "
+          f"frames {len(frames)}, missing ticks {int((steps - 1).sum())}, "
+          f"frames with a switch without data {sum(bool(np.isnan(f.metrics['in_bps']).any()) for f in frames)}")
+    assert handovers == 10 and len(takeovers_s) == 2
+    assert (steps == 1).all(), f"ticks missing from the live window: {np.flatnonzero(steps != 1)}"
+    assert max(takeovers_s) <= 2 * INTERVAL_S
+    _assert_never_polled_twice([x for p in everyone for x in p.polls()])
+
+
+def _assert_never_polled_twice(polls: list[dict]) -> None:
+    by_switch: dict[str, list[dict]] = defaultdict(list)
+    for x in polls:
+        by_switch[x["switch"]].append(x)
+    for switch, recs in by_switch.items():
+        recs.sort(key=lambda x: x["started"])
+        ticks = [x["scheduled"] for x in recs]
+        assert len(ticks) == len(set(ticks)), f"{switch}: a tick was polled twice"
+        for a, b in itertools.pairwise(recs):
+            if a["pid"] != b["pid"]:
+                assert a["finished"] <= b["started"], f"{switch}: polled by {a['pid']} and {b['pid']} at once"
