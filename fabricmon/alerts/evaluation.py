@@ -41,7 +41,9 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     dwell = np.zeros(geo.n_ports, np.int64)
     hot[saved["hot"]] = True
     dwell[saved["hot"]] = saved["dwell"]
-    return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"])
+    no_data = np.asarray(saved["nodata"], dtype=np.int64) if "nodata" in saved else None
+    return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
+                       no_data)
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -57,6 +59,7 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "migrations": s.migrations,
                 "dsum": s.completed_dwell_sum,
                 "dcount": s.completed_dwell_count,
+                "nodata": s.no_data.tolist() if s.no_data is not None else [],
             }
         ),
     )

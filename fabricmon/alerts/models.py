@@ -5,8 +5,9 @@
     Rule (fabric, kind, thresholds) ── evaluated per window by services.record_window
     Alert (one per fingerprint) ──< AlertTransition   every state change is a row (audit log)
       │                                  └──< Outbox ──> Receiver   one row per notification
-      └──> Episode   alerts of one fabric (and run) that overlap in time; a moving incast is one
-                     episode while it moves; its trajectory is stored on the episode
+      └──> Episode   alerts of one family (incast + moving incast, or one other kind) of one
+                     fabric (and run) that overlap in time; a moving incast is one episode while
+                     it moves, its trajectory stored on the episode; a switch outage is one
     Silence   matches fabric/kind/key; silenced transitions are stored but not sent
 
 Nothing here has behaviour hidden in ``save()`` or signals: the verbs live in ``services``.
@@ -53,6 +54,8 @@ class Episode(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     opened_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True, blank=True)
+    # "incast" (incast and moving incast: one hot set, moving or not) or the alert kind itself
+    family = models.CharField(max_length=32, default="incast")
     kinds = models.JSONField(default=list)  # alert kinds seen in the episode
     # [{ts_ns, ports, hosts, gpus, ranks, leaf_jump, rail_jump}], one entry per hot-set change
     trajectory = models.JSONField(default=list)

@@ -96,14 +96,21 @@ def record_window(
     slots = {fp: _slot(a) for fp, a in rows.items()}
     new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, run=run_name, config=config)
     window = _Window(fabric, run_name, owner_id, geo, now, link_base)
-    window.episode = Episode.objects.filter(fabric=fabric, run_name=run_name, closed_at=None).first()
+    window.episodes = {e.family: e for e in Episode.objects.filter(fabric=fabric, run_name=run_name,
+                                                                   closed_at=None)}
     stored = [_apply(window, rows, ch) for ch in changes]
     # Conditions that still hold: remember when they last held (keep_firing counts from here).
     still = [fp for fp, s in new_slots.items() if s.last_true_ns == _ns(now) and fp in rows]
     Alert.objects.filter(fingerprint__in=still).update(last_true=now)
-    if window.episode is not None and window.episode.pk:
-        _follow_episode(window.episode, findings, geo, rank_of_port, now)
+    for episode in window.episodes.values():
+        _follow_episode(episode, findings, geo, rank_of_port, now)
     return stored
+
+
+def family_of(kind: str) -> str:
+    """The episode an alert kind joins: a hot set's incast and moving incast share one (it is the
+    same congestion, moving or not); every other kind has episodes of its own (one per outage)."""
+    return "incast" if kind in ("incast", "moving_incast") else kind
 
 
 @dataclasses.dataclass
@@ -116,7 +123,7 @@ class _Window:
     geo: FabricGeometry
     now: datetime
     link_base: str
-    episode: Episode | None = None
+    episodes: dict[str, Episode] = dataclasses.field(default_factory=dict)  # open ones, by family
 
 
 def _open_alerts(fabric: str, run_name: str) -> dict[str, Alert]:
@@ -163,16 +170,17 @@ def _apply(w: _Window, rows: dict[str, Alert], ch: Transition) -> AlertTransitio
         summary=ch.condition.summary, silenced=silenced,
     )
     if ch.to_state in ("firing", "resolved") and not silenced:
-        _enqueue(row, alert, w.episode, w.now, w.link_base)
+        _enqueue(row, alert, alert.episode, w.now, w.link_base)
     return row
 
 
 def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
-    """A firing alert joins the open episode (opened now if there is none) with its culprit."""
-    if w.episode is None:
-        w.episode = Episode.objects.create(fabric=w.fabric, run_name=w.run_name, owner_id=w.owner_id,
-                                           opened_at=w.now)
-    episode = w.episode
+    """A firing alert joins its family's open episode (opened now if there is none) with its culprit."""
+    family = family_of(ch.kind)
+    episode = w.episodes.get(family)
+    if episode is None:
+        episode = w.episodes[family] = Episode.objects.create(
+            fabric=w.fabric, run_name=w.run_name, owner_id=w.owner_id, opened_at=w.now, family=family)
     alert.fired_at = w.now
     alert.episode = episode
     found = culprit_of_ports(w.fabric, _port_names(w.geo, ch.condition.ports) or [alert.key],
@@ -188,9 +196,9 @@ def _follow_episode(
     episode: Episode, findings: WindowFindings, geo: FabricGeometry,
     rank_of_port: Mapping[int, int] | None, now: datetime,
 ) -> None:
-    """Add the window's hot set to the trajectory when it moved (or starts it); close the episode
-    when none of its alerts fires any more."""
-    if findings.incast and (findings.migrated or not episode.trajectory):
+    """Add the window's hot set to an incast episode's trajectory when it moved (or starts it); close
+    the episode when none of its alerts fires any more."""
+    if episode.family == "incast" and findings.incast and (findings.migrated or not episode.trajectory):
         step = dataclasses.asdict(trajectory_step(findings, geo, rank_of_port))
         episode.trajectory = [*episode.trajectory, step][-500:]
         episode.migrations += int(findings.migrated)

@@ -217,6 +217,15 @@ def gnmi_settings(switch: Switch) -> GnmiSettings | None:
     return GnmiSettings(port=switch.gnmi_port, sample_interval_s=switch.gnmi_sample_interval_s)
 
 
+def set_gnmi_collector(fabric: Fabric | str, choice: str) -> int:
+    """Collect every switch of ``fabric`` that has a gNMI target by ``choice`` (snmp | gnmi | both);
+    switches without one stay on SNMP. Returns how many switches were set."""
+    if choice not in Switch.Collector.values:
+        raise ValueError(f"collector must be one of {', '.join(Switch.Collector.values)}, got {choice!r}")
+    fabric = _fabric(fabric)
+    return int(Switch.objects.filter(fabric=fabric, gnmi_port__isnull=False).update(collector=choice))
+
+
 def collector_protocols(fabric: Fabric | str) -> dict[str, str]:
     """Switch name → how to collect it (``"snmp"``, ``"gnmi"`` or ``"both"``); set in the admin,
     not part of the core spec or the topology file. One query."""

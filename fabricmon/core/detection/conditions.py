@@ -88,7 +88,7 @@ def _moving_incast(findings: WindowFindings, geo: FabricGeometry) -> Condition:
         f"moving incast: hot set {', '.join(_port_name(geo, int(p)) for p in findings.hot_ports[:4])}"
         f" (J={findings.jaccard:.2f}, {findings.migrations} migrations"
         f"{', leaf jump' if findings.leaf_jump else ''}"
-        f"{', rail jump' if findings.rail_jump else ''})",
+        f"{', rail jump' if findings.rail_jump else ''}){_confidence_note(findings)}",
         value=findings.migration_rate,
         ports=tuple(int(p) for p in findings.hot_ports),
         details={
@@ -96,8 +96,20 @@ def _moving_incast(findings: WindowFindings, geo: FabricGeometry) -> Condition:
             "rail_jump": findings.rail_jump,
             "migrations": findings.migrations,
             "fan_in_known": findings.fan_in_known,
+            **_basis(findings),
         },
     )
+
+
+def _basis(findings: WindowFindings) -> dict[str, str]:
+    """What the incast rule judged on: queue telemetry (high confidence) or load alone (low)."""
+    if findings.pressure_known:
+        return {"confidence": "high", "basis": "queue telemetry + load + fan-in"}
+    return {"confidence": "low", "basis": "utilization + fan-in (no queue telemetry)"}
+
+
+def _confidence_note(findings: WindowFindings) -> str:
+    return "" if findings.pressure_known else " [low confidence: utilization only, no queue telemetry]"
 
 
 def _incasts(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
@@ -106,8 +118,9 @@ def _incasts(findings: WindowFindings, geo: FabricGeometry) -> list[Condition]:
     for p, f, ld in zip(findings.hot_ports, findings.hot_fan_in, findings.hot_load, strict=True):
         fan = f"fan-in {f:.0f}" if np.isfinite(f) else "fan-in unknown"
         name = _port_name(geo, int(p))
-        out.append(Condition("incast", name, f"incast on {name}: load {ld:.2f}, {fan}", value=float(ld),
-                             ports=(int(p),)))
+        summary = f"incast on {name}: load {ld:.2f}, {fan}{_confidence_note(findings)}"
+        out.append(Condition("incast", name, summary, value=float(ld), ports=(int(p),),
+                             details=_basis(findings)))
     return out
 
 

@@ -23,6 +23,9 @@ class DetectConfig:
     # balanced combine all-to-all that follows each dispatch dilutes a 4.5× hot expert to ~2×
     # port load (5th percentile 1.5×), while warm experts of σ = 0.3 skew stay ≤ ~1.6×.
     rel_load_min: float = 1.6
+    # Without queue telemetry (SNMP-only: no watermark, ECN or PFC in the frame) the rule judges by
+    # load and fan-in alone, at a stricter ratio, and says its confidence is low.
+    rel_load_min_without_pressure: float = 1.8
     top_m: int = 16  # cap the hot set to the top-m ports by WM·F
     # J_max: at or below, the hot set's identity changed. 0.34, not 0.5: one warm port joining a
     # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
@@ -33,6 +36,9 @@ class DetectConfig:
     ecmp_max_over_mean: float = 1.6  # busiest uplink / mean uplink of the same leaf
     ecmp_min_util: float = 0.5  # … and the busiest uplink at least this loaded
     rail_violation_util: float = 0.05  # uplink load on a rail the run's routing keeps local (PXN)
+    # A switch is down after this many windows in a row without data on any port: one late or lost
+    # poll is a late cell, not an outage.
+    down_windows: int = 3
 
     def __post_init__(self) -> None:
         problems = [
@@ -42,8 +48,8 @@ class DetectConfig:
         ]
         if not 0.0 <= self.jaccard_max <= 1.0:
             problems.append(f"jaccard_max must be within [0, 1] (got {self.jaccard_max})")
-        if self.top_m < 1 or self.moving_hold_windows < 1:
-            problems.append("top_m and moving_hold_windows must be ≥ 1")
+        if self.top_m < 1 or self.moving_hold_windows < 1 or self.down_windows < 1:
+            problems.append("top_m, moving_hold_windows and down_windows must be ≥ 1")
         if problems:
             raise ValueError("DetectConfig: " + "; ".join(problems))
 

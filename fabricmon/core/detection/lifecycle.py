@@ -39,7 +39,9 @@ DEFAULT_LIFECYCLE: Mapping[str, LifecycleConfig] = {
     "pfc_storm": LifecycleConfig(for_s=1.0, keep_firing_s=3.0),
     "ecmp_imbalance": LifecycleConfig(for_s=1.0, keep_firing_s=3.0),
     "rail_violation": LifecycleConfig(for_s=2.0, keep_firing_s=5.0),
-    "target_down": LifecycleConfig(for_s=2.0, keep_firing_s=0.0),
+    # with DetectConfig.down_windows: down after 3 windows without data and 2 s more; up again only
+    # after 10 s of data — one alert per outage, never a flap per slow poll
+    "target_down": LifecycleConfig(for_s=2.0, keep_firing_s=10.0),
 }
 
 

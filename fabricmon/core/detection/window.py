@@ -23,7 +23,7 @@ which is small (a handful of ports), never on all ports.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,7 @@ from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import FabricGeometry
 
 FloatArray = npt.NDArray[np.float32]
+PRESSURE_METRICS = ("watermark_bytes", "ecn_marked_ps", "pfc_pause_ps")  # queue telemetry (gNMI)
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -46,6 +47,7 @@ class MovingState:
     migrations: int = 0  # in this run of non-empty hot sets
     completed_dwell_sum: int = 0  # over stays that ended (for mean dwell)
     completed_dwell_count: int = 0
+    no_data: IntArray | None = None  # per switch: consecutive windows without data (None: none yet)
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -75,6 +77,9 @@ class WindowFindings:
     rail_violation_ports: IntArray
     down_switches: IntArray
     migrations: int = 0
+    # the frame had queue telemetry (watermark, ECN or PFC): False when incast was judged by load
+    # and fan-in alone (an SNMP-only fabric), which the alerts say as lower confidence
+    pressure_known: bool = True
 
     @property
     def incast(self) -> bool:
@@ -113,6 +118,7 @@ class _HotSet:
     load: FloatArray
     fan: FloatArray  # NaN where unknown
     fan_unknown: BoolArray
+    pressure_known: bool  # the frame had queue telemetry
 
 
 def _hot_set(
@@ -124,8 +130,14 @@ def _hot_set(
     wm = _metric(metrics, "watermark_bytes", n)
     ecn = _metric(metrics, "ecn_marked_ps", n)
     pfc = _metric(metrics, "pfc_pause_ps", n)
+    pressure_known = any(m in metrics for m in PRESSURE_METRICS)
     with np.errstate(invalid="ignore"):
-        pressure = (wm >= cfg.watermark_kmax_bytes) | (ecn >= cfg.ecn_min_ps) | (pfc >= cfg.pfc_min_ps)
+        if pressure_known:
+            pressure = (wm >= cfg.watermark_kmax_bytes) | (ecn >= cfg.ecn_min_ps) | (pfc >= cfg.pfc_min_ps)
+            rel_min = cfg.rel_load_min
+        else:  # no queue telemetry: utilization and fan-in alone, stricter
+            pressure = np.ones(n, np.bool_)
+            rel_min = cfg.rel_load_min_without_pressure
         if fan_in is None:
             fan = np.full(n, np.nan, np.float32)
         else:
@@ -136,7 +148,7 @@ def _hot_set(
         fan_ok = (fan >= cfg.fan_in_min) | (fan_unknown & cfg.assume_fan_in_when_unknown)
         # Peers: host-facing ports compare with host-facing ports, spine ports with spine ports.
         ref = np.where(geo.is_spine, _mean_where(load, geo.is_spine), _mean_where(load, geo.is_leaf_host))
-        loaded = (load >= cfg.load_min) | (load >= cfg.rel_load_min * ref)
+        loaded = (load >= cfg.load_min) | (load >= rel_min * ref)
         hot = geo.incast_candidate & pressure & fan_ok & loaded
     hot_idx = np.flatnonzero(hot)
     if len(hot_idx) > cfg.top_m:
@@ -145,7 +157,7 @@ def _hot_set(
         hot = np.zeros(n, np.bool_)
         hot[keep] = True
         hot_idx = np.sort(keep)
-    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown)
+    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown, pressure_known)
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,7 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
     ended = prev & ~hot
     since = 0 if migrated else state.windows_since_migration + 1
     carried = MovingState(
+        no_data=state.no_data,
         prev_hot=hot,
         dwell=np.where(hot, state.dwell + 1, 0),
         windows_since_migration=since,
@@ -195,11 +208,17 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
 
 
-def _down_switches(load: FloatArray, geo: FabricGeometry) -> IntArray:
-    """Switches with no data on any port in this window."""
-    has_data = np.isfinite(load)
-    per_switch = np.bincount(geo.index.switch_of, weights=has_data, minlength=len(geo.index.switch_names))
-    return np.flatnonzero(per_switch == 0).astype(np.int64)
+def _down_switches(
+    load: FloatArray, geo: FabricGeometry, state: MovingState, cfg: DetectConfig
+) -> tuple[IntArray, IntArray]:
+    """Switches without data on any port for ``cfg.down_windows`` windows in a row, and the carried
+    per-switch count of consecutive windows without data."""
+    n_sw = len(geo.index.switch_names)
+    has_data = np.bincount(geo.index.switch_of, weights=np.isfinite(load), minlength=n_sw) > 0
+    known = state.no_data is not None and len(state.no_data) == n_sw
+    before = state.no_data if known and state.no_data is not None else np.zeros(n_sw, np.int64)
+    no_data = np.where(has_data, 0, before + 1).astype(np.int64)
+    return np.flatnonzero(no_data >= cfg.down_windows).astype(np.int64), no_data
 
 
 def _rail_violations(
@@ -239,7 +258,8 @@ def detect_window(
     """
     hs = _hot_set(metrics, geo, cfg, fan_in)
     mv = _movement(hs, geo, state, cfg)
-    carried = mv.state
+    down, no_data = _down_switches(hs.load, geo, state, cfg)
+    carried = replace(mv.state, no_data=no_data)
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
     hot_idx = hs.idx
     findings = WindowFindings(
@@ -264,8 +284,9 @@ def detect_window(
         ecmp_switches=ecmp_sw,
         ecmp_ratio=ecmp_ratio,
         rail_violation_ports=_rail_violations(hs.load, geo, cfg, rail_confined_switch),
-        down_switches=_down_switches(hs.load, geo),
+        down_switches=down,
         migrations=carried.migrations,
+        pressure_known=hs.pressure_known,
     )
     return carried, findings
 

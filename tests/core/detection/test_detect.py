@@ -10,6 +10,8 @@ Small fabric (railgen, 4 servers × 2 GPUs, 2 spines)::
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from fabricmon.core.detection.conditions import Condition, conditions, trajector
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import fabric_geometry
 from fabricmon.core.detection.lifecycle import LifecycleConfig, advance, fingerprint
-from fabricmon.core.detection.window import MovingState, detect_window
+from fabricmon.core.detection.window import PRESSURE_METRICS, MovingState, detect_window
 from fabricmon.core.topology.port_index import build_port_index
 from tests.topologies import two_leaf_two_spine
 from twin.scenario_scoring import KINDS, evaluate, format_table, score
@@ -91,10 +93,12 @@ def test_pfc_storm_ecmp_imbalance_rail_violation_and_target_down(geo) -> None:
     spine = np.flatnonzero(geo.is_spine)
     m["util"][spine[: len(spine) // 2]] = np.nan  # spine0 did not answer
     confined = np.array([True, False, False, False])
-    _, found = detect_window(
-        m, geo, MovingState.initial(n), DetectConfig(), fan_in=fan, rail_confined_switch=confined
-    )
+    state, cfg = MovingState.initial(n), DetectConfig()
     names = geo.index.switch_names
+    for window in range(cfg.down_windows):  # a switch is down after down_windows without data
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan, rail_confined_switch=confined)
+        if window < cfg.down_windows - 1:
+            assert len(found.down_switches) == 0, "one late or lost poll is not an outage"
     assert [names[s] for s in found.ecmp_switches] == ["leaf-r0"]
     assert found.storm_ports.tolist() == [0]
     assert [names[s] for s in found.down_switches] == ["spine0"]
@@ -173,3 +177,35 @@ def test_detection_quality_on_seeded_scenarios() -> None:
             assert max(lat) <= 2, (kind, lat)
     assert table["static"]["moving_incast"] == 0
     assert table["ecmp"]["incast"] == table["pfc"]["incast"] == 0
+
+
+def _without_queue_telemetry(batch):  # type: ignore[no-untyped-def]
+    """The same scenarios as an SNMP-only fabric sees them: no watermark, ECN or PFC counters."""
+    def make(kind, seeds):  # type: ignore[no-untyped-def]
+        return [replace(s, metrics={k: v for k, v in s.metrics.items() if k not in PRESSURE_METRICS})
+                for s in batch(kind, seeds)]
+    return make
+
+
+@pytest.mark.slow
+def test_snmp_only_fabrics_still_see_incast_by_load_and_fan_in() -> None:
+    """Without queue telemetry the incast rule judges load against peers and fan-in alone: the
+    hot set of a static or moving incast is still found (lower confidence, said in the alert),
+    and a balanced all-to-all raises nothing."""
+    result = score(seeds=20, batch=_without_queue_telemetry(synthetic_batch()))
+    print("\n" + format_table(result))
+    table = result["table"]
+    assert result["moving_recall"] >= 0.9 and result["moving_precision"] >= 0.9
+    assert table["balanced"]["none"] == 20
+    assert table["static"]["incast"] == 20 and table["static"]["moving_incast"] == 0
+    scn = make_scenario("static", 3)
+    geo, cfg = scn.geo, DetectConfig()
+    state = MovingState.initial(geo.n_ports)
+    for t in range(scn.n_windows):
+        frame = {k: v[t] for k, v in scn.metrics.items() if k not in PRESSURE_METRICS}
+        state, found = detect_window(frame, geo, state, cfg, fan_in=scn.fan_in[t])
+        if found.incast:
+            break
+    assert found.incast and not found.pressure_known
+    cond = next(c for c in conditions(found, geo) if c.kind == "incast")
+    assert cond.details["confidence"] == "low" and "no queue telemetry" in cond.summary

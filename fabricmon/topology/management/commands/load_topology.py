@@ -11,7 +11,7 @@ from django.db import DatabaseError
 
 from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.core.topology.yaml_load import load_fabric
-from fabricmon.topology.services import FabricExistsError, import_fabric
+from fabricmon.topology.services import FabricExistsError, import_fabric, set_gnmi_collector
 
 
 class Command(BaseCommand):
@@ -21,6 +21,9 @@ class Command(BaseCommand):
         parser.add_argument("file", help="topology YAML file ('-' reads stdin)")
         parser.add_argument("--no-replace", action="store_true",
                             help="fail if a fabric of that name exists instead of replacing it")
+        parser.add_argument("--collector", choices=("snmp", "gnmi", "both"),
+                            help="collect every switch that has a gNMI target this way (default: keep the "
+                                 "admin's choice; new switches snmp). both = gNMI, SNMP while it is down")
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
@@ -32,6 +35,8 @@ class Command(BaseCommand):
         try:
             spec = load_fabric(text, source=source)
             fabric = import_fabric(spec, replace=not options["no_replace"], validate=False)
+            if options["collector"]:
+                set_gnmi_collector(fabric, options["collector"])
         except (TopologyError, FabricExistsError) as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
