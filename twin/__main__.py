@@ -17,7 +17,19 @@ from fabricmon.core.topology.yaml_dump import dump_fabric
 from twin.cluster import Twin
 from twin.config import TwinConfig
 from twin.control import serve_control
+from twin.moe import MoeConfig
 from twin.snmp_v3 import V3User
+
+
+def _cycle(text: str) -> tuple[int, int]:
+    skewed, sep, balanced = text.partition(",")
+    try:
+        pair = (int(skewed), int(balanced))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SKEWED,BALANCED step counts, got {text!r}") from None
+    if not sep or pair[0] < 1 or pair[1] < 0:
+        raise argparse.ArgumentTypeError(f"expected SKEWED ≥ 1 and BALANCED ≥ 0 steps, got {text!r}")
+    return pair
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="retry creating the run (token file, server) this long, then stop reporting")
     ap.add_argument("--report-skew-ns", type=int, default=0,
                     help="shift reported event times (a wrong host clock)")
+    ap.add_argument("--regime-shift-prob", type=float, default=MoeConfig.regime_shift_prob,
+                    help="per training step: the hot expert jumps to another GPU (the hotspot moves)")
+    ap.add_argument("--balanced-cycle", metavar="SKEWED,BALANCED", type=_cycle, default=(0, 0),
+                    help="alternate SKEWED steps of skewed popularity with BALANCED steps of uniform "
+                         "routing (the 'no incast' truth a soak run checks), e.g. 900,300")
     args = ap.parse_args(argv)
     if args.report_url and not args.report_token_file:
         ap.error("--report-url needs --report-token-file")
@@ -85,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         v3_user=V3User(args.v3_user, args.v3_auth_protocol, args.v3_auth_key,
                        args.v3_priv_protocol, args.v3_priv_key),
         seed=args.seed,
+        job=MoeConfig(regime_shift_prob=args.regime_shift_prob, skewed_steps=args.balanced_cycle[0],
+                      balanced_steps=args.balanced_cycle[1]),
         lossy=args.lossy,
         gnmi=args.gnmi,
         gnmi_port_base=args.gnmi_port_base,

@@ -6,6 +6,7 @@
     GET  /counters?switch=leaf-r0&t_ns=…              counter values at t (uint64 as JSON ints)
     GET  /hottest?t1_ns=…&t2_ns=…                     hottest egress port over [t1, t2]
     GET  /phases?t1_ns=…&t2_ns=…                      MoE phase events overlapping [t1, t2]
+    GET  /hotspots?t1_ns=…&t2_ns=…                    the job's hot GPU stretches and their leaf ports
     GET  /queue?switch=leaf-r0&t1_ns=…&t2_ns=…        (--gnmi) queue/ECN/PFC counter deltas and the
                                                       watermark (max occupancy) over [t1, t2]
     POST /fault/restart?switch=…
@@ -73,7 +74,7 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
     """Route one request to the twin; returns the JSON-able answer or raises :class:`ApiError`."""
     if method == "GET" and path == "/status":
         return tw.status()
-    if method == "GET" and path in ("/truth", "/hottest", "/phases"):
+    if method == "GET" and path in ("/truth", "/hottest", "/phases", "/hotspots"):
         t1, t2 = _int(p, "t1_ns"), _int(p, "t2_ns")
         if t2 <= t1:
             raise ApiError(400, "t2_ns must be greater than t1_ns")
@@ -82,6 +83,8 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
                 return asdict(tw.hottest_port(t1, t2))
             if path == "/phases":
                 return {"phases": tw.phases(t1, t2)}
+            if path == "/hotspots":
+                return {"hotspots": tw.hotspots(t1, t2)}
             sw = _switch(tw, p, required=False)
             rates = tw.true_rates(sw, t1, t2)
         except ValueError as exc:  # outside the kept history

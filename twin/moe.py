@@ -52,6 +52,11 @@ class MoeConfig:
     attention_ms: float = 3.0  # compute before dispatch
     expert_ms: float = 5.0  # expert FFN compute between dispatch and combine
     step_gap_ms: float = 40.0  # backward pass + optimizer (no traffic modelled yet)
+    # A cycle of skewed and balanced stretches (0 balanced steps = always skewed): the balanced
+    # steps route uniformly (σ = 0, no hot expert), the ground truth "no incast here" a soak run
+    # checks detection against; each skewed stretch starts a new regime (the hotspot moved).
+    skewed_steps: int = 0
+    balanced_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.layers < 1 or self.experts_per_gpu < 1 or self.top_k < 1 or self.tokens_per_rank < 1:
@@ -60,6 +65,14 @@ class MoeConfig:
             raise ValueError("rho and layer_corr must be in [0, 1]")
         if not 0.0 <= self.regime_shift_prob <= 1.0:
             raise ValueError("regime_shift_prob must be in [0, 1]")
+        if min(self.skewed_steps, self.balanced_steps) < 0 or (self.balanced_steps and not self.skewed_steps):
+            raise ValueError("skewed_steps and balanced_steps must be ≥ 0 (skewed_steps ≥ 1 in a cycle)")
+
+    def balanced_at(self, step: int) -> bool:
+        """Whether ``step`` falls in a balanced stretch of the skewed/balanced cycle."""
+        if not self.balanced_steps:
+            return False
+        return step % (self.skewed_steps + self.balanced_steps) >= self.skewed_steps
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class LayerTraffic:
     popularity: FloatArray  # (E,) sums to 1
     dispatch_bytes: FloatArray  # (N, N): bytes from GPU s (row) to GPU d (column)
     combine_bytes: FloatArray  # (N, N): transpose of dispatch at the combine element size
-    hot_expert: int
+    hot_expert: int  # −1 in a balanced step
 
 
 class ExpertPopularity:
@@ -93,13 +106,17 @@ class ExpertPopularity:
     def advance(self) -> None:
         c = self.cfg
         if self.rng.random() < c.regime_shift_prob:
-            self.z = self._stationary()
-            # The hot expert jumps to a different GPU's expert, so the hot *port* moves.
-            jump = int(self.rng.integers(1, self.n_experts)) if self.n_experts > 1 else 0
-            self.hot_expert = (self.hot_expert + jump) % self.n_experts
-            self.regime += 1
+            self.shift()
         else:
             self.z = c.rho * self.z + np.sqrt(1.0 - c.rho**2) * self._stationary()
+
+    def shift(self) -> None:
+        """A regime shift: new latents, and the hot expert jumps to a different GPU's expert, so
+        the hot *port* moves."""
+        self.z = self._stationary()
+        jump = int(self.rng.integers(1, self.n_experts)) if self.n_experts > 1 else 0
+        self.hot_expert = (self.hot_expert + jump) % self.n_experts
+        self.regime += 1
 
     def probabilities(self) -> FloatArray:
         """(layers, E) popularity: softmax of the latent plus the hot expert's boost."""
@@ -125,7 +142,10 @@ class MoeTraffic:
     def next_step(self) -> list[LayerTraffic]:
         """Traffic of every layer of the next step, then advance popularity by one step."""
         c, n = self.cfg, self.n_gpus
-        probs = self.popularity.probabilities()
+        balanced = c.balanced_at(self.step)
+        probs = (np.full((c.layers, self.n_experts), 1.0 / self.n_experts) if balanced
+                 else self.popularity.probabilities())
+        hot_expert = -1 if balanced else self.popularity.hot_expert
         tokens = float(c.tokens_per_rank * c.top_k)
         # Gate noise: one draw per step, shifted per layer (cheap; the shape of the noise is all
         # that matters here, not its independence across layers).
@@ -139,10 +159,13 @@ class MoeTraffic:
             dispatch = noise[(np.arange(n) + layer) % n] * (scale * p_gpu)[None, :]
             np.fill_diagonal(dispatch, 0.0)  # a rank's tokens for its own experts never leave it
             combine = dispatch.T * combine_ratio
-            out.append(LayerTraffic(self.step, layer, p, dispatch, combine, self.popularity.hot_expert))
+            out.append(LayerTraffic(self.step, layer, p, dispatch, combine, hot_expert))
         self.popularity.advance()
         self.step += 1
+        if balanced and not c.balanced_at(self.step):
+            self.popularity.shift()  # back from a balanced stretch: a new regime, a new hotspot
         return out
 
     def gpu_of_expert(self, expert: int) -> int:
-        return expert // self.cfg.experts_per_gpu
+        """The GPU holding ``expert`` (−1 for −1: no hot expert in a balanced step)."""
+        return expert // self.cfg.experts_per_gpu if expert >= 0 else -1

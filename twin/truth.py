@@ -85,6 +85,24 @@ class TwinTruth:
         """Phase events (step, layer, dispatch|combine, start/end ns, hot GPU) overlapping [t1, t2]."""
         return self.timeline.events(t1_ns, t2_ns)
 
+    def hotspots(self, t1_ns: int, t2_ns: int) -> list[dict[str, Any]]:
+        """The job's hotspot stretches overlapping [t1, t2]: consecutive steps with the same hot GPU,
+        with the leaf port facing it (``hot_gpu`` −1 and no port: a balanced stretch). A soak run
+        scores detection against these: each change between two hot GPUs is one migration."""
+        out: list[dict[str, Any]] = []
+        for ev in self.timeline.events(t1_ns, t2_ns):
+            gpu = int(ev["hot_gpu"])  # type: ignore[call-overload]
+            start, end = int(ev["start_ns"]), int(ev["end_ns"])  # type: ignore[call-overload]
+            if out and out[-1]["hot_gpu"] == gpu:
+                out[-1]["end_ns"] = max(out[-1]["end_ns"], end)
+                continue
+            port = ""
+            if gpu >= 0:
+                p = int(self.wiring.nic_pos[gpu])
+                port = f"{self.ports.switch_names[int(self.ports.switch_of[p])]}:{self.ports.port_names[p]}"
+            out.append({"hot_gpu": gpu, "port": port, "start_ns": start, "end_ns": end})
+        return out
+
     def status(self) -> dict[str, Any]:
         return {
             "fabric": self.fabric.name,

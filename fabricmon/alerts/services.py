@@ -104,6 +104,7 @@ def record_window(
     Alert.objects.filter(fingerprint__in=still).update(last_true=now)
     for episode in window.episodes.values():
         _follow_episode(episode, findings, geo, rank_of_port, now)
+    _refresh_culprits(window, rows, findings)
     return stored
 
 
@@ -185,11 +186,46 @@ def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
     alert.episode = episode
     found = culprit_of_ports(w.fabric, _port_names(w.geo, ch.condition.ports) or [alert.key],
                              alert.active_since, w.now)
-    alert.attribution = found.as_json()
-    if found.known and not episode.attribution.get("run_name"):
+    alert.attribution = {**found.as_json(), "checked_ns": _ns(w.now)}
+    if found.known and (not episode.attribution.get("run_name") or
+                        (found.phase and not _phase_named(episode.attribution))):
         episode.attribution = alert.attribution
     if ch.kind not in episode.kinds:
         episode.kinds = [*episode.kinds, ch.kind]
+
+
+CULPRIT_REFRESH_S = 5.0  # how often a firing alert without a named phase looks again
+CULPRIT_LOOKBACK_S = 15.0  # … at events this far back (a job's reporter posts in batches)
+
+
+def _phase_named(attribution: Mapping[str, Any]) -> bool:
+    return bool(attribution.get("run_name")) and bool(attribution.get("phase"))
+
+
+def _refresh_culprits(w: _Window, rows: dict[str, Alert], findings: WindowFindings) -> None:
+    """A firing incast-family alert whose culprit has no phase yet looks again (at most every
+    ``CULPRIT_REFRESH_S``) at the ports hot now: a job that reports a sample of its steps, or
+    posts late, is named as soon as its events for the hot port arrive, not never."""
+    now_ns = _ns(w.now)
+    for alert in rows.values():
+        if alert.state != Alert.State.FIRING or family_of(alert.kind) != "incast":
+            continue
+        if _phase_named(alert.attribution):
+            continue
+        if now_ns - int(alert.attribution.get("checked_ns", 0)) < CULPRIT_REFRESH_S * 1e9:
+            continue
+        hot = _port_names(w.geo, tuple(int(p) for p in findings.hot_ports))
+        ports = (hot if alert.kind == "moving_incast" else []) or [alert.key]
+        since = w.now - timedelta(seconds=CULPRIT_LOOKBACK_S)
+        found = culprit_of_ports(w.fabric, ports, since, w.now)
+        attribution = found.as_json() if found.known else dict(alert.attribution)
+        attribution["checked_ns"] = now_ns
+        Alert.objects.filter(pk=alert.pk).update(attribution=attribution)
+        alert.attribution = attribution
+        episode = w.episodes.get("incast")
+        if episode is not None and found.known and not _phase_named(episode.attribution):
+            episode.attribution = attribution
+            Episode.objects.filter(pk=episode.pk).update(attribution=attribution)
 
 
 def _follow_episode(

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +22,7 @@ from fabricmon.base import access
 from fabricmon.base.connections import connect_async
 from fabricmon.base.sockets import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
 from fabricmon.live import wire
+from fabricmon.live.incidents import IncidentFeed
 from fabricmon.live.services import DEFAULT_WINDOW_S
 from fabricmon.live.stream import ClientStalledError, FabricStream
 from fabricmon.phases.markers import MarkerFeed
@@ -35,6 +37,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
     stream: FabricStream | None = None
     pump: asyncio.Task[None] | None = None
     markers: asyncio.Task[None] | None = None  # the selected run's phase markers (MarkerFeed)
+    incidents: asyncio.Task[None] | None = None  # open incast episodes drawn over the heatmap
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -59,6 +62,14 @@ class FabricConsumer(AsyncWebsocketConsumer):
         )
         await self.accept()
         self.pump = asyncio.create_task(self._follow())
+        stream = self.stream
+        feed = IncidentFeed(
+            stream.fabric,
+            lambda msg: self.send(text_data=json.dumps(msg)),
+            lambda: max(0, stream.newest_ts_ns - int(stream.window_s * 1e9)) if stream.newest_ts_ns else 0,
+            tick_s=settings.FABRICMON_PHASES_TICK_S,
+        )
+        self.incidents = asyncio.create_task(self._overlay(feed.follow(), "incident overlay"))
 
     async def _follow(self) -> None:
         assert self.stream is not None
@@ -100,16 +111,16 @@ class FabricConsumer(AsyncWebsocketConsumer):
             lambda: max(0, stream.newest_ts_ns - int(stream.window_s * 1e9)) if stream.newest_ts_ns else 0,
             tick_s=settings.FABRICMON_PHASES_TICK_S,
         )
-        self.markers = asyncio.create_task(self._follow_markers(feed))
+        self.markers = asyncio.create_task(self._overlay(feed.follow(), f"phase markers of run {run_id}"))
 
-    async def _follow_markers(self, feed: MarkerFeed) -> None:
+    async def _overlay(self, follow: Coroutine[Any, Any, None], what: str) -> None:
         try:
-            await feed.follow()
+            await follow
         except asyncio.CancelledError:
             raise
-        except Exception:  # the markers are an overlay: report it, keep the heatmap streaming
-            log.exception("phase markers of run %s failed", feed.run_id)
-            failed = {"type": "error", "message": "phase markers failed; select the run again"}
+        except Exception:  # an overlay: report it, keep the heatmap streaming
+            log.exception("%s failed", what)
+            failed = {"type": "error", "message": f"{what} failed; reload the page"}
             await self.send(text_data=json.dumps(failed))
 
     @staticmethod
@@ -121,6 +132,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         await self._stop(self.markers)
+        await self._stop(self.incidents)
         if self.pump is not None:
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -113,5 +113,15 @@ class Markers(TypedDict):
     reset: bool
 
 
-ServerText = Hello | Markers | ErrorMessage
+class Incidents(TypedDict):
+    """The fabric's open incast episodes for the heatmap overlay, sent on connect and on change
+    (``fabricmon.live.incidents``): per episode its firing kinds, migrations, culprit line, link,
+    and trajectory steps inside the window ``{ts_ms, ports (heatmap positions), names, leaf_jump}``."""
+
+    type: Literal["incidents"]
+    fabric: str
+    episodes: list[dict[str, Any]]
+
+
+ServerText = Hello | Markers | Incidents | ErrorMessage
 ClientText = Ack | Subscribe | SelectRun

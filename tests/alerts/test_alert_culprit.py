@@ -163,3 +163,23 @@ def test_list_and_episode_pages_show_the_attribution(geo, run_on_port, client, d
     line = "run moe-7b · layer 3 dispatch · rank 5 (node003 gpu1)"
     assert line in client.get("/alerts/").content.decode()
     assert line in client.get(f"/alerts/episodes/{Episode.objects.get().pk}/").content.decode()
+
+
+def test_a_firing_alert_names_the_phase_once_the_jobs_events_arrive(geo, run_on_port) -> None:  # noqa: F811
+    """A job that reports a sample of its steps (or posts late): the alert fires with the run and
+    rank but no phase; within CULPRIT_REFRESH_S of the events for the hot port arriving, the
+    alert and its episode name the layer and phase."""
+    from fabricmon.alerts.services import CULPRIT_REFRESH_S
+
+    run, port = run_on_port
+    windows(geo, [[port]] * 3, fabric="su1", start=100)  # nothing reported near T0+100 s
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    assert alert.attribution["run_name"] == "moe-7b" and not alert.attribution["phase"]
+    assert "phase unknown" in alert.attribution_line
+    ingest.ingest_events(run, [_ev(20, 5, 6, "combine", T0_NS + 102 * S, recv={"0": 5_000})])
+    late = int(CULPRIT_REFRESH_S) + 3
+    windows(geo, [[port]] * late, fabric="su1", start=103)
+    alert.refresh_from_db()
+    line = "run moe-7b · layer 6 combine · rank 5 (node003 gpu1)"
+    assert alert.state == "firing" and alert.attribution["line"] == line
+    assert Episode.objects.get().attribution_line == line

@@ -110,3 +110,8 @@ def test_hottest_port_faces_the_hot_gpu_on_one_su():
         # At a 1 s poll the dispatch incast (≈4.5× per phase) is diluted by the combine phases.
         assert hot.out_octets_per_s / out.mean() > 1.8
         assert hot.utilization <= 1.0
+        # the hotspot truth a soak run scores against: the hot GPU's stretches and their ports
+        spots = tw.hotspots(t1, t2)
+        assert spots and all(s["start_ns"] < s["end_ns"] for s in spots)
+        assert {s["hot_gpu"] for s in spots} <= {int(p["hot_gpu"]) for p in phases}
+        assert f"{hot.switch}:" in " ".join(s["port"] for s in spots)

@@ -44,8 +44,23 @@ def test_without_regime_shift_the_hot_expert_stays_and_popularity_drifts():
     assert not np.allclose(steps[0].popularity, steps[2].popularity)
 
 
+def test_a_balanced_cycle_routes_uniformly_and_returns_with_a_new_hotspot():
+    cfg = MoeConfig(layers=1, regime_shift_prob=0.0, gate_noise=0.0, skewed_steps=3, balanced_steps=2)
+    job = MoeTraffic(cfg, 16, seed=4)
+    steps = [job.next_step()[0] for _ in range(8)]
+    assert [s.hot_expert < 0 for s in steps] == [False, False, False, True, True, False, False, False]
+    for s in steps[3:5]:  # balanced: every GPU receives the same bytes, no hot GPU
+        received = s.dispatch_bytes.sum(axis=0)
+        np.testing.assert_allclose(received, received.mean())
+        assert job.gpu_of_expert(s.hot_expert) == -1
+    assert steps[5].hot_expert != steps[2].hot_expert  # back from balance somewhere else
+    assert len({s.hot_expert for s in steps[:3]}) == len({s.hot_expert for s in steps[5:]}) == 1
+
+
 def test_bad_config_is_a_clear_error():
     with pytest.raises(ValueError, match="rho"):
         MoeConfig(rho=1.5)
+    with pytest.raises(ValueError, match="skewed_steps"):
+        MoeConfig(balanced_steps=5)
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         MoeTraffic(MoeConfig(), 1)

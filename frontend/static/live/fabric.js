@@ -3,6 +3,7 @@
 // rows or the zoom change — never per update.
 
 import { CanvasHeatmap, LUT_CSS } from "./heatmap.js";
+import { IncidentOverlay } from "./incidents.js";
 import { PhaseStrip, colourOf } from "./phasemarkers.js";
 import {
   CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, FLAG_LAST, KIND_WINDOW, decodeBinary, dequantise, formatValue,
@@ -35,7 +36,9 @@ const strip = new PhaseStrip($("phase-strip"), heatmap, {
   request: (run) => { if (state.ws?.readyState === WebSocket.OPEN) state.ws.send(JSON.stringify({ type: "markers", run })); },
   onInfo: showPhaseInfo,
 });
-window.fabricmon = { state, heatmap, strip, portLabel, peerOf };
+const incidents = new IncidentOverlay($("incident-overlay"), heatmap, $("incidents"));
+heatmap.onPaint = () => incidents.redraw();
+window.fabricmon = { state, heatmap, strip, incidents, portLabel, peerOf };
 $("window").value = String(state.windowS);
 
 // ---------- layout and rows ----------------------------------------------------------------------
@@ -182,6 +185,7 @@ function onBinary(buf) { enqueue(() => handleBinary(buf)); }
 async function handleText(msg) {
   if (msg.type === "error") { setStatus(msg.message, "bad"); return; }
   if (msg.type === "markers") { strip.onMarkers(msg); return; }
+  if (msg.type === "incidents") { incidents.onIncidents(msg); return; }
   if (msg.type !== "hello") return;
   state.retries = 0;
   state.hello = msg;

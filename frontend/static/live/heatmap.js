@@ -59,6 +59,7 @@ export class CanvasHeatmap {
     this.pixEnd = new Int32Array(0);
     this.pooled = new Uint8Array(0);
     this.updates = []; // ms per appended column (kept short; read by benchmarks and the status line)
+    this.onPaint = null; // called after every paint (overlays follow the heatmap's image)
   }
 
   // Port count and window shape; empties the buffer.
@@ -204,6 +205,7 @@ export class CanvasHeatmap {
       }
     }
     this.ctx.putImageData(img, first * cp, 0);
+    if (this.onPaint) this.onPaint();
   }
 
   // Max over each pixel row's ports, ignoring no data; all-missing stays NO_DATA.
