@@ -203,6 +203,9 @@ CELERY_BEAT_SCHEDULE = {
 # A run's phase-view socket looks for new events and counters this often even when ingest sends
 # no "run changed" nudge (fabricmon/phases/stream.py); an unchanged run costs two small queries.
 FABRICMON_PHASES_TICK_S = env_float("FABRICMON_PHASES_TICK_S", 2.0)
+# The phase views (page, socket, views.json) cover this many of a run's newest reported steps;
+# older steps are paged (views.json?steps_from=&steps_to=, at most 64 steps a page).
+FABRICMON_PHASE_WINDOW_STEPS = int(env_float("FABRICMON_PHASE_WINDOW_STEPS", 16))
 
 # --- Alerts ------------------------------------------------------------------------------------
 # Host names, IPs or CIDRs that notifications may reach although the SSRF guard refuses

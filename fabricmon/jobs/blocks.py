@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from django.db import connection
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 
 from collectors.traces.schema import PHASES, SOURCES
@@ -21,6 +21,7 @@ from fabricmon.jobs.columns import (
     EventColumns,
     concat,
     decode_block,
+    decode_fields,
     empty_columns,
     encode_block,
     iter_dicts,
@@ -154,10 +155,44 @@ def fingerprint(run_id: int) -> tuple[int, int | None]:
     return int(agg["n"]), agg["top"]
 
 
-def block_ids(run: Run) -> set[int]:
-    """Every block id of the run (a reader keeps the set it has folded in: on PostgreSQL a block can
-    commit after one with a higher id, so "id > newest" would miss it)."""
-    return set(EventBlock.objects.filter(run=run).values_list("id", flat=True))
+def block_ids(
+    run: Run, *, min_step: int | None = None, max_step: int | None = None, ending_after: int | None = None
+) -> set[int]:
+    """The run's block ids; or those holding events of steps in [min_step, max_step] (by the key
+    index); or those that can hold an event ending at or after ``ending_after`` ns. A reader
+    keeps the set it has folded in: on PostgreSQL a block can commit after one with a higher id,
+    so "id > newest" would miss it."""
+    if ending_after is not None:
+        later = EventBlock.objects.filter(run=run, start_ns_max__gte=ending_after - MAX_PHASE_NS)
+        return set(later.values_list("id", flat=True))
+    if min_step is None and max_step is None:
+        return set(EventBlock.objects.filter(run=run).values_list("id", flat=True))
+    keys = EventBlockKey.objects.filter(run=run)
+    if min_step is not None:
+        keys = keys.filter(step__gte=min_step)
+    if max_step is not None:
+        keys = keys.filter(step__lte=max_step)
+    return set(keys.values_list("block_id", flat=True).distinct())
+
+
+def _steps(run: Run, source: str | None) -> Any:
+    keys = EventBlockKey.objects.filter(run=run, step__gte=0, layer__gte=0)
+    return keys.filter(source=source) if source else keys
+
+
+def newest_steps(run: Run, count: int, *, source: str | None = None, before: int | None = None) -> list[int]:
+    """The ``count`` newest steps the run reported events for (below ``before`` if given), newest
+    first — from the key index, no block is read."""
+    keys = _steps(run, source)
+    if before is not None:
+        keys = keys.filter(step__lt=before)
+    return list(keys.values_list("step", flat=True).distinct().order_by("-step")[:count])
+
+
+def step_span(run: Run, *, source: str | None = None) -> tuple[int, int] | None:
+    """(first, last) step the run reported events for, None when it reported none."""
+    agg = _steps(run, source).aggregate(lo=Min("step"), hi=Max("step"))
+    return None if agg["lo"] is None else (int(agg["lo"]), int(agg["hi"]))
 
 
 def read_blocks(ids: Iterable[int]) -> Iterator[tuple[int, EventColumns]]:
@@ -186,3 +221,21 @@ def columns_ending_after(run: Run, since_ns: int) -> EventColumns:
         .values_list("columns", flat=True)
     )
     return concat([decode_block(b) for b in blobs.iterator(chunk_size=64)])
+
+
+def time_span(run: Run) -> tuple[int, int] | None:
+    """(first start, last start) of the run's events from the block index, None without events."""
+    agg = EventBlock.objects.filter(run=run).aggregate(lo=Min("start_ns_min"), hi=Max("start_ns_max"))
+    return None if agg["lo"] is None else (int(agg["lo"]), int(agg["hi"]))
+
+
+def fields_near(run: Run, t1_ns: int, t2_ns: int, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Only the named integer columns of the events that may overlap [t1, t2] (as
+    :func:`columns_near` picks blocks): what an aggregate such as the run timeline needs."""
+    blobs = EventBlock.objects.filter(
+        run=run, start_ns_min__lte=t2_ns, start_ns_max__gte=t1_ns - MAX_PHASE_NS
+    ).values_list("columns", flat=True)
+    parts = [decode_fields(b, names) for b in blobs.iterator(chunk_size=64)]
+    if not parts:
+        return {n: np.zeros(0, np.int64) for n in names}
+    return {n: np.concatenate([p[n] for p in parts]) for n in names}

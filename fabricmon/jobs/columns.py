@@ -270,6 +270,24 @@ def decode_block(blob: bytes | memoryview) -> EventColumns:
     return EventColumns(event_id=header["ids"], **out)
 
 
+def decode_fields(blob: bytes | memoryview, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Only the named integer columns of a block (no ids, no strings, no peers): what an
+    aggregate over many blocks needs, at a fraction of :func:`decode_block`'s cost."""
+    blob = bytes(blob)
+    (hlen,) = struct.unpack_from("<I", blob)
+    header = orjson.loads(blob[4 : 4 + hlen])
+    wanted, pos, out = set(names), 4 + hlen, {}
+    for name, dtype, nbytes in header["columns"]:
+        if name in wanted:
+            a = np.frombuffer(blob, dtype=dtype, count=nbytes // np.dtype(dtype).itemsize, offset=pos)
+            out[name] = a.astype(np.int64)
+        pos += nbytes
+    missing = wanted - out.keys()
+    if missing:
+        raise ValueError(f"block has no column(s) {sorted(missing)}")
+    return out
+
+
 # --- back to event dicts ---------------------------------------------------------------------------
 
 EXPORT_FIELDS = (

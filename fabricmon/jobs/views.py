@@ -7,9 +7,6 @@ feed plotly.js on the run page.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import orjson
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -18,15 +15,15 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import access
 from fabricmon.jobs import blocks, imports, matrices, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.api import import_inline
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
+from fabricmon.jobs.timeline import DEFAULT_BUCKETS, DEFAULT_ROWS, TimelineQuery, ranks_by_time
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
-TIMELINE_LIMIT = 20_000
+MATRIX_STEPS = 64  # the run page's matrix: summed over at most this many (the newest) steps
 
 
 def _own_run(request: HttpRequest, run_id: int) -> Run:
@@ -162,26 +159,30 @@ def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> Http
 @login_required
 @require_GET
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
-    """Events as columns for a plotly timeline (first TIMELINE_LIMIT by time)."""
+    """The run's ranks × time, aggregated on the server (``jobs.timeline``): bounded by the asked
+    buckets and rows, whatever the run holds; exact events when the span holds few."""
     run = _own_run(request, run_id)
-    cols = blocks.event_columns(run, source=request.GET.get("source") or None)
-    truncated = len(cols) > TIMELINE_LIMIT
-    if truncated:
-        cols = cols.take(np.arange(TIMELINE_LIMIT))
-    opt = {
-        k: [None if v < 0 else v for v in getattr(cols, k).tolist()] for k in ("step", "layer", "bytes_sent")
-    }
-    cols_out: dict[str, Any] = {
-        "rank": cols.rank.tolist(),
-        "step": opt["step"],
-        "layer": opt["layer"],
-        "phase": [PHASES[c] for c in cols.phase.tolist()],
-        "start_ns": cols.start_ns.tolist(),
-        "end_ns": cols.end_ns.tolist(),
-        "bytes_sent": opt["bytes_sent"],
-        "source": [SOURCES[c] for c in cols.source.tolist()],
-    }
-    return HttpResponse(orjson.dumps({"truncated": truncated, **cols_out}), content_type="application/json")
+    try:
+        buckets, rows = _opt_int(request, "buckets"), _opt_int(request, "rows")
+        query = TimelineQuery(
+            t1_ns=_opt_int(request, "t1_ns"), t2_ns=_opt_int(request, "t2_ns"),
+            buckets=DEFAULT_BUCKETS if buckets is None else buckets,
+            max_rows=DEFAULT_ROWS if rows is None else rows,
+            source=request.GET.get("source") or None,
+        )
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return HttpResponse(orjson.dumps(ranks_by_time(run, query)), content_type="application/json")
+
+
+def _opt_int(request: HttpRequest, name: str) -> int | None:
+    raw = request.GET.get(name, "")
+    if raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw[:40]!r}") from None
 
 
 @login_required
@@ -197,5 +198,8 @@ def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     step = request.GET.get("step", "")
     if step.lstrip("-").isdigit():
         qs = qs.filter(step=int(step))
-    sent, received = matrices.sum_matrices(list(qs))
-    return JsonResponse({"sent": sent, "received": received})
+    # A long run holds one matrix per step: sum the newest MATRIX_STEPS, never the whole history.
+    steps = qs.count()
+    sent, received = matrices.sum_matrices(list(qs.order_by("-step")[:MATRIX_STEPS]))
+    return JsonResponse({"sent": sent, "received": received, "steps": min(steps, MATRIX_STEPS),
+                         "steps_total": steps})

@@ -21,6 +21,7 @@ from fabricmon.base import access
 from fabricmon.base.sockets import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED, run_group
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
+from fabricmon.phases.state import StepWindow
 from fabricmon.phases.stream import PhaseStream
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,10 @@ class PhaseConsumer(AsyncWebsocketConsumer):
                 if mode not in ROUTING_MODES:
                     raise ValueError(f"routing must be one of {', '.join(ROUTING_MODES)}, got {mode!r}")
                 await self.stream.on_subscribe(Routing(mode, int(msg.get("seed", 0))))  # type: ignore[arg-type]
+            elif msg.get("type") == "window":
+                live = msg.get("steps_from") is None
+                page = None if live else StepWindow.page(int(msg["steps_from"]), int(msg["steps_to"]))
+                await self.stream.on_window(page)
             else:
                 raise ValueError(f"unknown message type {msg.get('type')!r}")
         except (ValueError, KeyError, TypeError) as exc:

@@ -86,3 +86,12 @@ def measured_bytes(fabric: str, t1_ns: int, t2_ns: int) -> tuple[IntArray, Float
     m_in = np.stack([np.asarray(f.metrics["in_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
     m_out = np.stack([np.asarray(f.metrics["out_bps"], dtype=np.float64) for f in frames]) / 8 * dt[:, None]
     return edges, m_in, m_out
+
+
+def first_edge(fabric: str) -> int | None:
+    """The start of the oldest poll interval the fabric's kept frames hold (None: no frames)."""
+    kept_frames = _FRAMES.get(fabric)
+    if kept_frames is None or not kept_frames.frames:
+        return None
+    first = kept_frames.frames[0]
+    return first.ts_ns - int(first.interval_s * 1e9)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from collectors.traces.schema import PHASES
-from fabricmon.core.phases.assess import SourceView
+from fabricmon.core.phases.assess import SourceView, hot_ports, json_rows
 from fabricmon.core.phases.gates import failing
 from fabricmon.core.phases.routing import Routing
 from fabricmon.phases.messages import PROTOCOL_VERSION, Delta, Snapshot, ViewMessage
@@ -19,9 +19,9 @@ from fabricmon.phases.state import PhaseSnapshot
 
 
 # --- diffs (pure) --------------------------------------------------------------------------------
-def _int_rows(a: Any) -> list[list[int]]:
-    rows: list[list[int]] = np.rint(np.asarray(a, dtype=np.float64)).astype(np.int64).tolist()
-    return rows
+def _int_rows(a: Any) -> list[list[int | None]]:
+    """Whole bytes per port; NaN (no data) is None on the wire, never a cast −9.2e18."""
+    return json_rows(a, whole=True)  # type: ignore[return-value]
 
 
 def _num(v: float) -> float | None:
@@ -82,22 +82,26 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
     if not new_shown:
         return view_message(new) if judged or old.columns != new.columns else None
     where = {c: i for i, c in enumerate(old.columns)}
-    if len(where) != len(old.columns) or any(c not in set(new.columns) for c in old.columns):
-        return view_message(new)  # a column went away: replace
+    if len(where) != len(old.columns):
+        return view_message(new)
+    # columns that slid out of the window are named, not resent: the client drops them
+    now = set(new.columns)
+    dropped = [list(c) for c in old.columns if c not in now]
     idx = np.array([where.get(c, -1) for c in new.columns], dtype=np.int64)
     changed = idx < 0
     kept = np.flatnonzero(~changed)
     if len(kept):
-        changed[kept] = np.any(np.rint(old.load_bytes[idx[kept]]) != np.rint(new.load_bytes[kept]), axis=1)
+        a, b = np.rint(old.load_bytes[idx[kept]]), np.rint(new.load_bytes[kept])
+        changed[kept] = np.any((a != b) & ~(np.isnan(a) & np.isnan(b)), axis=1)  # no data = no data
     claims = hot_claims(new.hot) if new.hot is not None else None
     if claims is not None:  # a column whose claim changed (e.g. ambiguous → claimed) goes too
         was = hot_claims(old.hot) if old.hot is not None else [None] * len(old.columns)
         changed[kept] |= np.array([was[idx[i]] != claims[i] for i in kept], dtype=bool)
     rows = np.flatnonzero(changed)
-    if not len(rows) and not judged:
+    if not len(rows) and not judged and not dropped:
         return None
     part = new.load_bytes[rows]
-    return {
+    out: ViewMessage = {
         "mode": "upsert",
         "source": new.source,
         "basis": new.basis or None,
@@ -106,9 +110,12 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
         "failed": [g.reason for g in failing(new.gates)],
         "columns": [list(new.columns[i]) for i in rows],
         "values": _int_rows(part),
-        "hot_port": part.argmax(axis=1).tolist() if part.size else [],
+        "hot_port": hot_ports(part) if part.size else [],
         "hot_claim": [claims[i] for i in rows] if claims is not None else None,
     }
+    if dropped:
+        out["drop"] = dropped
+    return out
 
 
 def snapshot_message(snap: PhaseSnapshot, seq: int, routing: Routing) -> Snapshot:

@@ -8,8 +8,14 @@ since the previous message *this client acknowledged*, per source view::
     {"mode": "full", …}         replace the view (a verdict flipped to or from withhold, a column
                                 went away, or the first view of this source)
     {"mode": "upsert", …}       merge ``columns`` by (step, layer, phase) key — new columns and
-                                columns whose bytes changed (late ranks grow a matrix) — and
+                                columns whose bytes changed (late ranks grow a matrix) —, remove
+                                the ``drop`` columns (they slid out of the step window), and
                                 replace ``verdict``/``gates``/``failed``
+
+The views cover a window of the run's newest reported steps (``meta.window``), so a snapshot and
+every delta are bounded by the window, never by the run's length: as the job trains, a delta
+carries the new step's columns and names the oldest ones to drop. ``null`` in ``values`` is a
+port without data (a failed poll, a phase outside the counters' span).
 
 A withheld view never carries values: ``values`` and ``hot_port`` are ``null``, ``failed`` says
 which gate failed and by how much, on the wire as in the JSON API. Values are whole bytes per
@@ -40,13 +46,14 @@ class ViewMessage(TypedDict, total=False):
     gates: list[dict[str, Any]]
     failed: list[str]  # the reasons of every gate that did not pass
     columns: list[list[Any]]  # [step, layer, phase]
-    values: list[list[int]] | None  # one row of per-port bytes per column; None when withheld
-    hot_port: list[int] | None  # the most loaded port of each column
+    values: list[list[int | None]] | None  # per-port bytes per column (None: no data); None when withheld
+    hot_port: list[int | None] | None  # the most loaded port of each column (None: no data)
     # attributed view: per column, the hot port only where the counters vouch for it
     # ({"port": int | None (None = ambiguous), "top", "runner_up", "lead_rel", "lead_se_rel",
     # "tied": first ports it cannot be told from, "n_tied"}); None for other views
     hot_claim: list[dict[str, Any]] | None
     basis: str | None  # attributed: "counters" | "counters + projection"
+    drop: list[list[Any]]  # upsert: columns [step, layer, phase] to remove (left the window)
 
 
 class Snapshot(TypedDict):
@@ -102,5 +109,14 @@ class Subscribe(TypedDict, total=False):
     seed: int
 
 
+class Window(TypedDict, total=False):
+    """Page to the reported steps of [steps_from, steps_to] (at most 64; ``steps_from`` null: back
+    to the newest steps); answered with a snapshot whose ``meta.window`` says which steps it holds."""
+
+    type: Literal["window"]
+    steps_from: int | None
+    steps_to: int
+
+
 ServerText = Snapshot | More | Delta | ErrorMessage
-ClientText = Ack | Subscribe
+ClientText = Ack | Subscribe | Window

@@ -18,17 +18,22 @@ from fabricmon.phases import state
 PXN = state.PXN
 
 
-def phase_views(run: Run, routing: Routing = PXN, source: str | None = None) -> dict[str, Any]:
-    """The run's phase-aligned views with their gate verdicts, as plain data for the API and page.
+def phase_views(
+    run: Run, routing: Routing = PXN, source: str | None = None, window: state.StepWindow | None = None
+) -> dict[str, Any]:
+    """The run's phase-aligned views with their gate verdicts, as plain data for the API and page,
+    over a window of steps (default: the newest; ``meta.window`` says which and how to page).
 
     Served from the run's incremental state (``state.RunPhaseState``): only event blocks,
     matrices and counter frames that arrived since the last answer are read and projected."""
-    return phase_snapshot(run, routing, source).as_dict()
+    return phase_snapshot(run, routing, source, window).as_dict()
 
 
-def phase_snapshot(run: Run, routing: Routing = PXN, source: str | None = None) -> state.PhaseSnapshot:
+def phase_snapshot(
+    run: Run, routing: Routing = PXN, source: str | None = None, window: state.StepWindow | None = None
+) -> state.PhaseSnapshot:
     """The same views with their arrays (what the run's WebSocket diffs between updates)."""
-    return state.run_state(run, source).snapshot(run, routing)
+    return state.run_state(run, source, window).snapshot(run, routing)
 
 
 def fold_layers(view: dict[str, Any]) -> dict[str, Any]:

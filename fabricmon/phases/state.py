@@ -1,8 +1,13 @@
 """A run's phase views, kept up to date incrementally for the JSON API and the run's WebSocket.
 
-Recomputing a run from scratch reads every traffic matrix, decodes every event block and the
-whole live window, and projects every (step, layer, phase) again. Here each of those is read
-once and remembered; an update reads only what arrived since::
+The views cover a window of steps (``StepWindow``): the run's newest reported steps while it
+runs, or a fixed page of history — never the whole run, so memory, the work of an update and the
+bytes on the socket are bounded by the window, not by how long the job has trained. Events and
+projected columns that slide out of the window are let go.
+
+Recomputing the window from scratch reads its traffic matrices, decodes its event blocks and the
+live window, and projects every (step, layer, phase) again. Here each of those is read once and
+remembered; an update reads only what arrived since::
 
     event blocks      ids not folded in yet              → decoded, appended to the columns
     traffic matrices  (id, calls, n_ranks) changed / new → only those blobs read and projected
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from django.conf import settings
 from django.db.models import Count, Max
 
 from collectors.traces.schema import PHASES, SOURCES
@@ -51,6 +57,12 @@ _PROJECTORS = ProjectorCache()
 _EVENT_FIELDS = ("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_offset_ns")
 MEASURED_MARGIN_NS = 60_000_000_000  # counters read this long after the last phase (as before)
 FOLD_MARGIN_NS = 10_000_000_000  # poll intervals ending this long before the newest phase end are kept summed
+MAX_WINDOW_STEPS = 64  # a page of history holds at most this many reported steps
+
+
+def default_window_steps() -> int:
+    """How many of the run's newest reported steps the live views cover (settings)."""
+    return max(1, min(MAX_WINDOW_STEPS, int(settings.FABRICMON_PHASE_WINDOW_STEPS)))
 
 
 class NoViewError(Exception):
@@ -83,13 +95,46 @@ class PhaseSnapshot:
         return {**self.meta, "views": {name: v.as_dict() for name, v in self.views.items()}}
 
 
-class RunPhaseState:
-    """Everything already read and projected for one run and one event source (None = all)."""
+@dataclass(frozen=True)
+class StepWindow:
+    """Which steps the views cover: the newest ``count`` reported steps (live), or the fixed
+    reported steps in [lo, hi] (a page of history). Never the whole run: what a view holds, and
+    what its socket sends, is bounded by the window, not by the run's length."""
 
-    def __init__(self, run_id: int, source: str | None) -> None:
+    count: int = field(default_factory=default_window_steps)
+    lo: int | None = None  # fixed: both set
+    hi: int | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.lo is None
+
+    def steps(self, run: Run, source: str | None) -> list[int]:
+        """The window's reported steps now, oldest first."""
+        if self.lo is None or self.hi is None:
+            return sorted(blocks.newest_steps(run, self.count, source=source))
+        # a page: the newest ``count`` reported steps of [lo, hi] (paging back lands next to hi)
+        newest = blocks.newest_steps(run, self.count, source=source, before=self.hi + 1)
+        return sorted(s for s in newest if s >= self.lo)
+
+    @classmethod
+    def page(cls, lo: int, hi: int) -> StepWindow:
+        """The reported steps of [lo, hi], at most MAX_WINDOW_STEPS (a ``ValueError`` names a bad
+        range)."""
+        if lo < 0 or hi < lo:
+            raise ValueError(f"need 0 ≤ steps_from ≤ steps_to (got {lo}, {hi})")
+        return cls(count=MAX_WINDOW_STEPS, lo=lo, hi=hi)
+
+
+class RunPhaseState:
+    """Everything already read and projected for one run, one event source (None = all) and one
+    step window (the newest steps by default)."""
+
+    def __init__(self, run_id: int, source: str | None, window: StepWindow | None = None) -> None:
         self.run_id, self.source = run_id, source
+        self.window = window or StepWindow()
         self.lock = threading.Lock()
-        self.folded: set[int] = set()
+        self.folded: dict[int, tuple[int, int]] = {}  # block id → (newest step, newest end) it held
         self.events: dict[str, IntArray] = {f: np.zeros(0, dtype=np.int64) for f in _EVENT_FIELDS}
         self.projected: OrderedDict[tuple[Any, ...], _Projected] = OrderedDict()
         self.placement: Any = None
@@ -101,19 +146,35 @@ class RunPhaseState:
                       "attribution_rebuilds": 0, "intervals_folded": 0, "intervals_provisional": 0}
 
     # -- reading what is new --------------------------------------------------------------------
-    def _fold_in_blocks(self, run: Run) -> None:
-        todo = sorted(blocks.block_ids(run) - self.folded)
+    def _wanted(self, step: IntArray, end_ns: IntArray, lo: int, hi: int, fit_lo: int | None) -> Any:
+        """Events the views need: the window's steps, and (live) those the counters still hold."""
+        ok = (step >= lo) & (step <= hi)
+        return ok | (end_ns >= fit_lo) if fit_lo is not None else ok
+
+    def _fold_in_blocks(self, run: Run, lo: int, hi: int, fit_lo: int | None) -> None:
+        """Read the blocks holding the window's steps (or, live, events the counters still hold)
+        not read yet; let go of events that left both."""
+        keep = self._wanted(self.events["step"], self.events["end_ns"], lo, hi, fit_lo)
+        if not keep.all():
+            self.events = {f: a[keep] for f, a in self.events.items()}
+            self.folded = {b: top for b, top in self.folded.items() if top[0] >= lo
+                           or (fit_lo is not None and top[1] >= fit_lo)}
+        ids = blocks.block_ids(run, min_step=lo, max_step=hi)
+        if fit_lo is not None:
+            ids |= blocks.block_ids(run, ending_after=fit_lo)
+        todo = sorted(ids - self.folded.keys())
         if not todo:
             return
         parts: dict[str, list[IntArray]] = {f: [self.events[f]] for f in _EVENT_FIELDS}
         src = SOURCES.index(self.source) if self.source in SOURCES else None
         for block_id, cols in blocks.read_blocks(todo):
-            ok = (cols.step >= 0) & (cols.layer >= 0)  # -1: an event without a step or layer
+            ok = self._wanted(cols.step, cols.end_ns, lo, hi, fit_lo) & (cols.step >= 0) & (cols.layer >= 0)
             if self.source is not None:
                 ok &= cols.source == (src if src is not None else -99)
             for f in _EVENT_FIELDS:
                 parts[f].append(np.asarray(getattr(cols, f))[ok].astype(np.int64))
-            self.folded.add(int(block_id))
+            newest = (int(cols.step.max()), int(cols.end_ns.max())) if len(cols) else (-1, -1)
+            self.folded[int(block_id)] = newest
             self.stats["blocks_read"] += 1
         self.events = {f: np.concatenate(p) for f, p in parts.items()}
 
@@ -139,7 +200,10 @@ class RunPhaseState:
             while len(self.projected) > 4:
                 self.projected.popitem(last=False)
         self.projected.move_to_end(ctx)
-        matrices = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
+        lo, hi = min(k[0] for k in keys), max(k[0] for k in keys)
+        for old_key in [k for k in cache.calls if k[0] < lo]:  # slid out of the window
+            del cache.calls[old_key], cache.rows_in[old_key], cache.rows_out[old_key]
+        matrices = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lte=hi, layer__gte=0)
         if self.source:
             matrices = matrices.filter(source=self.source)
         newest: dict[Key, tuple[int, int, int]] = {}
@@ -224,9 +288,17 @@ class RunPhaseState:
     def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
         view = fabric_view(run.fabric)
         layout = view.layout
-        self._fold_in_blocks(run)
+        steps = self.window.steps(run, self.source)
+        if not steps:
+            raise NoViewError("no phase events with step and layer for this run yet"
+                              if self.window.live else "the run reported no steps in this range")
+        lo, hi = steps[0], steps[-1]
+        # the attribution is fitted over every poll interval the counters still hold, so a live
+        # window also keeps the events overlapping them (bounded by the live window's length)
+        fit_lo = counters.first_edge(run.fabric) if self.window.live else None
+        self._fold_in_blocks(run, lo, hi, fit_lo)
         ev = self.events
-        n_matrices = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
+        n_matrices = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lte=hi, layer__gte=0)
         if self.source:
             n_matrices = n_matrices.filter(source=self.source)
         top = n_matrices.aggregate(n=Count("id"), ranks=Max("n_ranks"))
@@ -243,18 +315,21 @@ class RunPhaseState:
         s_med = grouped_median(inst, ev["start_ns"], len(triples))
         e_med = grouped_median(inst, ev["end_ns"], len(triples))
         all_keys = [(int(s), int(lay), PHASES[int(c)]) for s, lay, c in triples]
-        p_in, p_out = self._project_new(run, layout, placement, routing, world=world, keys=all_keys)
+        in_window = [i for i, k in enumerate(all_keys) if lo <= k[0] <= hi]
+        p_in, p_out = self._project_new(run, layout, placement, routing, world=world,
+                                        keys=[all_keys[i] for i in in_window])
         cache = self.projected[(layout.index.version, placement.key, routing, world)]
-        pick = np.array([i for i, k in enumerate(all_keys) if k in cache.rows_in], dtype=np.int64)
+        pick = np.array([i for i in in_window if all_keys[i] in cache.rows_in], dtype=np.int64)
         keys = [all_keys[i] for i in pick]
         if not keys:
             raise NoViewError("no phase events match the run's traffic matrices yet")
         meas = counters.measured_bytes(run.fabric, int(s_med.min()), int(e_med.max()) + MEASURED_MARGIN_NS)
         sums = prepared = None
         if meas is not None:
-            # what gates.assess fits the attribution on, built once; its sums kept across updates
+            # what gates.assess fits the attribution on — every phase instance the counters hold,
+            # not only the window's columns — built once; its sums kept across updates
             prepared = attribution_input(
-                keys, s_med[pick], e_med[pick], edges_ns=meas[0], measured_in=meas[1], measured_out=meas[2]
+                all_keys, s_med, e_med, edges_ns=meas[0], measured_in=meas[1], measured_out=meas[2]
             )
             live = self._live_attribution(routing)
             frames = counters.kept(run.fabric)
@@ -288,23 +363,37 @@ class RunPhaseState:
                 "collectives": clock.collectives,
             },
             "ports": view.port_rows,
+            "window": self._window_meta(run, steps),
         }
         return PhaseSnapshot(self.version, run.state, meta, views)
 
+    def _window_meta(self, run: Run, steps: list[int]) -> dict[str, Any]:
+        """Which steps the views cover, and where the rest of the run is (for paging)."""
+        span = blocks.step_span(run, source=self.source)
+        return {
+            "live": self.window.live,
+            "steps": [steps[0], steps[-1]],
+            "reported_steps": len(steps),
+            "window_steps": self.window.count,
+            "run_steps": list(span) if span else None,
+        }
 
-_STATES: OrderedDict[tuple[int, str, str | None], RunPhaseState] = OrderedDict()
+
+_STATES: OrderedDict[tuple[int, str, str | None, StepWindow], RunPhaseState] = OrderedDict()
 _STATES_LOCK = threading.Lock()
 MAX_RUNS = 16  # runs whose arrays stay in memory (least recently asked for goes first)
 
 
-def run_state(run: Run, source: str | None = None) -> RunPhaseState:
-    """The run's state (created on first use). Keyed with the start time too, so a run id that a
-    database reuses (tests flush between cases) never meets another run's arrays."""
+def run_state(run: Run, source: str | None = None, window: StepWindow | None = None) -> RunPhaseState:
+    """The run's state for a step window (default: the newest steps; created on first use). Keyed
+    with the start time too, so a run id that a database reuses (tests flush between cases) never
+    meets another run's arrays."""
+    window = window or StepWindow()
     with _STATES_LOCK:
-        key = (int(run.pk), run.started_at.isoformat(), source)
+        key = (int(run.pk), run.started_at.isoformat(), source, window)
         st = _STATES.get(key)
         if st is None:
-            st = _STATES[key] = RunPhaseState(int(run.pk), source)
+            st = _STATES[key] = RunPhaseState(int(run.pk), source, window)
             while len(_STATES) > MAX_RUNS:
                 _STATES.popitem(last=False)
         _STATES.move_to_end(key)

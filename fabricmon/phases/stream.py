@@ -25,7 +25,7 @@ from fabricmon.core.phases.routing import Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases import services
 from fabricmon.phases.deltas import delta_message, snapshot_message, split_message
-from fabricmon.phases.state import PXN, PhaseSnapshot
+from fabricmon.phases.state import PXN, PhaseSnapshot, StepWindow
 
 
 @dataclass
@@ -35,6 +35,7 @@ class PhaseStream:
     run_id: int
     send_text: Callable[[dict[str, Any]], Awaitable[None]]
     routing: Routing = PXN
+    window: StepWindow | None = None  # None: the run's newest steps; else a page of history
     tick_s: float = 2.0  # the consumer passes settings.FABRICMON_PHASES_TICK_S
     # at most one recompute per this many seconds per socket: a job posting 20 batches in a burst
     # nudges 20 times, and each recompute gates the whole run (~0.1-0.2 s at 256 GPUs); the nudges
@@ -48,7 +49,8 @@ class PhaseStream:
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def _compute(self) -> PhaseSnapshot:
-        snap: PhaseSnapshot = await database_sync_to_async(_snapshot_of)(self.run_id, self.routing)
+        snap: PhaseSnapshot = await database_sync_to_async(_snapshot_of)(
+            self.run_id, self.routing, self.window)
         return snap
 
     async def _send(self, msg: dict[str, Any]) -> None:
@@ -108,7 +110,13 @@ class PhaseStream:
             self.routing = routing
             await self.snapshot()
 
+    async def on_window(self, window: StepWindow | None) -> None:
+        """Page to other steps (None: back to the newest); answered with a snapshot."""
+        async with self._lock:
+            self.window = window
+            await self.snapshot()
 
-def _snapshot_of(run_id: int, routing: Routing) -> PhaseSnapshot:
+
+def _snapshot_of(run_id: int, routing: Routing, window: StepWindow | None) -> PhaseSnapshot:
     run = Run.objects.get(pk=run_id)
-    return services.phase_snapshot(run, routing)
+    return services.phase_snapshot(run, routing, window=window)

@@ -10,6 +10,7 @@ from fabricmon.base import access
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases import services
+from fabricmon.phases.state import StepWindow
 
 
 def _routing(request: HttpRequest) -> Routing | None:
@@ -20,6 +21,19 @@ def _routing(request: HttpRequest) -> Routing | None:
         return Routing(mode, int(request.GET.get("seed", "0")))  # type: ignore[arg-type]
     except ValueError:
         return None
+
+
+def _window(request: HttpRequest) -> StepWindow | None:
+    """``steps_from``/``steps_to`` (inclusive): a page of history, at most MAX_WINDOW_STEPS
+    reported steps; neither: the live window (the newest steps)."""
+    lo, hi = request.GET.get("steps_from", ""), request.GET.get("steps_to", "")
+    if not lo and not hi:
+        return None
+    try:
+        a, b = int(lo), int(hi)
+    except ValueError:
+        raise ValueError("steps_from and steps_to must both be integers") from None
+    return StepWindow.page(a, b)
 
 
 @login_required
@@ -36,7 +50,11 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
             },
             status=400,
         )
-    data = services.phase_views(run, routing)
+    try:
+        window = _window(request)
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc), "field": "steps_from"}, status=400)
+    data = services.phase_views(run, routing, window=window)
     data["state"] = run.state  # the page keeps polling while the run is running
     if request.GET.get("fold") == "1":
         data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}

@@ -14,6 +14,7 @@ from phase_events import post_through_probe
 from twin_runs import T0_NS, twin_job_runs
 
 from fabricmon.base import keys
+from fabricmon.phases.state import default_window_steps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -46,28 +47,37 @@ def test_phase_page_updates_in_place_while_the_run_runs(
     log_in(f"/phases/runs/{run_id}/")
     page.wait_for_function("document.getElementById('heatmap').dataset.drawn === '1'", timeout=60_000)
     assert frames and frames[0]["type"] == "snapshot"
-    first = int(page.eval_on_selector("#heatmap", "el => el.dataset.columns"))
+    first = int(page.get_attribute("#window-info", "data-hi"))
+    assert page.get_attribute("#window-info", "data-live") == "1"
     assert page.inner_text("#banner").startswith("projected")
     assert page.inner_text("#live").startswith("run running — live: updated")
     page.evaluate("window.sameDocument = true")  # gone if the page reloads
 
     post_through_probe(client, run_id, (e for e in events if e["start_ns"] >= split_ns))
     page.wait_for_function(
-        f"Number(document.getElementById('heatmap').dataset.columns) > {first}", timeout=60_000
+        f"Number(document.getElementById('window-info').dataset.hi) > {first}", timeout=60_000
     )
     assert page.evaluate("window.sameDocument === true")
     deltas = [f for f in frames if f["type"] == "delta" and "projected" in f.get("views", {})]
     assert deltas, [f["type"] for f in frames]
-    # a delta carries the new columns only, never the view again
+    # a delta carries the new columns and names the ones that left the window, never the view again
     assert all(d["views"]["projected"]["mode"] == "upsert" for d in deltas)
-    assert sum(len(d["views"]["projected"]["columns"]) for d in deltas) < int(
-        page.eval_on_selector("#heatmap", "el => el.dataset.columns")
-    )
+    assert any(d["views"]["projected"].get("drop") for d in deltas)
+    shown = int(page.eval_on_selector("#heatmap", "el => el.dataset.columns"))
+    assert shown <= default_window_steps() * 2 * rec.cfg.job.layers  # the window, not the run
     assert page.inner_text("#banner") == "projected — all gates pass"
     assert {page.get_attribute(f"#gates .gate[data-gate={g}]", "class") for g in ("clock_alignment",)} == {
         "gate pass"
     }
     screenshot("phases-live-update")
+    # page back through the run and return to the live steps, over the same socket
+    lo = int(page.get_attribute("#window-info", "data-lo"))
+    page.click("#older")
+    page.wait_for_function(f"Number(document.getElementById('window-info').dataset.hi) < {lo}", timeout=60_000)
+    assert page.get_attribute("#window-info", "data-live") == "0" and page.is_enabled("#live-steps")
+    assert page.get_attribute("#heatmap", "data-drawn") == "1"
+    page.click("#live-steps")
+    page.wait_for_function("document.getElementById('window-info').dataset.live === '1'", timeout=60_000)
 
     daphne_server.manage(
         "shell",

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from collectors.probe import events_from_matrix
+from collectors.traces.schema import PHASES
 from fabricmon.jobs import ingest
 from fabricmon.jobs.models import Run
 
@@ -47,7 +48,8 @@ def test_owner_pages(db) -> None:
     page = client.get(f"/jobs/runs/{run.pk}/")
     assert page.status_code == 200 and b"probe|2|combine" in page.content
     timeline = client.get(f"/jobs/runs/{run.pk}/timeline.json").json()
-    assert timeline["rank"] == [0, 1] and timeline["phase"] == ["combine", "combine"]
+    assert timeline["events"] == 2 and timeline["exact"]["rank"] == [0, 1]
+    assert {PHASES[c] for c in timeline["exact"]["phase"]} == {"combine"}
     matrix = client.get(f"/jobs/runs/{run.pk}/matrix.json?source=probe&layer=2&phase=combine").json()
     assert matrix["sent"] == [[0, 1], [10, 11]]
     rank_map = io.BytesIO(

@@ -13,6 +13,7 @@ from phase_twin import recording, report, write_counters
 
 from fabricmon.base import keys
 from fabricmon.jobs import blocks
+from fabricmon.phases.state import MAX_WINDOW_STEPS, default_window_steps
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -45,7 +46,21 @@ def test_without_faults_every_gate_passes_and_views_carry_values(
         assert view["values"] is not None and len(view["hot_port"]) == len(view["columns"])
     proj = data["views"]["projected"]
     assert set(_gates(proj)) == {"rank_map_coverage", "clock_alignment", "projected_vs_measured"}
-    assert len(proj["values"]) == len(rec.phases) and len(proj["values"][0]) == len(rec.ports)
+    # the live views cover the run's newest reported steps, not the whole run (a page of the screen)
+    newest = sorted({p.step for p in rec.phases})[-default_window_steps():]
+    window = [[p.step, p.layer, p.phase] for p in rec.phases if p.step in newest]
+    assert sorted(proj["columns"]) == sorted(window) and len(proj["values"][0]) == len(rec.ports)
+    assert data["window"]["live"] and data["window"]["steps"] == [newest[0], newest[-1]]
+    assert data["window"]["run_steps"] == [rec.phases[0].step, max(p.step for p in rec.phases)]
+    # older steps are paged: at most MAX_WINDOW_STEPS a page, the same gates judged on that page
+    page1 = client.get(f"/phases/runs/{run.pk}/views.json", {"steps_from": 0, "steps_to": 9}).json()
+    assert {c[0] for c in page1["views"]["projected"]["columns"]} == set(range(10))
+    assert not page1["window"]["live"] and page1["window"]["steps"] == [0, 9]
+    wide = client.get(f"/phases/runs/{run.pk}/views.json", {"steps_from": 0, "steps_to": 10**6}).json()
+    assert wide["window"]["reported_steps"] == MAX_WINDOW_STEPS
+    for bad in ({"steps_from": 5}, {"steps_from": 9, "steps_to": 3}, {"steps_from": "x", "steps_to": 3}):
+        resp = client.get(f"/phases/runs/{run.pk}/views.json", bad)
+        assert resp.status_code == 400 and "steps_" in resp.json()["error"], bad
     # measured per phase at 1 s polls is true but coarse: drawn, flagged, and it says why
     assert data["views"]["measured"]["verdict"] == "flag"
     assert data["views"]["measured"]["failed"][0].startswith("poll_resolution")

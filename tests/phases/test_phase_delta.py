@@ -54,9 +54,22 @@ def test_a_flip_to_withhold_replaces_the_view_without_values_and_back_sends_ever
     assert back is not None and back["mode"] == "full" and back["values"] == VALS.astype(int).tolist()
 
 
-def test_a_vanished_column_replaces_the_view() -> None:
-    d = view_delta(view(COLS, VALS), view(COLS[:2], VALS[:2]))
-    assert d is not None and d["mode"] == "full" and len(d["columns"]) == 2
+def test_a_column_that_left_the_window_is_named_not_the_view_resent() -> None:
+    d = view_delta(view(COLS, VALS), view(COLS[1:], VALS[1:]))
+    assert d is not None and d["mode"] == "upsert" and d["columns"] == []
+    assert d["drop"] == [list(COLS[0])]
+
+
+def test_no_data_travels_as_null_never_as_a_cast_integer() -> None:
+    vals = VALS.astype(float).copy()
+    vals[1, :] = np.nan  # a phase outside the counters' span
+    vals[2, 0] = np.nan  # one port without data
+    msg = view_message(view(COLS, vals))
+    assert msg["values"][1] == [None] * vals.shape[1] and msg["hot_port"][1] is None
+    assert msg["values"][2][0] is None and all(isinstance(v, int) for v in msg["values"][2][1:])
+    assert min(v for row in msg["values"] for v in row if v is not None) >= 0
+    json.dumps(msg, allow_nan=False)  # valid JSON: no NaN
+    assert view_delta(view(COLS, vals), view(COLS, vals.copy())) is None  # no data = no data: unchanged
 
 
 PER_COLUMN = ("columns", "values", "hot_port", "hot_claim")

@@ -42,11 +42,15 @@ print(repr((runs, issue_token(u)[1])))
 """
 
 
+WINDOW_STEPS = 64  # the recording has ~150 steps: the window slides as the job posts
+
+
 @pytest.fixture(scope="module", params=[1.0, 3600.0], ids=["tick-1s", "tick-1h"])
 def server(request, redis_url: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """Daphne with the phase socket's tick at 1 s, or at an hour (only a nudge can wake it)."""
     srv = live_server(
-        tmp_path_factory.mktemp("phase-stream"), redis_url, FABRICMON_PHASES_TICK_S=str(request.param)
+        tmp_path_factory.mktemp("phase-stream"), redis_url, FABRICMON_PHASES_TICK_S=str(request.param),
+        FABRICMON_PHASE_WINDOW_STEPS=str(WINDOW_STEPS),
     )
     srv.manage("create_demo_user", "--username", USER, "--password", PASSWORD, "--role", "operators")
     srv.tick_s = request.param  # type: ignore[attr-defined]
@@ -83,6 +87,12 @@ class Held:
                 self.views[name] = dict(v)
                 continue
             held.update(verdict=v["verdict"], gates=v["gates"], failed=v["failed"])
+            if v.get("drop"):  # columns that left the server's step window
+                gone = {tuple(c) for c in v["drop"]}
+                keep = [i for i, c in enumerate(held["columns"]) if tuple(c) not in gone]
+                for key in ("columns", "values", "hot_port", "hot_claim"):
+                    if held.get(key) is not None:
+                        held[key] = [held[key][i] for i in keep]
             at = {tuple(c): i for i, c in enumerate(held["columns"])}
             claims = v.get("hot_claim") or [None] * len(v["columns"])
             for c, row, hot, claim in zip(v["columns"], v["values"], v["hot_port"], claims, strict=True):
@@ -100,6 +110,10 @@ class Held:
     def table(self, name: str) -> dict[tuple[Any, ...], list[int]]:
         v = self.views[name]
         return {tuple(c): row for c, row in zip(v["columns"], v["values"], strict=True)}
+
+
+def newest_step(held: Held) -> int:
+    return max(c[0] for c in held.views["projected"]["columns"])
 
 
 async def whole(ws: WebSocket, first: dict[str, Any], held: Held) -> None:
@@ -152,18 +166,22 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         assert proj["verdict"] == "show" and {g["verdict"] for g in proj["gates"]} == {"pass"}
         assert len(proj["values"][0]) == len(snap["meta"]["ports"]) == len(rec.ports)
         deltas: list[dict[str, Any]] = []
-        first_cols = len(proj["columns"])
+        first_newest = newest_step(held)
+        part_bytes = []
         for part in parts[1:]:
-            before = len(held.views["projected"]["columns"])
+            before = newest_step(held)
             # with the hour-long tick only the events API's own nudge (base.sockets.run_changed after the
             # batch commits) can wake the socket
             await asyncio.to_thread(post_through_probe, client, run_id, part)
             n = len(deltas)
-            await until(ws, held, lambda h, b=before: len(h.views["projected"]["columns"]) > b, deltas)
+            await until(ws, held, lambda h, b=before: newest_step(h) > b, deltas)
             new = [d["views"]["projected"] for d in deltas[n:] if "projected" in d.get("views", {})]
-            # only what is new or grew travels: far fewer columns than the view holds
+            # only what is new or grew travels, and what left the window is named, not resent
             assert all(v["mode"] == "upsert" for v in new)
             assert sum(len(v["columns"]) for v in new) < len(held.views["projected"]["columns"]) / 2
+            assert any(v.get("drop") for v in new)
+            assert len({c[0] for c in held.views["projected"]["columns"]}) <= WINDOW_STEPS
+            part_bytes.append(sum(len(json.dumps(d, separators=(",", ":"))) for d in deltas[n:]))
         api = await asyncio.to_thread(get_json, server, f"/phases/runs/{run_id}/views.json", cookie)
         want = {
             tuple(c): np.rint(row).tolist()
@@ -174,7 +192,9 @@ def test_snapshot_then_deltas_of_only_new_columns_match_the_api(server, redis_cl
         # the last batches may still be on their way to the socket: take deltas until it holds the API's
         await until(ws, held, lambda h: h.table("projected") == want, deltas)
         await ws.close()
-        assert first_cols < len(held.views["projected"]["columns"])
+        assert first_newest < newest_step(held)
+        # the same 8 s of training costs the same bytes later in the run: updates do not grow with it
+        assert part_bytes[1] < 1.5 * part_bytes[0], part_bytes
         return held, deltas, api, ws.received_bytes
 
     held, deltas, api, _ = asyncio.run(scenario())

@@ -94,9 +94,27 @@ class SourceView:
             "gates": [g.as_dict() for g in self.gates],
             "failed": [g.reason for g in failing(self.gates)],
             "columns": [list(c) for c in self.columns],
-            "values": load.tolist() if load is not None and with_values else None,
-            "hot_port": load.argmax(axis=1).tolist() if load is not None and load.size else None,
+            "values": json_rows(load) if load is not None and with_values else None,
+            "hot_port": hot_ports(load) if load is not None and load.size else None,
         }
+
+
+def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int | None]]:
+    """Rows of values for JSON: NaN (no data: a failed poll, a phase outside the counters) is
+    None, never NaN (invalid JSON) nor a cast integer; ``whole`` rounds to whole bytes."""
+    arr = np.asarray(a, dtype=np.float64)
+    ok = np.isfinite(arr)
+    vals = np.rint(np.where(ok, arr, 0.0)).astype(np.int64) if whole else arr
+    return [[v if k else None for v, k in zip(row, oks, strict=True)]
+            for row, oks in zip(np.where(ok, vals, 0).tolist(), ok.tolist(), strict=True)]
+
+
+def hot_ports(a: npt.ArrayLike) -> list[int | None]:
+    """Per row, the index of its largest value ignoring NaN (None when the row has no data)."""
+    arr = np.asarray(a, dtype=np.float64)
+    has: list[bool] = np.isfinite(arr).any(axis=1).tolist()
+    best: list[int] = np.argmax(np.where(np.isfinite(arr), arr, -np.inf), axis=1).tolist()
+    return [b if h else None for b, h in zip(best, has, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -152,8 +170,8 @@ def assess(
         # the projection is the attribution's prior only where it passed every gate
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if projected.verdict == "show" else None
         views["attributed"] = _attributed_view(
-            counters, projected_in=projected_in, projected_out=projected_out, clock=clock, phase_s=phase_s,
-            prior_error=prior_error, sums=attribution_sums)
+            counters, cols, projected_in=projected_in, projected_out=projected_out, clock=clock,
+            phase_s=phase_s, prior_error=prior_error, sums=attribution_sums)
         views["measured"] = _measured_view(cols, start=start, end=end, counters=counters, clock=clock,
                                            phase_s=phase_s)
     return views
@@ -184,9 +202,24 @@ def _projected_view(
     return SourceView("projected", v, tuple(gates), cols, load if v != "withhold" else None), rel
 
 
+def _prior(
+    cols: tuple[Column, ...], keys: Sequence[tuple[int, str]], projected: FloatArray
+) -> FloatArray | None:
+    """Mean projected bytes per (layer, phase) key over the projected columns; None when a key the
+    fit splits into has no projected column (then the counters alone decide)."""
+    where = {k: i for i, k in enumerate(keys)}
+    idx = np.array([where.get((c[1], c[2]), -1) for c in cols], dtype=np.int64)
+    counts = np.bincount(idx[idx >= 0], minlength=len(keys))
+    if not len(keys) or (counts == 0).any():
+        return None
+    prior = np.zeros((len(keys), projected.shape[1]))
+    np.add.at(prior, idx[idx >= 0], projected[idx >= 0])
+    return prior / counts[:, None]
+
+
 def _attributed_view(
-    counters: _Counters, *, projected_in: FloatArray, projected_out: FloatArray, clock: Gate, phase_s: float,
-    prior_error: float | None, sums: AttributionSums | None,
+    counters: _Counters, cols: tuple[Column, ...], *, projected_in: FloatArray, projected_out: FloatArray,
+    clock: Gate, phase_s: float, prior_error: float | None, sums: AttributionSums | None,
 ) -> SourceView:
     """Counters split over the run's (layer, phase) keys.
 
@@ -197,11 +230,13 @@ def _attributed_view(
     ports the confidence then mostly leaves unclaimed."""
     inp = counters.prepared
     tl, steps = inp.timeline, inp.steps
+    # the prior per (layer, phase): the projected columns' mean (the columns may be a window of
+    # the instances the counters are split over: the pattern per key is what carries over)
     prior = None
     if prior_error is not None:
-        prior = np.zeros((len(tl.keys), inp.measured.shape[1]))
-        np.add.at(prior, tl.key, np.hstack([projected_in, projected_out]))
-        prior /= np.maximum(np.bincount(tl.key, minlength=len(tl.keys)), 1)[:, None]
+        prior = _prior(cols, tl.keys, np.hstack([projected_in, projected_out]))
+    if prior is None:
+        prior_error = None
     trust = prior_error if prior_error is not None else PRIOR_REL_ERROR_FLOOR
     if sums is not None:
         att = sums.aligned(tl.keys).solve(prior=prior, prior_rel_error=trust)
@@ -233,6 +268,8 @@ def _measured_view(
     dt = np.diff(edges).astype(np.float64)
     dur = (end - start).astype(np.float64)
     load = np.maximum(counters.measured_in[i], counters.measured_out[i]) * (dur / dt[i])[:, None]
+    # a phase outside the counters' span has no measurement: NaN (no data), never the nearest poll
+    load[(mid < edges[0]) | (mid >= edges[-1])] = np.nan
     poll_s = float(np.median(dt)) / 1e9
     resolution = check(
         "poll_resolution", "each poll interval holds at most one phase, so a column is that phase",

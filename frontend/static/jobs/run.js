@@ -1,9 +1,9 @@
-// Run page: XHR upload with progress, plotly timeline (rank × time, colour = phase), and the
-// per-(layer, phase) traffic matrix heatmap.
+// Run page: XHR upload with progress, the server-aggregated timeline (timeline.js: ranks × time,
+// colour = phase), and the per-(layer, phase) traffic matrix heatmap.
+import { RunTimeline } from "./timeline.js";
+
 const root = document.getElementById("run");
 const csrf = document.querySelector("#upload [name=csrfmiddlewaretoken]").value;
-const PHASE_COLOURS = {dispatch: "#1f77b4", combine: "#ff7f0e", dispatch_bwd: "#9ecae1", combine_bwd: "#fdae6b",
-  allreduce: "#2ca02c", allgather: "#98df8a", reducescatter: "#d62728", send: "#9467bd", recv: "#c5b0d5", other: "#7f7f7f"};
 
 // A queued import's progress: poll its status URL until it is done or failed. ``show`` gets the
 // upload row (state, bytes_read of size_bytes, events stored/duplicate/rejected, error).
@@ -66,30 +66,14 @@ document.querySelectorAll("#uploads li[data-status]").forEach((li) => {
   followImport(li.dataset.status, (row) => { li.dataset.state = row.state; state.textContent = importText(row); });
 });
 
-async function drawTimeline() {
-  const data = await (await fetch(root.dataset.timeline)).json();
-  if (!data.rank.length) { document.getElementById("timeline").textContent = "No events yet."; return; }
-  const t0 = Math.min(...data.start_ns);
-  const byPhase = {};
-  data.rank.forEach((rank, i) => {
-    const p = data.phase[i];
-    const tr = (byPhase[p] ??= {type: "bar", orientation: "h", name: p, x: [], base: [], y: [], text: [],
-      marker: {color: PHASE_COLOURS[p] || "#333"}, hovertemplate: "%{text}<extra></extra>"});
-    const start = (data.start_ns[i] - t0) / 1e6;
-    tr.base.push(start);
-    tr.x.push(Math.max((data.end_ns[i] - data.start_ns[i]) / 1e6, 0.01));
-    tr.y.push(`rank ${rank}`);
-    tr.text.push(`rank ${rank} · step ${data.step[i]} · layer ${data.layer[i]} · ${p}<br>${data.bytes_sent[i] ?? "?"} B sent · ${data.source[i]}`);
-  });
-  Plotly.newPlot("timeline", Object.values(byPhase), {barmode: "overlay", xaxis: {title: {text: "ms since first event"}},
-    margin: {l: 70, r: 10, t: 10, b: 40}, legend: {orientation: "h"}}, {responsive: true});
-}
-
 async function drawMatrix() {
   const key = document.getElementById("matrix-key").value;
   if (!key) return;
   const [source, layer, phase] = key.split("|");
   const m = await (await fetch(`${root.dataset.matrix}?source=${source}&layer=${layer}&phase=${phase}`)).json();
+  document.getElementById("matrix-steps").textContent = m.steps_total > m.steps
+    ? `bytes sent src → dst, summed over the newest ${m.steps} of ${m.steps_total} steps`
+    : `bytes sent src → dst, summed over ${m.steps} step${m.steps === 1 ? "" : "s"}`;
   const n = m.sent.length, labels = [...Array(n).keys()].map((r) => `${r}`);
   Plotly.newPlot("matrix", [{type: "heatmap", z: m.sent, x: labels, y: labels, colorscale: "YlOrRd",
     hovertemplate: "src %{y} → dst %{x}: %{z} B<extra></extra>"}],
@@ -98,5 +82,5 @@ async function drawMatrix() {
 }
 
 document.getElementById("matrix-key").addEventListener("change", drawMatrix);
-drawTimeline();
+new RunTimeline(document.getElementById("timeline"), root.dataset.timeline).load();
 drawMatrix();

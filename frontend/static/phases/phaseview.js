@@ -3,7 +3,8 @@
 //
 //   snapshot        → replace everything
 //   delta.views[s]  → mode "full": replace view s; mode "upsert": merge columns by
-//                     (step, layer, phase), replace verdict / gates / failed
+//                     (step, layer, phase), remove the "drop" columns (they left the server's
+//                     step window), replace verdict / gates / failed
 //
 // A withheld view holds no values (null) and its gate reasons; nothing of it is ever drawn.
 // The attributed view also holds hot_claim per column: the hot port only where the counters vouch
@@ -36,6 +37,7 @@ export class PhaseViews {
       const held = this.views[name];
       if (v.mode === "full" || !held || held.values === null) { this.views[name] = this.#own(v); continue; }
       held.verdict = v.verdict; held.gates = v.gates; held.failed = v.failed; held.basis = v.basis;
+      if (v.drop?.length) this.#drop(held, new Set(v.drop.map((c) => c.join("/"))));
       if (v.hot_claim && !held.hot_claim) held.hot_claim = held.columns.map(() => null);
       for (let i = 0; i < v.columns.length; i++) {
         const key = v.columns[i].join("/");
@@ -51,6 +53,16 @@ export class PhaseViews {
       this.#sort(held);
     }
     return changed;
+  }
+
+  // Columns that slid out of the server's step window go; the rest keep their order.
+  #drop(view, gone) {
+    const keep = view.columns.map((c, i) => (gone.has(c.join("/")) ? -1 : i)).filter((i) => i >= 0);
+    view.columns = keep.map((k) => view.columns[k]);
+    view.values = keep.map((k) => view.values[k]);
+    view.hot_port = keep.map((k) => view.hot_port[k]);
+    if (view.hot_claim) view.hot_claim = keep.map((k) => view.hot_claim[k]);
+    view.index = new Map(view.columns.map((c, i) => [c.join("/"), i]));
   }
 
   // Columns in the server's order: step, layer, then the phase order of collectors/traces/schema.py.

@@ -39,9 +39,30 @@ function onMessage(msg) {
   else if (msg.type === "delta" || msg.type === "more") held.apply(msg);
   else return;
   // a big snapshot or delta comes in parts ("more"); draw once the last part is in
-  if (msg.last !== false) { live.updates++; draw(); showLive(msg); }
+  if (msg.last !== false) { live.updates++; draw(); showLive(msg); showWindow(); }
   live.ws?.send(JSON.stringify({ type: "ack", seq: msg.seq }));
 }
+// The views cover a window of reported steps (the newest while following live); older and newer
+// page through the run, each page answered by the server as a snapshot of that window.
+function showWindow() {
+  const w = held.meta.window, el = $("window-info");
+  if (!w) { el.textContent = ""; return; }
+  const span = w.run_steps ? ` of steps ${w.run_steps[0]}–${w.run_steps[1]}` : "";
+  el.textContent = `steps ${w.steps[0]}–${w.steps[1]} (${w.reported_steps} reported)${span}` +
+    (w.live ? ` · live: the newest ${w.window_steps}` : " · history");
+  el.dataset.lo = String(w.steps[0]); el.dataset.hi = String(w.steps[1]); el.dataset.live = w.live ? "1" : "0";
+  $("older").disabled = !w.run_steps || w.steps[0] <= w.run_steps[0];
+  $("newer").disabled = w.live || !w.run_steps || w.steps[1] >= w.run_steps[1];
+  $("live-steps").disabled = w.live;
+}
+function page(from, to) {
+  live.ws?.send(JSON.stringify(from === null ? { type: "window", steps_from: null }
+    : { type: "window", steps_from: Math.max(0, from), steps_to: Math.max(0, to) }));
+}
+$("older").addEventListener("click", () => { const w = held.meta.window; page(w.run_steps[0], w.steps[0] - 1); });
+$("newer").addEventListener("click", () => { const w = held.meta.window; page(w.steps[1] + 1, 2 * w.steps[1] - w.steps[0] + 1); });
+$("live-steps").addEventListener("click", () => page(null));
+
 function showLive(msg) {
   const el = $("live");
   el.dataset.updates = String(live.updates);

@@ -130,3 +130,24 @@ def test_a_sampled_run_is_compared_only_where_every_step_was_reported() -> None:
     proj = {g.name: g for g in blocks["projected"].gates}["projected_vs_measured"]
     assert proj.verdict == "pass" and proj.value < 0.01, proj.reason
     assert blocks["projected"].verdict == "show"
+
+
+def test_a_phase_outside_the_counters_span_is_no_data_in_the_measured_view() -> None:
+    """Counters cover [10 s, 20 s]; phases at 5 s and 25 s have no measurement: NaN, never the
+    nearest poll interval's bytes (which the page once drew as a value, or −9.2e18 over the wire)."""
+    from fabricmon.core.phases.assess import assess
+
+    s = 1_000_000_000
+    starts = np.array([5 * s, 12 * s, 15 * s, 25 * s], dtype=np.int64)
+    keys = [(i, 0, "dispatch") for i in range(4)]
+    edges = np.arange(10, 21, dtype=np.int64) * s
+    meas = np.full((10, 3), 1e9)
+    proj = np.full((4, 3), 1e8)
+    views = assess(phase_keys=keys, start_ns=starts, end_ns=starts + s // 10, projected_in=proj,
+                   projected_out=proj, coverage=1.0, clock_error_s=1e-4, offset_known=True,
+                   edges_ns=edges, measured_in=meas, measured_out=meas)
+    load = views["measured"].load_bytes
+    assert load is not None
+    assert np.isnan(load[[0, 3]]).all() and np.isfinite(load[[1, 2]]).all()
+    d = views["measured"].as_dict()
+    assert d["values"][0] == [None, None, None] and d["hot_port"][0] is None and d["hot_port"][1] == 0
