@@ -112,8 +112,7 @@ def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int
 def hot_ports(a: npt.ArrayLike) -> list[int | None]:
     """Per row, the index of its largest value ignoring NaN (None when the row has no data)."""
     arr = np.asarray(a, dtype=np.float64)
-    has_any: npt.NDArray[np.bool_] = np.isfinite(arr).any(axis=1)
-    has = [bool(h) for h in has_any]
+    has = np.asarray(np.isfinite(arr).any(axis=1), dtype=np.bool_).tolist()
     best: list[int] = np.argmax(np.where(np.isfinite(arr), arr, -np.inf), axis=1).tolist()
     return [b if h else None for b, h in zip(best, has, strict=True)]
 
