@@ -33,7 +33,9 @@ def read_events(
     if kind == "kineto":
         return read_kineto(stream, rank=rank, name=name, report=report)
     if kind in ("fr", "fr_pickle"):
-        return read_flight_recorder(stream, rank=rank, pickled=(kind == "fr_pickle"), name=name, report=report)
+        return read_flight_recorder(
+            stream, rank=rank, pickled=(kind == "fr_pickle"), name=name, report=report
+        )
     if kind == "inspector":
         return read_inspector(stream, report=report)
     raise TraceFormatError(f"unknown trace kind {kind!r}")

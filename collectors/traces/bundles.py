@@ -46,7 +46,12 @@ def is_bundle(stream: IO[bytes]) -> bool:
 
 def _wanted(name: str) -> bool:
     base = name.rsplit("/", 1)[-1]
-    return bool(base) and not name.startswith(_SKIP) and not base.startswith(".") and base.endswith(_TRACE_SUFFIXES)
+    return (
+        bool(base)
+        and not name.startswith(_SKIP)
+        and not base.startswith(".")
+        and base.endswith(_TRACE_SUFFIXES)
+    )
 
 
 def open_bundle(stream: IO[bytes], what: str, limits: Limits = DEFAULT_LIMITS) -> Iterator[Member]:
@@ -60,19 +65,23 @@ def open_bundle(stream: IO[bytes], what: str, limits: Limits = DEFAULT_LIMITS) -
 def _zip_members(stream: IO[bytes], what: str, limits: Limits) -> Iterator[Member]:
     try:
         archive = zipfile.ZipFile(stream)
-        infos = sorted((i for i in archive.infolist() if not i.is_dir() and _wanted(i.filename)),
-                       key=lambda i: i.filename)
+        infos = sorted(
+            (i for i in archive.infolist() if not i.is_dir() and _wanted(i.filename)),
+            key=lambda i: i.filename,
+        )
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise TraceFormatError(f"{what}: not a readable zip archive ({exc})") from exc
     _count(len(infos), what)
     for info in infos:
         if info.file_size > limits.max_bytes:
             raise TraceFormatError(f"{what}: {info.filename} claims {info.file_size:,} bytes; refused")
-        if info.file_size > limits.ratio_slack and info.file_size > limits.max_ratio * max(info.compress_size, 1):
+        if info.file_size > limits.ratio_slack and info.file_size > limits.max_ratio * max(
+            info.compress_size, 1
+        ):
             raise TraceFormatError(f"{what}: {info.filename} inflates more than {limits.max_ratio}x; refused")
         try:
             with archive.open(info) as member:
-                yield info.filename, member  # type: ignore[misc]
+                yield info.filename, member
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise TraceFormatError(f"{what}: {info.filename}: corrupt zip member ({exc})") from exc
 
@@ -81,7 +90,7 @@ def _tar_members(stream: IO[bytes], what: str, limits: Limits) -> Iterator[Membe
     plain = TraceBytes(stream, what, limits)  # gzip inflated with its caps; tar read as a stream
     seen = 0
     try:
-        with tarfile.open(fileobj=_Reader(plain), mode="r|") as archive:  # type: ignore[arg-type]
+        with tarfile.open(fileobj=_Reader(plain), mode="r|") as archive:
             for info in archive:
                 if not info.isfile() or not _wanted(info.name):
                     continue
@@ -89,7 +98,7 @@ def _tar_members(stream: IO[bytes], what: str, limits: Limits) -> Iterator[Membe
                 _count(seen, what)
                 member = archive.extractfile(info)
                 if member is not None:
-                    yield info.name, member  # type: ignore[misc]
+                    yield info.name, member
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise TraceFormatError(f"{what}: not a readable tar archive ({exc})") from exc
 

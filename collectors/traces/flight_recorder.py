@@ -83,7 +83,9 @@ def entry_to_event(entry: FrEntry, rank: int, index: int = 0) -> dict[str, Any]:
     completed = entry.time_discovered_completed_ns or 0
     duration_ms = entry.duration_ms
     if duration_ms is not None and not (math.isfinite(duration_ms) and 0 <= duration_ms < 1e9):
-        raise TraceFormatError(f"Flight Recorder entry {index}: duration_ms {duration_ms!r} is not a duration")
+        raise TraceFormatError(
+            f"Flight Recorder entry {index}: duration_ms {duration_ms!r} is not a duration"
+        )
     if duration_ms is not None and completed:
         start_ns, end_ns, kind = completed - round(duration_ms * 1e6), completed, "host_watchdog"
     elif completed:
@@ -123,7 +125,9 @@ def read_flight_recorder(
     if rank is None:
         rank = rank_from_name(name) if name else None
     if rank is None:
-        raise TraceFormatError("Flight Recorder dumps do not name their rank: give rank= (or a file name with it)")
+        raise TraceFormatError(
+            "Flight Recorder dumps do not name their rank: give rank= (or a file name with it)"
+        )
     what = f"Flight Recorder dump {name}".strip()
     entries = _pickle_entries(stream, what) if pickled else _json_entries(stream, what)
     n = 0

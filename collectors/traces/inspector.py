@@ -40,7 +40,9 @@ MAX_LINE_BYTES = 1 << 20
 def read_inspector(stream: IO[bytes], report: ImportReport | None = None) -> Iterator[dict[str, Any]]:
     report = report if report is not None else ImportReport(kind="inspector")
     for event in _events(stream):
-        report.recognise(str(event["collective"]), "inspector", event.get("bytes_sent"), "bytes_sent" not in event)
+        report.recognise(
+            str(event["collective"]), "inspector", event.get("bytes_sent"), "bytes_sent" not in event
+        )
         report.time_kinds[str(event["time_kind"])] += 1
         yield event
 
@@ -64,7 +66,9 @@ def _events(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise TraceFormatError(f"Inspector line {n}: invalid JSON: {exc}") from exc
-        if not isinstance(rec, dict) or not all(isinstance(rec.get(k) or {}, dict) for k in ("header", "metadata")):
+        if not isinstance(rec, dict) or not all(
+            isinstance(rec.get(k) or {}, dict) for k in ("header", "metadata")
+        ):
             raise TraceFormatError(f"Inspector line {n}: not an Inspector record (header/metadata objects)")
         try:
             yield from _record(rec)

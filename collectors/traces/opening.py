@@ -75,7 +75,9 @@ class TraceBytes:
                 self.raw_bytes += len(chunk)
                 if not chunk:
                     if not self._zlib.eof:
-                        raise TraceFormatError(f"{self.what}: gzip stream truncated (ended before its end marker)")
+                        raise TraceFormatError(
+                            f"{self.what}: gzip stream truncated (ended before its end marker)"
+                        )
                     self._eof = True
                     break
             try:

@@ -118,10 +118,15 @@ class ImportReport:
         if self.time_kinds:
             out.append("timed by: " + ", ".join(f"{k} {n:,}" for k, n in self.time_kinds.most_common()))
         if self.steps:
-            out.append(f"steps: {len(self.steps):,} ({min(self.steps)}..{max(self.steps)}); "
-                       f"{self.labelled:,} calls with a layer and phase")
-        for title, counts in (("seen but not used", self.unusable), ("notes", self.notes),
-                              ("ignored", self.ignored)):
+            out.append(
+                f"steps: {len(self.steps):,} ({min(self.steps)}..{max(self.steps)}); "
+                f"{self.labelled:,} calls with a layer and phase"
+            )
+        for title, counts in (
+            ("seen but not used", self.unusable),
+            ("notes", self.notes),
+            ("ignored", self.ignored),
+        ):
             if counts:
                 out.append(f"{title}:")
                 out.extend(f"  {n:,} {what}" for what, n in counts.most_common(20))

@@ -57,7 +57,9 @@ def _walk(obj: Any) -> None:
         value, depth = stack.pop()
         visits += 1
         if visits > MAX_NODES:
-            raise pickle.UnpicklingError(f"pickle expands to more than {MAX_NODES:,} values (shared references)")
+            raise pickle.UnpicklingError(
+                f"pickle expands to more than {MAX_NODES:,} values (shared references)"
+            )
         if depth > MAX_DEPTH:
             raise pickle.UnpicklingError(f"pickle nests deeper than {MAX_DEPTH} levels")
         if isinstance(value, dict):

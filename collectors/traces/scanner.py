@@ -194,7 +194,9 @@ class ArrayScan(Generic[T]):
 
     # -- errors -------------------------------------------------------------------------------
     def _error(self, at: int, why: str) -> TraceFormatError:
-        return TraceFormatError(f"{self.what}: {why} (near byte {self._offset + at:,}, after item {self.items:,})")
+        return TraceFormatError(
+            f"{self.what}: {why} (near byte {self._offset + at:,}, after item {self.items:,})"
+        )
 
     def _validation_error(self, exc: msgspec.ValidationError) -> TraceFormatError:
         text = str(exc)

@@ -59,8 +59,31 @@ DTYPE_BYTES: dict[str, int] = {
 }
 
 # c10::ScalarType codes (older Flight Recorder dumps write dtypes as these integers)
-SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1, 12: 1,
-                     13: 1, 14: 4, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
+SCALAR_TYPE_BYTES = {
+    0: 1,
+    1: 1,
+    2: 2,
+    3: 4,
+    4: 8,
+    5: 2,
+    6: 4,
+    7: 8,
+    8: 4,
+    9: 8,
+    10: 16,
+    11: 1,
+    12: 1,
+    13: 1,
+    14: 4,
+    15: 2,
+    23: 1,
+    24: 1,
+    25: 1,
+    26: 1,
+    27: 2,
+    28: 4,
+    29: 8,
+}
 _DTYPE_PREFIXES = ("c10::", "torch.", "at::", "std::")
 
 

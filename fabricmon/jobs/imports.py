@@ -1,11 +1,11 @@
 """Trace file imports (Kineto, Flight Recorder, NCCL Inspector) into a run, with progress.
 
 A whole job — a folder (CLI) or a tar/zip archive of one trace per rank — is one upload with one
-report (``import_members``). Two ways in: ``import_trace`` reads a stream now, in the caller's process (the CLI, small
-uploads); ``queue_import`` saves an upload under ``FABRICMON_UPLOAD_DIR`` and queues the Celery
-task ``jobs.import_upload``, whose worker calls ``import_queued``. Either way ``run_import`` keeps
-the ``TraceUpload`` row current — state, bytes read of size, events stored/duplicate/rejected —
-so the API and the run page can show progress. Events go through ``services.ingest_events``:
+report (``import_members``). Two ways in: ``import_trace`` reads a stream now, in the caller's
+process (the CLI, small uploads); ``queue_import`` saves an upload under
+``FABRICMON_UPLOAD_DIR`` and queues the Celery task ``jobs.import_upload``, whose worker calls
+``import_queued``. Either way ``run_import`` keeps the ``TraceUpload`` row current — state, bytes
+read of size, files done, events stored/duplicate/rejected, the import report — so the API and the run page can show progress. Events go through ``services.ingest_events``:
 idempotent by id, so importing a file twice (or re-running a dead worker's import) is safe.
 """
 
@@ -194,7 +194,8 @@ def import_members(
         raise TraceFormatError(f"{upload.filename or 'archive'}: no trace files in it")
     if total.lines == 0:
         raise TraceFormatError(
-            f"{upload.filename or 'archive'}: none of its {done} files gave an event\n" + "\n".join(report.lines())
+            f"{upload.filename or 'archive'}: none of its {done} files gave an event\n"
+            + "\n".join(report.lines())
         )
     return total
 

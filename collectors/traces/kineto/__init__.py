@@ -47,12 +47,14 @@ def read_kineto(
     calls, unclaimed = build_calls(evidence, ctx.world or 0)
     order_in_modules(calls, ctx)
     report.ignored.update(evidence.ignored)
+    report.unusable.update(evidence.unusable)
     report.evidence_seen += len(evidence.spans)
     if unclaimed:
         report.notes["gloo worker titles matched to no c10d op (not imported)"] += len(unclaimed)
     events = [ev for i, call in enumerate(calls) if (ev := _record(describe(call, i, ctx), report))]
-    report.files.append({"file": name or "-", "rank": ctx.rank, "rank_from": ctx.rank_from,
-                         "events": len(events)})
+    report.files.append(
+        {"file": name or "-", "rank": ctx.rank, "rank_from": ctx.rank_from, "events": len(events)}
+    )
     check_not_silent(report, what)
     yield from events
 

@@ -18,7 +18,6 @@ from collectors.traces.kineto.sizes import (
     Sizes,
     c10d_shapes,
     comm_args,
-    int_arg,
     int_list,
     rows_to_peers,
     title_bytes,
@@ -56,20 +55,27 @@ class Described:
 def describe(call: Call, index: int, ctx: Context) -> Described:
     coll = call.collective()
     comm = next(
-        (s for s in (*call.cpu, *call.kernels) if "Collective name" in s.args and s.what in ("rpc", "kernel")
-         and ("In msg nelems" in s.args or "Out msg nelems" in s.args)),
+        (
+            s
+            for s in (*call.cpu, *call.kernels)
+            if "Collective name" in s.args
+            and s.what in ("rpc", "kernel")
+            and ("In msg nelems" in s.args or "Out msg nelems" in s.args)
+        ),
         None,
     )
     algorithm = next((a for k in call.kernels for a in [kernel_collective(k.name)[1]] if a), None)
     if coll is None:
-        return Described(None, "unknown", _evidence(call, comm), None, "calls of an unknown collective", algorithm)
+        return Described(
+            None, "unknown", _evidence(call, comm), None, "calls of an unknown collective", algorithm
+        )
     pg, pg_ranks, seq = "", None, None
     if comm is not None:
         sizes = comm_args(comm.args, coll)
         pg = str(comm.args.get("Process Group Name", ""))[:64]
         ranks = int_list(comm.args.get("Process Group Ranks"))
         pg_ranks = ranks if isinstance(ranks, list) and ranks else None
-        seq = int_arg(comm.args, "Seq")
+        seq = next((v for sp in (*call.cpu, *call.kernels) if type(v := sp.args.get("Seq")) is int), None)
         named = comm.args.get("Collective name")
         coll = canonical(named) or coll if isinstance(named, str) else coll
     elif (op := call.first("c10d")) is not None and (shapes := c10d_shapes(op.name, op.args)) is not None:
@@ -128,7 +134,11 @@ def _put_bytes(event: dict[str, Any], sizes: Sizes) -> None:
 
 
 def _interval(call: Call) -> tuple[int, int, str]:
-    for spans, kind in ((call.kernels, "gpu_kernel"), (call.gpu_titles, "gpu_kernel"), (call.execs, "host_call")):
+    for spans, kind in (
+        (call.kernels, "gpu_kernel"),
+        (call.gpu_titles, "gpu_kernel"),
+        (call.execs, "host_call"),
+    ):
         if spans:
             return min(s.ts for s in spans), max(s.end for s in spans), kind
     gloo = next((s for s in call.cpu if s.what == "title" and s.name.startswith("gloo:")), None)
@@ -144,13 +154,12 @@ def _labels(call: Call, coll: str, ctx: Context) -> tuple[int | None, str, int |
     gpu = call.root is None
     found = ctx.labels.at(anchor.pid, anchor.tid, anchor.ts)
     module = ctx.modules.at(anchor.pid, anchor.tid, anchor.ts)
-    layer, phase = (found[2] if found else (None, None))
+    layer, phase = found[2] if found else (None, None)
     if layer is None and module is not None:
         layer = module[2]
-    if is_all_to_all(coll):
-        phase = phase or ctx.module_phase.get(id(call)) or "other"
-    else:
-        phase = phase_of(coll)
+    # a label names the phase of an all-to-all; other collectives keep their own (a TP allgather
+    # inside "dispatch" is still an allgather)
+    phase = (phase or ctx.module_phase.get(id(call)) or "other") if is_all_to_all(coll) else phase_of(coll)
     return layer, phase, ctx.steps.at(anchor.ts, gpu=gpu)
 
 
@@ -169,7 +178,9 @@ def order_in_modules(calls: list[Call], ctx: Context) -> None:
             groups.setdefault((root.pid, root.tid, module[0], module[1]), []).append(call)
     for members in groups.values():
         for i, call in enumerate(members):
-            ctx.module_phase[id(call)] = "combine" if i == len(members) - 1 and len(members) > 1 else "dispatch"
+            ctx.module_phase[id(call)] = (
+                "combine" if i == len(members) - 1 and len(members) > 1 else "dispatch"
+            )
 
 
 def _group_hint(op: str, s: OpShapes) -> int | None:
@@ -226,7 +237,7 @@ def _op_sizes(op: str, s: OpShapes, coll: str, hint: int | None, pg_ranks: list[
     return sizes
 
 
-def _a2a_peers(  # noqa: PLR0917
+def _a2a_peers(
     sizes: Sizes, s: OpShapes, isz_in: int | None, isz_out: int | None, pg_ranks: list[int] | None
 ) -> None:
     if pg_ranks is None:
@@ -239,7 +250,11 @@ def _a2a_peers(  # noqa: PLR0917
     if isinstance(s.in_splits, list) and s.in_splits and isinstance(s.out_splits, list) and s.out_splits:
         sizes.send = rows_to_peers(s.in_splits, s.in_numel or 0, isz_in or 0, pg_ranks)
         sizes.recv = rows_to_peers(s.out_splits, s.out_numel or 0, isz_out or 0, pg_ranks)
-    elif sizes.bytes_in is not None and sizes.bytes_out is not None and sizes.bytes_in % n == 0 == sizes.bytes_out % n:
+    elif (
+        sizes.bytes_in is not None
+        and sizes.bytes_out is not None
+        and sizes.bytes_in % n == 0 == sizes.bytes_out % n
+    ):
         sizes.even_split = True
         sizes.send = {str(r): sizes.bytes_in // n for r in pg_ranks}
         sizes.recv = {str(r): sizes.bytes_out // n for r in pg_ranks}

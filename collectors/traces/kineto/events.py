@@ -41,8 +41,16 @@ class KinetoEvent(msgspec.Struct):
 
 
 LAUNCHES = frozenset(
-    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "cudaLaunchCooperativeKernel"}
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "hipLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipModuleLaunchKernel",
+        "cudaLaunchCooperativeKernel",
+    }
 )
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _BACKWARD = "autograd::engine::evaluate_function:"
@@ -81,6 +89,7 @@ class Evidence:
     modules: list[tuple[Any, Any, int, int, int]] = field(default_factory=list)
     backward: list[tuple[Any, Any, int, int]] = field(default_factory=list)
     ignored: Counter[str] = field(default_factory=Counter)
+    unusable: Counter[str] = field(default_factory=Counter)
     seen: int = 0
 
     def add(self, batch: list[KinetoEvent]) -> None:
@@ -131,7 +140,7 @@ class Evidence:
         if name.startswith(TITLE_PREFIXES):
             coll = canonical(name)
             if coll is None:
-                self.ignored[f"{name.split(':', 1)[0]}: titles of unknown collectives"] += 1
+                self.unusable[f"{name.split(':', 1)[0]}: titles of collectives not known ({name[:40]})"] += 1
             else:
                 self._keep("gpu_title" if gpu else "title", ev, coll)
             return
@@ -158,8 +167,17 @@ class Evidence:
 
     def _keep(self, what: str, ev: KinetoEvent, collective: str | None) -> None:
         self.spans.append(
-            Span(what, ev.name, collective, ev.pid, ev.tid, _time(ev.ts, "ts", ev),
-                 _duration(ev), _args(ev), len(self.spans))
+            Span(
+                what,
+                ev.name,
+                collective,
+                ev.pid,
+                ev.tid,
+                _time(ev.ts, "ts", ev),
+                _duration(ev),
+                _args(ev),
+                len(self.spans),
+            )
         )
 
 
@@ -175,8 +193,15 @@ _BY_CAT = {
     "gpu_user_annotation": Evidence._annotation,
     "python_function": Evidence._python,
 }
-_PH_NAMES = {"M": "metadata events", "s": "flow events", "f": "flow events", "t": "flow events",
-             "i": "instant events", "I": "instant events", "C": "counter events"}
+_PH_NAMES = {
+    "M": "metadata events",
+    "s": "flow events",
+    "f": "flow events",
+    "t": "flow events",
+    "i": "instant events",
+    "I": "instant events",
+    "C": "counter events",
+}
 
 
 def _args(ev: KinetoEvent) -> dict[str, Any]:
@@ -188,7 +213,9 @@ def _args(ev: KinetoEvent) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:  # depth > 1024, or numbers out of range
         raise TraceFormatError(f"Kineto event {ev.name[:80]!r}: args unreadable ({exc})") from exc
     if not isinstance(args, dict):
-        raise TraceFormatError(f"Kineto event {ev.name[:80]!r}: args must be an object, got {type(args).__name__}")
+        raise TraceFormatError(
+            f"Kineto event {ev.name[:80]!r}: args must be an object, got {type(args).__name__}"
+        )
     return args
 
 
@@ -204,12 +231,12 @@ def _time(value: msgspec.Raw, what: str, ev: KinetoEvent) -> int:
         frac = (m.group(2) or b"")[:3].ljust(3, b"0")
         return int(m.group(1)) * 1000 + int(frac)
     try:
-        number = orjson.loads(raw) if raw else None
+        number: Any = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         number = None
-    if type(number) not in (int, float) or not math.isfinite(number) or number < 0 or number > 1e16:
+    if not isinstance(number, int | float) or isinstance(number, bool) or not math.isfinite(number) or number < 0 or number > 1e16:
         raise TraceFormatError(
-            f"Kineto event {ev.name[:80]!r}: {what} must be a finite, non-negative time in µs, got {raw[:40]!r}"
+            f"Kineto event {ev.name[:80]!r}: {what} must be a finite time >= 0 in µs, got {raw[:40]!r}"
         )
     return round(number * 1000)
 

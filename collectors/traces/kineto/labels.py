@@ -100,5 +100,5 @@ class Steps:
         i = bisect.bisect_right(self._starts, t) - 1
         if i < 0:
             return None
-        start, end, step, _pid = self.steps[i]
+        _start, end, step, _pid = self.steps[i]
         return step if (t <= end or gpu) else None

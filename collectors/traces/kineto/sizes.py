@@ -53,7 +53,9 @@ def int_arg(args: dict[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if type(value) is not int:
-        raise TraceFormatError(f"Kineto args {key!r} must be an integer, got {type(value).__name__} {str(value)[:40]!r}")
+        raise TraceFormatError(
+            f"Kineto args {key!r} must be an integer, got {type(value).__name__} {str(value)[:40]!r}"
+        )
     return value
 
 
@@ -216,9 +218,18 @@ def c10d_shapes(op: str, args: dict[str, Any]) -> OpShapes | None:
     out_s = _split_arg(ci[splits[0]]) if splits and len(ci) > splits[1] else None
     in_s = _split_arg(ci[splits[1]]) if splits and len(ci) > splits[1] else None
     peer = None
-    if peer_i is not None and len(ci) > peer_i and isinstance(ci[peer_i], str) and ci[peer_i].lstrip("-").isdigit():
+    if (
+        peer_i is not None
+        and len(ci) > peer_i
+        and isinstance(ci[peer_i], str)
+        and ci[peer_i].lstrip("-").isdigit()
+    ):
         peer = int(ci[peer_i])
-    list_len = len(dims[in_i]) if op.endswith("alltoall_") and in_i < len(dims) and isinstance(dims[in_i], list) else None
+    list_len = (
+        len(dims[in_i])
+        if op.endswith("alltoall_") and in_i < len(dims) and isinstance(dims[in_i], list)
+        else None
+    )
     return OpShapes(out_numel, in_numel, out_isz, in_isz, out_s, in_s, peer, list_len)
 
 
