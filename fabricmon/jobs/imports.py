@@ -5,7 +5,8 @@ report (``import_members``). Two ways in: ``import_trace`` reads a stream now, i
 process (the CLI, small uploads); ``queue_import`` saves an upload under
 ``FABRICMON_UPLOAD_DIR`` and queues the Celery task ``jobs.import_upload``, whose worker calls
 ``import_queued``. Either way ``run_import`` keeps the ``TraceUpload`` row current — state, bytes
-read of size, files done, events stored/duplicate/rejected, the import report — so the API and the run page can show progress. Events go through ``services.ingest_events``:
+read of size, files done, events stored/duplicate/rejected, the import report — so the API
+and the run page can show progress. Events go through ``services.ingest_events``:
 idempotent by id, so importing a file twice (or re-running a dead worker's import) is safe.
 """
 

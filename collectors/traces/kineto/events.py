@@ -234,11 +234,12 @@ def _time(value: msgspec.Raw, what: str, ev: KinetoEvent) -> int:
         number: Any = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         number = None
-    if not isinstance(number, int | float) or isinstance(number, bool) or not math.isfinite(number) or number < 0 or number > 1e16:
+    numeric = isinstance(number, int | float) and not isinstance(number, bool)
+    if not numeric or not math.isfinite(number) or not 0 <= number <= 1e16:
         raise TraceFormatError(
             f"Kineto event {ev.name[:80]!r}: {what} must be a finite time >= 0 in µs, got {raw[:40]!r}"
         )
-    return round(number * 1000)
+    return int(round(number * 1000))
 
 
 def _duration(ev: KinetoEvent) -> int:
