@@ -239,7 +239,7 @@ def _time(value: msgspec.Raw, what: str, ev: KinetoEvent) -> int:
         raise TraceFormatError(
             f"Kineto event {ev.name[:80]!r}: {what} must be a finite time >= 0 in µs, got {raw[:40]!r}"
         )
-    return int(round(number * 1000))
+    return int(number * 1000 + 0.5)
 
 
 def _duration(ev: KinetoEvent) -> int:
