@@ -352,7 +352,7 @@ def bench_hta(path: Path) -> dict[str, float] | None:
 
 def bench_trace(sizes_mb: list[int], tmp: str) -> dict[str, float]:
     """MB/s and peak RSS of the largest file's import."""
-    print("kineto import (streaming, ijson C backend), one process per file:")
+    print("kineto import (streaming, msgspec C decoding), one process per file:")
     last: dict[str, float] = {}
     for mb in sizes_mb:
         path = Path(tmp) / f"trace_{mb}mb.json"
