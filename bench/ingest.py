@@ -414,7 +414,8 @@ def main() -> None:
     print(
         f"BENCH ingest events_per_s_per_core={rates['sqlite']:.0f} pg_events_per_s_per_core={pg} "
         f"batch={args.batch} trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
-        f"hta_cpu_s={trace.get('hta_cpu_s', float('nan')):.2f} vs_hta={trace.get('ratio', float('nan')):.1f}x "
+        f"hta_cpu_s={trace.get('hta_cpu_s', float('nan')):.2f} "
+        f"vs_hta={trace.get('ratio', float('nan')):.1f}x "
         f"trace_peak_mb={trace['peak_mb']:.0f}"
     )
 
