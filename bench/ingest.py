@@ -310,17 +310,49 @@ def write_trace(path: Path, target_mb: int, world: int = 8) -> int:
 def _import_child(path: str) -> None:
     from collectors.traces.kineto import read_kineto
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     with open(path, "rb") as f:
         n = sum(1 for _ in read_kineto(f))
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"events": n, "seconds": dt, "peak_rss_mb": peak_kb / 1024}))
+    print(json.dumps({"events": n, "seconds": dt, "cpu_s": cpu, "peak_rss_mb": peak_kb / 1024}))
+
+
+HTA_VENV = ROOT / "var" / "bench-hta"
+HTA_PIN = "HolisticTraceAnalysis==0.5.0"  # the reference parser, in the bench's own venv only
+_HTA_CHILD = """
+import resource, sys, time
+from hta.common.trace_parser import parse_trace_dataframe
+from hta.configs.parser_config import ParserConfig
+c0 = time.process_time()
+meta, df, _ = parse_trace_dataframe(sys.argv[1], ParserConfig(ParserConfig.get_minimum_args()))
+print("HTA", time.process_time() - c0, len(df), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def hta_python() -> Path | None:
+    """HTA's interpreter: a venv of its own under var/ (never a runtime dependency of fabricmon)."""
+    py = HTA_VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", HTA_PIN], check=False)
+        if done.returncode != 0:
+            return None
+    return py
+
+
+def bench_hta(path: Path) -> dict[str, float] | None:
+    py = hta_python()
+    if py is None:
+        return None
+    out = subprocess.run([str(py), "-c", _HTA_CHILD, str(path)], capture_output=True, text=True, check=True)
+    _, cpu, rows, peak = out.stdout.strip().splitlines()[-1].split()
+    return {"cpu_s": float(cpu), "rows": float(rows), "peak_rss_mb": float(peak)}
 
 
 def bench_trace(sizes_mb: list[int], tmp: str) -> dict[str, float]:
     """MB/s and peak RSS of the largest file's import."""
-    print("kineto import (streaming, ijson C backend), one process per file:")
+    print("kineto import (streaming, msgspec C decoding), one process per file:")
     last: dict[str, float] = {}
     for mb in sizes_mb:
         path = Path(tmp) / f"trace_{mb}mb.json"
@@ -336,12 +368,19 @@ def bench_trace(sizes_mb: list[int], tmp: str) -> dict[str, float]:
         res = json.loads(out.stdout.strip().splitlines()[-1])
         assert res["events"] == n_a2a, (res, n_a2a)
         print(
-            f"  {size / 1e6:7.1f} MB: {size / 1e6 / res['seconds']:6.1f} MB/s, "
-            f"{res['events']:,} all-to-alls, "
-            f"peak RSS {res['peak_rss_mb']:.0f} MB"
+            f"  {size / 1e6:7.1f} MB: {size / 1e6 / res['seconds']:6.1f} MB/s, CPU {res['cpu_s']:.2f} s, "
+            f"{res['events']:,} all-to-alls, peak RSS {res['peak_rss_mb']:.0f} MB"
         )
+        last = {"mb_per_s": size / 1e6 / res["seconds"], "peak_mb": res["peak_rss_mb"], "cpu_s": res["cpu_s"]}
+        if mb == max(sizes_mb):
+            hta = bench_hta(path)
+            if hta is not None:
+                ratio = hta["cpu_s"] / max(res["cpu_s"], 1e-9)
+                print(f"  HTA parse_trace_dataframe, same file: CPU {hta['cpu_s']:.2f} s "
+                      f"({size / 1e6 / hta['cpu_s']:.1f} MB/s), {hta['rows']:,.0f} rows, "
+                      f"peak RSS {hta['peak_rss_mb']:.0f} MB; fabricmon is {ratio:.1f}x faster (CPU)")
+                last |= {"hta_cpu_s": hta["cpu_s"], "ratio": ratio}
         path.unlink()
-        last = {"mb_per_s": size / 1e6 / res["seconds"], "peak_mb": res["peak_rss_mb"]}
     print("  reference: json.load of the same file needs the whole document in memory (several x its size)")
     return last
 
@@ -357,6 +396,7 @@ def main() -> None:
         "--pg", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     )
     parser.add_argument("--import-child")
+    parser.add_argument("--trace-only", action="store_true", help="only the trace import (and HTA)")
     parser.add_argument("--ingest-child")
     args = parser.parse_args()
     if args.import_child:
@@ -366,12 +406,17 @@ def main() -> None:
         _ingest_child(args.ingest_child, args.events, args.ranks, args.batch)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp)
+        rates = {"sqlite": float("nan")}
+        if not args.trace_only:
+            rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp)
         trace = bench_trace(sorted({max(args.trace_mb // 8, 1), args.trace_mb}), tmp)
     pg = f"{rates['postgresql']:.0f}" if "postgresql" in rates else "n/a"
     print(
         f"BENCH ingest events_per_s_per_core={rates['sqlite']:.0f} pg_events_per_s_per_core={pg} "
-        f"batch={args.batch} trace_mb_per_s={trace['mb_per_s']:.1f} trace_peak_mb={trace['peak_mb']:.0f}"
+        f"batch={args.batch} trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
+        f"hta_cpu_s={trace.get('hta_cpu_s', float('nan')):.2f} "
+        f"vs_hta={trace.get('ratio', float('nan')):.1f}x "
+        f"trace_peak_mb={trace['peak_mb']:.0f}"
     )
 
 

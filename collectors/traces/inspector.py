@@ -12,6 +12,8 @@ from typing import IO, Any
 import orjson
 
 from collectors.traces.errors import TraceFormatError
+from collectors.traces.opening import TraceBytes
+from collectors.traces.report import ImportReport
 
 _PHASE = {
     "AllReduce": "allreduce",
@@ -32,14 +34,50 @@ def _times(rec: dict[str, Any], perf: dict[str, Any], kind: str) -> tuple[int, i
     return end_ns - int(perf.get(f"{kind}_exec_time_us", 0)) * 1000, end_ns
 
 
-def read_inspector(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
-    for n, line in enumerate(stream, start=1):
+MAX_LINE_BYTES = 1 << 20
+
+
+def read_inspector(stream: IO[bytes], report: ImportReport | None = None) -> Iterator[dict[str, Any]]:
+    report = report if report is not None else ImportReport(kind="inspector")
+    for event in _events(stream):
+        report.recognise(
+            str(event["collective"]), "inspector", event.get("bytes_sent"), "bytes_sent" not in event
+        )
+        report.time_kinds[str(event["time_kind"])] += 1
+        yield event
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    src, rest = TraceBytes(stream, "Inspector log"), b""
+    while chunk := src.read(1 << 20):
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        if len(rest) > MAX_LINE_BYTES:
+            raise TraceFormatError(f"Inspector log: a line longer than {MAX_LINE_BYTES:,} bytes")
+        yield from lines
+    yield rest
+
+
+def _events(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
+    for n, line in enumerate(_lines(stream), start=1):
         if not line.strip():
             continue
         try:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise TraceFormatError(f"Inspector line {n}: invalid JSON: {exc}") from exc
+        if not isinstance(rec, dict) or not all(
+            isinstance(rec.get(k) or {}, dict) for k in ("header", "metadata")
+        ):
+            raise TraceFormatError(f"Inspector line {n}: not an Inspector record (header/metadata objects)")
+        try:
+            yield from _record(rec)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TraceFormatError(f"Inspector line {n}: malformed field ({exc})") from exc
+
+
+def _record(rec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if True:
         header = rec.get("header") or {}
         rank = header.get("rank")
         comm = str(header.get("comm_name") or header.get("id") or "")[:64]

@@ -1,10 +1,12 @@
 """Trace file imports (Kineto, Flight Recorder, NCCL Inspector) into a run, with progress.
 
-Two ways in: ``import_trace`` reads a stream now, in the caller's process (the CLI, small
-uploads); ``queue_import`` saves an upload under ``FABRICMON_UPLOAD_DIR`` and queues the Celery
-task ``jobs.import_upload``, whose worker calls ``import_queued``. Either way ``run_import`` keeps
-the ``TraceUpload`` row current — state, bytes read of size, events stored/duplicate/rejected —
-so the API and the run page can show progress. Events go through ``services.ingest_events``:
+A whole job — a folder (CLI) or a tar/zip archive of one trace per rank — is one upload with one
+report (``import_members``). Two ways in: ``import_trace`` reads a stream now, in the caller's
+process (the CLI, small uploads); ``queue_import`` saves an upload under
+``FABRICMON_UPLOAD_DIR`` and queues the Celery task ``jobs.import_upload``, whose worker calls
+``import_queued``. Either way ``run_import`` keeps the ``TraceUpload`` row current — state, bytes
+read of size, files done, events stored/duplicate/rejected, the import report — so the API
+and the run page can show progress. Events go through ``services.ingest_events``:
 idempotent by id, so importing a file twice (or re-running a dead worker's import) is safe.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -22,13 +24,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from collectors.traces import TraceFormatError, read_events
+from collectors.traces import ImportReport, TraceFormatError, bundles, read_events
+from collectors.traces.ranks import rank_from_name
 from fabricmon.base import sockets
 from fabricmon.jobs.ingest import IngestResult, ingest_events
 from fabricmon.jobs.models import Run, TraceUpload
 from fabricmon.jobs.validation import InputError
 
 IMPORT_KINDS = ("kineto", "fr", "fr_pickle", "inspector")
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 PROGRESS_EVERY_S = 0.5  # an import writes its progress to its TraceUpload row at most this often
 STALE_IMPORT_S = 300  # a "running" import not heard of for this long is taken over (worker died)
 
@@ -77,10 +81,11 @@ class _ProgressReader:
         return True
 
 
-def _check_import(kind: str, rank: int | None) -> None:
+def _check_import(kind: str, rank: int | None, filename: str = "") -> None:
     if kind not in IMPORT_KINDS:
         raise InputError("kind", f"unknown trace kind {kind!r}; expected one of {', '.join(IMPORT_KINDS)}")
-    if kind in ("fr", "fr_pickle") and rank is None:
+    named = rank_from_name(filename) is not None or filename.endswith(ARCHIVE_SUFFIXES)
+    if kind in ("fr", "fr_pickle") and rank is None and not named:
         raise InputError("rank", "Flight Recorder dumps do not name their rank: give rank")
 
 
@@ -95,7 +100,7 @@ def import_trace(
 ) -> tuple[TraceUpload, IngestResult]:
     """Import a trace file (streamed) into ``run`` now, in this process (CLI, small uploads);
     format errors become an ``InputError``. Progress is written to the upload row as it goes."""
-    _check_import(kind, rank)
+    _check_import(kind, rank, filename)
     upload = TraceUpload.objects.create(
         run=run,
         kind=kind,
@@ -111,45 +116,118 @@ def run_import(
     upload: TraceUpload, stream: IO[bytes], before_done: Callable[[], None] | None = None
 ) -> IngestResult:
     """Read ``stream`` as ``upload.kind`` into the upload's run, keeping the upload row current
-    (bytes read, counts, state). A format error marks it failed and raises ``InputError``.
-    ``before_done`` runs after the last event is stored and before the row says done (the queued
-    path deletes its file there: whoever sees "done" sees the cleanup finished too)."""
+    (bytes read, files, counts, the import report, state). A folder's or archive's traces (one
+    per rank) are imported one after another into one report. A format error marks the upload
+    failed and raises ``InputError``. ``before_done`` runs after the last event is stored and
+    before the row says done (the queued path deletes its file there: whoever sees "done" sees
+    the cleanup finished too)."""
     pk = upload.pk
+    report = ImportReport(kind=upload.kind)
 
     def save(**values: Any) -> None:  # an UPDATE of the given columns only (no read-modify-write)
         TraceUpload.objects.filter(pk=pk).update(updated_at=timezone.now(), **values)
         for key, value in values.items():
             setattr(upload, key, value)
 
-    def counts(result: IngestResult) -> dict[str, Any]:
-        return {
-            "events_stored": result.stored,
-            "events_duplicate": result.duplicates,
-            "events_rejected": len(result.rejected),
-        }
-
     reader = _ProgressReader(stream, lambda pos: save(bytes_read=pos))
     try:
-        events = read_events(upload.kind, reader, rank=upload.rank)  # type: ignore[arg-type]
-        result = ingest_events(upload.run, events, on_batch=lambda total: save(**counts(total)))
+        if bundles.is_bundle(reader):
+            members: Iterable[bundles.Member] = bundles.open_bundle(reader, upload.filename or "archive")
+            result = import_members(upload, members, report, save)
+        else:
+            events = read_events(upload.kind, reader, rank=upload.rank, name=upload.filename, report=report)
+            result = ingest_events(upload.run, events, on_batch=lambda total: save(**_counts(total)))
     except TraceFormatError as exc:
-        save(state=TraceUpload.State.FAILED, error=str(exc), finished_at=timezone.now())
+        save(state=TraceUpload.State.FAILED, error=str(exc)[:20_000], report=report.as_dict(),
+             finished_at=timezone.now())
         raise InputError("file", str(exc)) from exc
     except Exception as exc:
         save(state=TraceUpload.State.FAILED, error=f"import failed: {exc}", finished_at=timezone.now())
         raise
+    result.report = report.as_dict()
     if before_done is not None:
         before_done()
     save(
         state=TraceUpload.State.DONE,
         bytes_read=upload.size_bytes or reader.tell(),
         error="; ".join(f"event {e.line}: {e.field}: {e.reason}" for e in result.rejected[:5]),
+        report=result.report,
         finished_at=timezone.now(),
-        **counts(result),
+        **_counts(result),
     )
     if result.stored:
         sockets.run_changed(upload.run_id)
     return result
+
+
+def _counts(result: IngestResult) -> dict[str, Any]:
+    return {
+        "events_stored": result.stored,
+        "events_duplicate": result.duplicates,
+        "events_rejected": len(result.rejected),
+    }
+
+
+def import_members(
+    upload: TraceUpload, members: Iterable[bundles.Member], report: ImportReport, save: Callable[..., None]
+) -> IngestResult:
+    """Import each trace of a job (rank from the trace, else its name) into one result and one
+    report; a file that cannot be read is listed in the report and the others still imported.
+    None readable at all is an error."""
+    total = IngestResult()
+    failed: list[str] = []
+    done = 0
+    for name, member in members:
+        mine = ImportReport(kind=upload.kind)
+        try:
+            events = read_events(upload.kind, member, rank=None, name=name, report=mine)
+            part = ingest_events(upload.run, events, on_batch=lambda t: save(**_counts(t)))
+        except TraceFormatError as exc:
+            failed.append(name)
+            mine.unusable[f"file {name}: {str(exc).splitlines()[0][:300]}"] += 1
+            mine.files.append({"file": name, "error": str(exc).splitlines()[0][:300]})
+            part = IngestResult()
+        total.add(part, total.lines)
+        report.merge(mine)
+        done += 1
+        save(files_done=done, files_total=done, report=report.as_dict(), **_counts(total))
+    if done == 0:
+        raise TraceFormatError(f"{upload.filename or 'archive'}: no trace files in it")
+    if total.lines == 0:
+        raise TraceFormatError(
+            f"{upload.filename or 'archive'}: none of its {done} files gave an event\n"
+            + "\n".join(report.lines())
+        )
+    return total
+
+
+def import_folder(run: Run, kind: str, folder: Path) -> tuple[TraceUpload, IngestResult]:
+    """The CLI's whole-job import: every trace under ``folder`` into ``run``, one upload row."""
+    _check_import(kind, 0)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    upload = TraceUpload.objects.create(
+        run=run, kind=kind, filename=folder.name[:255], size_bytes=sum(p.stat().st_size for p in files),
+        state=TraceUpload.State.RUNNING,
+    )
+    report = ImportReport(kind=kind)
+
+    def save(**values: Any) -> None:
+        TraceUpload.objects.filter(pk=upload.pk).update(updated_at=timezone.now(), **values)
+        for key, value in values.items():
+            setattr(upload, key, value)
+
+    try:
+        result = import_members(upload, bundles.folder_members(folder), report, save)
+    except TraceFormatError as exc:
+        save(state=TraceUpload.State.FAILED, error=str(exc)[:20_000], report=report.as_dict(),
+             finished_at=timezone.now())
+        raise InputError("file", str(exc)) from exc
+    result.report = report.as_dict()
+    save(state=TraceUpload.State.DONE, bytes_read=upload.size_bytes, report=result.report,
+         finished_at=timezone.now(), **_counts(result))
+    if result.stored:
+        sockets.run_changed(run.pk)
+    return upload, result
 
 
 def queue_import(
@@ -165,7 +243,7 @@ def queue_import(
     """Save an uploaded file under ``FABRICMON_UPLOAD_DIR`` and queue its import with ``enqueue``
     (the upload's id; ``tasks.enqueue_import`` queues the Celery task ``jobs.import_upload``) after
     this transaction commits; the upload row shows its progress."""
-    _check_import(kind, rank)
+    _check_import(kind, rank, filename)
     folder = Path(settings.FABRICMON_UPLOAD_DIR)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"run{run.pk}-{uuid.uuid4().hex}.trace"

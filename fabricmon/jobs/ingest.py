@@ -45,6 +45,7 @@ class IngestResult:
     stored: int = 0
     duplicates: int = 0
     rejected: list[LineError] = field(default_factory=list)
+    report: dict[str, Any] | None = None  # a trace import's report (collectors.traces.report)
 
     @property
     def accepted(self) -> int:
@@ -58,7 +59,7 @@ class IngestResult:
             "duplicates": self.duplicates,
             "rejected_count": len(self.rejected),
             "rejected": [e.as_dict() for e in self.rejected[:max_errors]],
-        }
+        } | ({"report": self.report} if self.report is not None else {})
 
     def add(self, other: IngestResult, line_offset: int = 0) -> None:
         self.lines += other.lines

@@ -253,6 +253,10 @@ class TraceUpload(models.Model):
     events_duplicate = models.PositiveIntegerField(default=0)
     events_rejected = models.PositiveIntegerField(default=0)
     error = models.TextField(default="", blank=True)
+    # collectors.traces.report.ImportReport.as_dict(): what was recognised, unusable, ignored
+    report = models.JSONField(default=dict, blank=True)
+    files_total = models.PositiveIntegerField(default=0)  # traces in a job's folder or archive
+    files_done = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=500, default="", blank=True)  # the saved file while queued/running
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -275,6 +279,9 @@ class TraceUpload(models.Model):
             "events_duplicate": self.events_duplicate,
             "events_rejected": self.events_rejected,
             "error": self.error,
+            "files_total": self.files_total,
+            "files_done": self.files_done,
+            "report": self.report,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,

@@ -128,7 +128,11 @@ def test_probe_kineto_and_flight_recorder_agree_on_a_real_gloo_moe_run(
         assert status == 200, body
         status, body = client.upload_trace(fr_run, "fr_pickle", tmp_path / f"fr_rank{r}.pkl", rank=r)
         assert status == 200 and body["stored"] == 0 and body["duplicates"] > 0, body  # same entries as JSON
-    kineto = {(e["rank"], e["seq"]): e for e in _events(client, kineto_run, "kineto")}
+    kineto_all = _events(client, kineto_run, "kineto")
+    kineto = {(e["rank"], e["seq"]): e for e in kineto_all if e["collective"].startswith("all_to_all")}
+    # the counts exchange (all_gather of int64 splits) is imported too, with its bytes
+    gathers = [e for e in kineto_all if e["collective"] == "allgather"]
+    assert len(gathers) == world * steps * layers and {e["bytes_sent"] for e in gathers} == {world * 8}
     probe_by_seq = {(e["rank"], e["seq"]): e for e in probe}
     assert set(kineto) == set(probe_by_seq)
     for key, p in probe_by_seq.items():

@@ -103,7 +103,7 @@ def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> N
     # cheap checks still answer at once: unknown kind, Flight Recorder without a rank
     bad_kind = uploads["post"](b"{}", mode="queue", kind="nsys")
     assert bad_kind.status_code == 400 and bad_kind.json()["field"] == "kind"
-    no_rank = uploads["post"](b"{}", mode="queue", kind="fr")
+    no_rank = uploads["post"](b"{}", "fr.json", mode="queue", kind="fr")  # no rank in its name either
     assert no_rank.status_code == 400 and no_rank.json()["field"] == "rank"
     assert TraceUpload.objects.filter(run=uploads["run"]).count() == 1
 

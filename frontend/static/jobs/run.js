@@ -23,9 +23,19 @@ function importText(row) {
   const counts = `${row.events_stored} stored` + (row.events_duplicate ? `, ${row.events_duplicate} duplicates` : "") +
     (row.events_rejected ? `, ${row.events_rejected} rejected` : "");
   if (row.state === "queued") return "import queued — waiting for a worker";
-  if (row.state === "running") return `importing: ${pct}% read · ${counts}`;
+  const files = row.files_total ? ` · ${row.files_done} files` : "";
+  if (row.state === "running") return `importing: ${pct}% read${files} · ${counts}`;
   if (row.state === "failed") return `import failed: ${row.error}`;
-  return `imported: ${counts}` + (row.error ? ` (first errors: ${row.error})` : "") + " — reload to refresh";
+  return `imported${files}: ${counts}` + reportText(row.report) + (row.error ? ` (first errors: ${row.error})` : "") +
+    " — reload to refresh for the full report";
+}
+
+// One line of the import report: what was recognised per collective, and what could not be used.
+function reportText(report) {
+  if (!report || !report.recognised) return "";
+  const parts = report.recognised.map((r) => `${r.count} ${r.collective}`);
+  const unusable = Object.entries(report.unusable || {}).map(([what, n]) => `${n} ${what}`);
+  return ` · recognised ${parts.join(", ") || "nothing"}` + (unusable.length ? ` · not used: ${unusable.join("; ")}` : "");
 }
 
 document.getElementById("upload").addEventListener("submit", (ev) => {
@@ -53,7 +63,8 @@ document.getElementById("upload").addEventListener("submit", (ev) => {
     const rejected = body.rejected_count ?? (body.rejected || []).length;
     status.className = rejected ? "status bad" : "status ok";
     status.textContent = `stored ${body.stored}` + (body.duplicates ? `, ${body.duplicates} duplicates` : "") +
-      (rejected ? `, ${rejected} rejected (first: ${JSON.stringify(body.rejected[0])})` : "") + " — reload to refresh";
+      (rejected ? `, ${rejected} rejected (first: ${JSON.stringify(body.rejected[0])})` : "") + reportText(body.report) +
+      " — reload to refresh";
   };
   xhr.onerror = () => { status.className = "status bad"; status.textContent = "upload failed (network)"; };
   status.textContent = "uploading…";
