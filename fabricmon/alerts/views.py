@@ -3,15 +3,18 @@ acknowledge, receivers (with "send test") and rules. Views only read and call se
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fabricmon.alerts import delivery, services
 from fabricmon.alerts.forms import ReceiverForm, RuleForm, SilenceForm
-from fabricmon.alerts.models import Alert, Episode, Receiver, Rule, Silence
+from fabricmon.alerts.models import Alert, AlertTransition, Episode, Receiver, Rule, Silence
 from fabricmon.base import access
 
 
@@ -34,33 +37,58 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-def trajectory_grid(episode: Episode) -> dict[str, object]:
-    """Rows = ports the hot set visited (first visit order), columns = trajectory steps."""
+TRAJECTORY_PAGE = 50  # trajectory steps drawn per page of an episode
+TRANSITIONS_PAGE = 50  # state changes listed per page
+ALERTS_PAGE = 20  # alerts listed per page (a moving hot set may have visited hundreds of ports)
+
+
+def trajectory_grid(steps: list[dict[str, Any]], first: int = 0) -> dict[str, object]:
+    """Rows = ports the hot set visited in these steps (first visit order), columns = the steps."""
     rows: list[str] = []
-    for step in episode.trajectory:
+    for step in steps:
         for p in step["ports"]:
             if p not in rows:
                 rows.append(p)
-    cells = [(c, rows.index(p)) for c, step in enumerate(episode.trajectory) for p in step["ports"]]
-    path = [(c, rows.index(step["ports"][0])) for c, step in enumerate(episode.trajectory) if step["ports"]]
+    cells = [(c, rows.index(p)) for c, step in enumerate(steps) for p in step["ports"]]
+    path = [(c, rows.index(step["ports"][0])) for c, step in enumerate(steps) if step["ports"]]
     return {
         "rows": rows,
-        "cols": len(episode.trajectory),
+        "cols": len(steps),
+        "first": first,
         "cells": cells,
         "path": " ".join(f"{c * 24 + 12},{r * 18 + 9}" for c, r in path),
-        "width": max(len(episode.trajectory), 1) * 24,
+        "width": max(len(steps), 1) * 24,
         "height": max(len(rows), 1) * 18,
     }
 
 
+def _page(request: HttpRequest, name: str, items: Any, per_page: int) -> Any:
+    """One page of ``items`` (newest first where the caller ordered so); a bad number is page 1."""
+    return Paginator(items, per_page).get_page(request.GET.get(name))
+
+
 @login_required
 def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One episode, every part paged: the trajectory (newest steps first), its alerts and their
+    state changes — so a day-long episode answers as fast as a minute-long one."""
     episode = get_object_or_404(Episode, pk=pk)
-    alerts = episode.alerts.prefetch_related("transitions")
+    steps = list(reversed(episode.trajectory))  # newest first: what an operator looks at
+    traj = _page(request, "steps", steps, TRAJECTORY_PAGE)
+    page_steps = list(reversed(traj.object_list))  # drawn in time order
+    alerts = _page(request, "alerts", episode.alerts.order_by("-fired_at", "-pk"), ALERTS_PAGE)
+    transitions = _page(
+        request, "changes",
+        AlertTransition.objects.filter(alert__episode=episode).select_related("alert").order_by("-at", "-pk"),
+        TRANSITIONS_PAGE,
+    )
+    first = len(steps) - traj.start_index() - len(page_steps) + 1 if page_steps else 0
     return render(
         request,
         "alerts/episode.html",
-        {"episode": episode, "alerts": alerts, "grid": trajectory_grid(episode)},
+        {
+            "episode": episode, "traj": traj, "steps": page_steps, "grid": trajectory_grid(page_steps, first),
+            "alerts": alerts, "transitions": transitions,
+        },
     )
 
 

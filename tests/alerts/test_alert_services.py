@@ -160,3 +160,31 @@ def test_pages_list_episode_ack_silence_receivers(
         {"fabric": "su1", "kind": "incast", "for_s": 1, "keep_firing_s": 3, "params": '{"bogus": 1}'},
     )
     assert "unknown setting" in bad.content.decode()
+
+
+def test_a_long_episode_page_is_as_big_as_a_short_one(geo, client, django_user_model) -> None:
+    """A day of a moving hot set: 500 trajectory steps, 300 alerts, 1,500 state changes. Every part
+    of the episode page is paged, so it answers the same few KB as an episode of a few steps, and
+    the older pages are reachable."""
+    from fabricmon.alerts.models import AlertTransition
+
+    client.force_login(django_user_model.objects.create_user("ops-long", password="pw"))
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]], [host[0]], [host[5]], [host[2]]])
+    ep = Episode.objects.get()
+    small = len(client.get(f"/alerts/episodes/{ep.pk}/").content)
+    step = dict(ep.trajectory[-1])
+    ep.trajectory = [{**step, "ts_ns": i, "ports": [f"leaf-r{i % 2}:Ethernet{i % 7}"]} for i in range(500)]
+    ep.save()
+    alert = ep.alerts.first()
+    for i in range(300):
+        Alert.objects.create(fingerprint=f"long{i}", fabric="su1", kind="incast", key=f"leaf-r0:p{i}",
+                             state="resolved", active_since=T0, last_true=T0, episode=ep)
+    AlertTransition.objects.bulk_create(
+        [AlertTransition(alert=alert, from_state="firing", to_state="resolved", at=T0, summary="x")] * 1500)
+    page = client.get(f"/alerts/episodes/{ep.pk}/").content.decode()
+    assert len(page) < 4 * small + 40_000, (len(page), small)
+    assert "of 500 (newest first" in page and "State changes (1" in page and "Alerts (30" in page
+    assert page.count("<li>") <= 50 + 50 and "?steps=2" in page and "?changes=2" in page
+    last = client.get(f"/alerts/episodes/{ep.pk}/", {"steps": 10, "changes": 999, "alerts": "x"})
+    assert last.status_code == 200 and "steps 0–49 of 500" in last.content.decode()
