@@ -224,12 +224,9 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
 
 def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
     source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
-
-    def lines() -> Any:
-        for event in blocks.iter_events(run, source=source, phase=phase):
-            yield orjson.dumps(event) + b"\n"
-
-    return StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+    # an async iterator: under ASGI Django streams it chunk by chunk (a sync one it collects first)
+    lines = blocks.aiter_event_lines(run, source=source, phase=phase)
+    return StreamingHttpResponse(lines, content_type="application/x-ndjson")
 
 
 UPLOAD_MODES = ("auto", "inline", "queue")

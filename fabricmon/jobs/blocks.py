@@ -8,10 +8,12 @@ views, the phase markers, an alert's culprit — reads them here, and only the b
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+import orjson
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
@@ -120,6 +122,47 @@ def iter_events(run: Run, *, source: str | None = None, phase: str | None = None
         cols = decode_block(blob)
         pending = concat([pending, cols.select(_mask(cols, where))])
     yield from _sorted_dicts(pending)
+
+
+EXPORT_BLOCKS_PER_READ = 8  # blocks fetched per database round trip of the export
+
+
+async def aiter_event_lines(
+    run: Run, *, source: str | None = None, phase: str | None = None
+) -> AsyncIterator[bytes]:
+    """The run's events as NDJSON chunks, for an ASGI response: an *async* iterator, so Django
+    streams it (a sync iterator under ASGI is collected into a list first — 319 k events gave no
+    first byte in 300 s). Same order and merge as :func:`iter_events`: blocks are read in start
+    order, ``EXPORT_BLOCKS_PER_READ`` at a time in a worker thread, and memory holds only the
+    blocks whose times overlap plus one chunk of lines."""
+    where = {"source": source, "phase": phase}
+    order = await sync_to_async(lambda: list(
+        _block_filter(run, **where).values_list("id", "start_ns_min")))()
+    pending = empty_columns()
+    for at in range(0, len(order), EXPORT_BLOCKS_PER_READ):
+        ids = [bid for bid, _ in order[at : at + EXPORT_BLOCKS_PER_READ]]
+        parts = await sync_to_async(_decoded)(ids, where)
+        for (_, start_min), cols in zip(order[at : at + len(ids)], parts, strict=True):
+            ready = pending.start_ns < start_min  # nothing later can start before this block does
+            if ready.any():
+                yield _ndjson(pending.select(ready))
+                pending = pending.select(~ready)
+            pending = concat([pending, cols])
+    if len(pending):
+        yield _ndjson(pending)
+
+
+def _decoded(ids: list[int], where: dict[str, Any]) -> list[EventColumns]:
+    blobs = dict(EventBlock.objects.filter(pk__in=ids).values_list("id", "columns"))
+    out = []
+    for bid in ids:
+        cols = decode_block(blobs[bid])
+        out.append(cols.select(_mask(cols, where)))
+    return out
+
+
+def _ndjson(cols: EventColumns) -> bytes:
+    return b"".join(orjson.dumps(e) + b"\n" for e in _sorted_dicts(cols))
 
 
 def _sorted_dicts(cols: EventColumns) -> Iterator[dict[str, Any]]:
