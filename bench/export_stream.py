@@ -76,7 +76,8 @@ def main() -> int:
         rss0 = status_kb(pid, "VmRSS")
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
         t0 = time.perf_counter()
-        conn.request("GET", f"/jobs/api/runs/{run_id}/events", headers={"Authorization": f"Bearer {token}"})
+        auth = {"Authorization": f"Bearer {token}"}
+        conn.request("GET", f"/jobs/api/runs/{run_id}/events", headers=auth)
         resp = conn.getresponse()
         resp.readline()
         first_s = time.perf_counter() - t0
