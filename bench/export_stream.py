@@ -92,7 +92,8 @@ def main() -> int:
         server.stop()
     print(f"streamed   first byte {first_s * 1e3:8.1f} ms · all {size / 1e6:.0f} MB in {total_s:.1f} s · "
           f"server grew {grew_mb:.0f} MB")
-    print(f"reference  first byte ≥ {ref_s * 1e3:8.1f} ms (the whole list built first) · peak {ref_mb:.0f} MB")
+    print(f"reference  first byte ≥ {ref_s * 1e3:8.1f} ms (the whole list built first) · "
+          f"peak {ref_mb:.0f} MB")
     print(f"BENCH export_stream events={args.events} first_byte_s={first_s:.3f} total_s={total_s:.1f} "
           f"mb={size / 1e6:.0f} server_growth_mb={grew_mb:.0f} reference_first_byte_s={ref_s:.1f} "
           f"reference_peak_mb={ref_mb:.0f} first_byte_speedup={ref_s / first_s:.0f} target_first_byte_s=1.0")
