@@ -239,6 +239,27 @@ FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
 FABRICMON_INGEST_RATE_PER_S = env_float("FABRICMON_INGEST_RATE_PER_S", 200.0)
 FABRICMON_INGEST_BURST = env_int("FABRICMON_INGEST_BURST", 1000)
 
+# --- Storage: retention and budgets (fabricmon/jobs/retention.py, fabricmon/alerts/retention.py) ---
+# Event blocks are kept this many days after they were stored; traffic matrices this many days
+# after their run ended; a run's blocks + matrices + keys are cut, oldest steps first, when they
+# pass its budget; alert history (resolved alerts, their changes, closed episodes, finished
+# notifications) is kept this many days. The beat applies them every FABRICMON_PRUNE_EVERY_S.
+FABRICMON_EVENTS_RETENTION_DAYS = env_float("FABRICMON_EVENTS_RETENTION_DAYS", 14.0)
+FABRICMON_MATRICES_RETENTION_DAYS = env_float("FABRICMON_MATRICES_RETENTION_DAYS", 30.0)
+FABRICMON_RUN_BUDGET_MB = env_float("FABRICMON_RUN_BUDGET_MB", 2048.0)
+FABRICMON_ALERTS_RETENTION_DAYS = env_float("FABRICMON_ALERTS_RETENTION_DAYS", 30.0)
+FABRICMON_PRUNE_EVERY_S = env_float("FABRICMON_PRUNE_EVERY_S", 300.0)
+CELERY_BEAT_SCHEDULE["jobs-prune-storage"] = {
+    "task": "jobs.prune_storage",
+    "schedule": FABRICMON_PRUNE_EVERY_S,
+    "options": {"expires": FABRICMON_PRUNE_EVERY_S},
+}
+CELERY_BEAT_SCHEDULE["alerts-prune-history"] = {
+    "task": "alerts.prune_history",
+    "schedule": FABRICMON_PRUNE_EVERY_S,
+    "options": {"expires": FABRICMON_PRUNE_EVERY_S},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

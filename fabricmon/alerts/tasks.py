@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from fabricmon.alerts import delivery, evaluation
+from fabricmon.alerts import delivery, evaluation, retention
 
 
 @shared_task(name="alerts.deliver_due", ignore_result=True, acks_late=True)
@@ -22,3 +22,9 @@ def deliver(outbox_id: int) -> str:
 def evaluate() -> int:
     """Run detection over the new frames of every fabric (beat: every second)."""
     return evaluation.evaluate_all()
+
+
+@shared_task(name="alerts.prune_history", ignore_result=True)
+def prune_history() -> str:
+    """Alert history retention (beat: every FABRICMON_PRUNE_EVERY_S)."""
+    return retention.prune_history().line()

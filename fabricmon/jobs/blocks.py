@@ -16,11 +16,13 @@ import orjson
 from asgiref.sync import sync_to_async
 from django.db import connection
 from django.db.models import Count, Max, Min, Sum
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.jobs.columns import (
     EventColumns,
+    block_event_ids,
     concat,
     decode_block,
     decode_fields,
@@ -282,3 +284,35 @@ def fields_near(run: Run, t1_ns: int, t2_ns: int, names: tuple[str, ...]) -> dic
     if not parts:
         return {n: np.zeros(0, np.int64) for n in names}
     return {n: np.concatenate([p[n] for p in parts]) for n in names}
+
+
+# --- retention (jobs.retention decides, this module deletes) -----------------------------------
+
+def delete_blocks(ids: Iterable[int]) -> tuple[int, int, list[str]]:
+    """Delete event blocks (their key-index rows go with them). Returns (blocks, events, the
+    deleted events' ids) — the ids so the caller can let their idempotency keys go too."""
+    todo = list(ids)
+    if not todo:
+        return 0, 0, []
+    gone: list[str] = []
+    events = 0
+    rows = EventBlock.objects.filter(pk__in=todo).values_list("columns", "n_events")
+    for blob, n in rows.iterator(chunk_size=64):
+        gone.extend(block_event_ids(blob))
+        events += int(n)
+    deleted = EventBlock.objects.filter(pk__in=todo).delete()[1].get(EventBlock._meta.label, 0)
+    return int(deleted), events, gone
+
+
+def block_steps(run: Run) -> list[tuple[int, int, int]]:
+    """(block id, newest step it holds, its bytes) for every block of the run (one query each)."""
+    newest = dict(EventBlockKey.objects.filter(run=run).values("block_id").annotate(top=Max("step"))
+                  .values_list("block_id", "top"))
+    sizes = EventBlock.objects.filter(run=run).annotate(size=Length("columns")).values_list("id", "size")
+    return [(int(b), int(newest.get(b, -1)), int(size or 0)) for b, size in sizes]
+
+
+def stored_bytes(run: Run) -> tuple[int, int]:
+    """(bytes of the run's event blocks, events they hold)."""
+    agg = EventBlock.objects.filter(run=run).aggregate(size=Sum(Length("columns")), n=Sum("n_events"))
+    return int(agg["size"] or 0), int(agg["n"] or 0)

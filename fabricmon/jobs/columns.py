@@ -270,6 +270,14 @@ def decode_block(blob: bytes | memoryview) -> EventColumns:
     return EventColumns(event_id=header["ids"], **out)
 
 
+def block_event_ids(blob: bytes | memoryview) -> list[str]:
+    """The event ids a block holds (its header only; no column is decoded)."""
+    view = memoryview(blob)
+    (hlen,) = struct.unpack_from("<I", view)
+    ids: list[str] = orjson.loads(bytes(view[4 : 4 + hlen]))["ids"]
+    return ids
+
+
 def decode_fields(blob: bytes | memoryview, names: Sequence[str]) -> dict[str, np.ndarray]:
     """Only the named integer columns of a block (no ids, no strings, no peers): what an
     aggregate over many blocks needs, at a fraction of :func:`decode_block`'s cost."""

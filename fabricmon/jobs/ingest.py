@@ -223,3 +223,31 @@ def ingest_events(
     if chunk:
         total.add(store_batch(run, validate_dicts(chunk)), total.lines)
     return total
+
+
+def forget_event_ids(run: Run, ids: list[str], chunk: int = 5000) -> int:
+    """Let the idempotency keys of deleted events go (retention): a re-post of such an old event
+    would be stored again, which is what retention means. Returns how many keys were deleted."""
+    if not ids:
+        return 0
+    hashes = np.unique(id_hashes(ids))
+    big = connection.ops.quote_name(EventKey._meta.db_table)
+    gone = 0
+    with connection.cursor() as cursor:  # not a hot path: Django's own cursor (it has rowcount)
+        for at in range(0, len(hashes), chunk):
+            part = hashes[at : at + chunk].tolist()
+            places = ", ".join(["%s"] * len(part))
+            cursor.execute(f"DELETE FROM {big} WHERE run_id = %s AND id_hash IN ({places})", [run.pk, *part])
+            gone += max(cursor.rowcount, 0)
+    recent = RecentKeyBatch.objects.filter(run=run)
+    for row in recent:  # at most a few dozen rows; rewrite those holding a deleted key
+        keys = np.frombuffer(bytes(row.hashes), dtype="<i8")
+        keep = keys[~np.isin(keys, hashes)]
+        if len(keep) == len(keys):
+            continue
+        gone += len(keys) - len(keep)
+        if len(keep):
+            RecentKeyBatch.objects.filter(pk=row.pk).update(hashes=keep.astype("<i8").tobytes())
+        else:  # a claim's binary search needs at least one key per blob
+            RecentKeyBatch.objects.filter(pk=row.pk).delete()
+    return gone

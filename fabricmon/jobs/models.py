@@ -43,6 +43,12 @@ class Run(models.Model):
     world_size = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Storage, kept by the retention beat (``jobs.retention``): bytes on disk for the run's event
+    # blocks, matrices and id keys as of ``stored_at``, and what retention or the run's budget let go.
+    stored_bytes = models.BigIntegerField(default=0)
+    stored_at = models.DateTimeField(null=True, blank=True)
+    pruned_below_step = models.BigIntegerField(null=True, blank=True)  # steps below it: pruned
+    pruned_note = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
         ordering = ("-started_at",)

@@ -1,11 +1,12 @@
-"""Celery tasks of the jobs app: trace imports queued by uploads (``imports.queue_import``)."""
+"""Celery tasks of the jobs app: trace imports queued by uploads (``imports.queue_import``) and
+the storage retention pass on the beat (``retention.prune``)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
 
-from fabricmon.jobs import imports
+from fabricmon.jobs import imports, retention
 
 
 @shared_task(name="jobs.import_upload", acks_late=True)
@@ -19,3 +20,9 @@ def import_upload(upload_id: int) -> str:
 def enqueue_import(upload_id: int) -> None:
     """Queue ``import_upload`` for a saved upload (what ``imports.queue_import`` is given)."""
     import_upload.apply_async((upload_id,), queue=settings.FABRICMON_IMPORT_QUEUE)
+
+
+@shared_task(name="jobs.prune_storage", ignore_result=True)
+def prune_storage() -> str:
+    """Retention and run budgets (beat: every FABRICMON_PRUNE_EVERY_S)."""
+    return retention.prune().line()

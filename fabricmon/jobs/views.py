@@ -8,6 +8,7 @@ feed plotly.js on the run page.
 from __future__ import annotations
 
 import orjson
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -101,6 +102,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
             "event_count": blocks.event_count(run),
+            "budget_mb": settings.FABRICMON_RUN_BUDGET_MB,
         },
     )
 
