@@ -10,7 +10,6 @@ may only ever be *stricter* than the careful one; ``tests/jobs`` checks both giv
 
 from __future__ import annotations
 
-import warnings
 from itertools import compress
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -157,16 +156,40 @@ def _numbers(texts: list[Any], has: np.ndarray, k: np.ndarray) -> tuple[np.ndarr
     None if the text reader disagrees (then the careful path reads those maps)."""
     if not has.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    numbers = b",".join(compress(texts, has.tolist())).translate(_TO_NUMBERS)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # a short read warns: make it an error, never a pass
-            values = np.fromstring(numbers, dtype=np.int64, sep=",")
-    except (DeprecationWarning, ValueError):
+    numbers = b",".join(compress(texts, has.tolist())).translate(_TO_NUMBERS, b" \t\n\r")
+    if not _plain_integers(numbers):
         return None
+    # every field is now -?[0-9]{1,18}: the text reader reads it all, so it never warns (no
+    # warnings filter here: that state is process-global and would leak into other threads)
+    values = np.fromstring(numbers, dtype=np.int64, sep=",")
     if len(values) != 2 * int(k[has].sum()):
         return None
     return values[0::2], values[1::2]
+
+
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[ord("0") : ord("9") + 1] = True
+
+
+def _plain_integers(text: bytes) -> bool:
+    """Whether ``text`` is comma-separated fields each ``-?[0-9]{1,18}`` (no blanks, no
+    fractions or exponents, no field long enough to overflow int64)."""
+    b = np.frombuffer(text, dtype=np.uint8)
+    if not len(b):
+        return False
+    comma = b == ord(",")
+    minus = b == ord("-")
+    if not (_DIGIT[b] | comma | minus).all():
+        return False
+    cuts = np.flatnonzero(comma)
+    starts = np.concatenate([[0], cuts + 1])
+    ends = np.concatenate([cuts, [len(b)]])
+    sign = np.zeros(len(b) + 1, dtype=bool)
+    sign[:-1] = minus
+    if int(minus.sum()) != int(sign[starts].sum()):  # a minus sign only opens a field
+        return False
+    digits = ends - starts - sign[starts]
+    return bool(((digits >= 1) & (digits <= 18)).all())
 
 
 def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
