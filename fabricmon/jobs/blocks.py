@@ -45,17 +45,17 @@ def insert_block(
 ) -> int:
     """One ``EventBlock`` row and its key-index rows (``keys`` with their event ``counts``), raw SQL
     in the caller's transaction (the ORM's create costs ~0.5 µs an event here). Returns its id."""
-    blob = encode_block(cols)
+    blob, peers = encode_block(cols)
     start_min, start_max = int(cols.start_ns.min()), int(cols.start_ns.max())
     sql = (
         f"INSERT INTO {connection.ops.quote_name(EventBlock._meta.db_table)} "
-        "(run_id, n_events, start_ns_min, start_ns_max, columns, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id"
+        "(run_id, n_events, start_ns_min, start_ns_max, columns, peers, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     # PostgreSQL: the blob as a binary parameter, not 200 KB of quoted hex
     with pg_cursor() if connection.vendor == "postgresql" else QmarkCursor() as cursor:
-        cursor.execute(sql, [run.pk, len(cols), start_min, start_max, blob, now])
+        cursor.execute(sql, [run.pk, len(cols), start_min, start_max, blob, peers, now])
         block_id = int(cursor.fetchone()[0])
     with sql_cursor() as cursor:
         insert_many(
@@ -101,8 +101,8 @@ def event_columns(
     numpy columns, sorted by start_ns; reads only the blocks the key index points at."""
     where = {"source": source, "step": step, "layer": layer, "phase": phase}
     parts = []
-    for blob in _block_filter(run, **where).values_list("columns", flat=True).iterator(chunk_size=64):
-        cols = decode_block(blob)
+    for blob, peers in _block_filter(run, **where).values_list("columns", "peers").iterator(chunk_size=64):
+        cols = decode_block(blob, peers)
         parts.append(cols.select(_mask(cols, where)))
     cols = concat(parts)
     order = np.argsort(cols.start_ns, kind="stable")
@@ -114,14 +114,14 @@ def iter_events(run: Run, *, source: str | None = None, phase: str | None = None
     (ties in arrival order), streamed: blocks are read in start order and merged, so memory holds
     only the blocks whose times overlap."""
     where = {"source": source, "phase": phase}
-    blocks = _block_filter(run, **where).values_list("start_ns_min", "columns")
+    blocks = _block_filter(run, **where).values_list("start_ns_min", "columns", "peers")
     pending = empty_columns()
-    for start_min, blob in blocks.iterator(chunk_size=16):
+    for start_min, blob, peers in blocks.iterator(chunk_size=16):
         ready = pending.start_ns < start_min  # nothing later can start before this block does
         if ready.any():
             yield from _sorted_dicts(pending.select(ready))
             pending = pending.select(~ready)
-        cols = decode_block(blob)
+        cols = decode_block(blob, peers)
         pending = concat([pending, cols.select(_mask(cols, where))])
     yield from _sorted_dicts(pending)
 
@@ -155,10 +155,11 @@ async def aiter_event_lines(
 
 
 def _decoded(ids: list[int], where: dict[str, Any]) -> list[EventColumns]:
-    blobs = dict(EventBlock.objects.filter(pk__in=ids).values_list("id", "columns"))
+    rows = EventBlock.objects.filter(pk__in=ids).values_list("id", "columns", "peers")
+    blobs = {bid: (c, p) for bid, c, p in rows}
     out = []
     for bid in ids:
-        cols = decode_block(blobs[bid])
+        cols = decode_block(*blobs[bid])
         out.append(cols.select(_mask(cols, where)))
     return out
 
@@ -182,7 +183,7 @@ def event_ids(run: Run) -> list[str]:
     """Every stored event id of the run, in arrival order (tests, audits)."""
     ids: list[str] = []
     for blob in EventBlock.objects.filter(run=run).order_by("id").values_list("columns", flat=True):
-        ids.extend(decode_block(blob).event_id)
+        ids.extend(block_event_ids(blob))
     return ids
 
 
@@ -241,10 +242,20 @@ def step_span(run: Run, *, source: str | None = None) -> tuple[int, int] | None:
 
 
 def read_blocks(ids: Iterable[int]) -> Iterator[tuple[int, EventColumns]]:
-    """The blocks ``ids`` decoded, in id order, 64 rows a fetch."""
+    """The blocks ``ids`` decoded, per-peer arrays included, in id order, 64 rows a fetch."""
+    rows = EventBlock.objects.filter(pk__in=list(ids)).order_by("id").values_list("id", "columns", "peers")
+    for block_id, blob, peers in rows.iterator(chunk_size=64):
+        yield int(block_id), decode_block(blob, peers)
+
+
+def read_block_fields(
+    ids: Iterable[int], names: tuple[str, ...]
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Only the named per-event columns of the blocks ``ids`` (their per-peer blobs are not even
+    fetched), in id order: what the phase views fold in."""
     rows = EventBlock.objects.filter(pk__in=list(ids)).order_by("id").values_list("id", "columns")
     for block_id, blob in rows.iterator(chunk_size=64):
-        yield int(block_id), decode_block(blob)
+        yield int(block_id), decode_fields(blob, names)
 
 
 def columns_near(run: Run, t1_ns: int, t2_ns: int) -> EventColumns:
@@ -253,8 +264,8 @@ def columns_near(run: Run, t1_ns: int, t2_ns: int) -> EventColumns:
     exact overlap test per event."""
     blobs = EventBlock.objects.filter(
         run=run, start_ns_min__lte=t2_ns, start_ns_max__gte=t1_ns - MAX_PHASE_NS
-    ).values_list("columns", flat=True)
-    return concat([decode_block(b) for b in blobs.iterator(chunk_size=16)])
+    ).values_list("columns", "peers")
+    return concat([decode_block(b, p) for b, p in blobs.iterator(chunk_size=16)])
 
 
 def columns_ending_after(run: Run, since_ns: int) -> EventColumns:
@@ -263,9 +274,9 @@ def columns_ending_after(run: Run, since_ns: int) -> EventColumns:
     blobs = (
         EventBlock.objects.filter(run=run, start_ns_max__gte=since_ns - MAX_PHASE_NS)
         .order_by("start_ns_min", "id")
-        .values_list("columns", flat=True)
+        .values_list("columns", "peers")
     )
-    return concat([decode_block(b) for b in blobs.iterator(chunk_size=64)])
+    return concat([decode_block(b, p) for b, p in blobs.iterator(chunk_size=64)])
 
 
 def time_span(run: Run) -> tuple[int, int] | None:
@@ -308,11 +319,13 @@ def block_steps(run: Run) -> list[tuple[int, int, int]]:
     """(block id, newest step it holds, its bytes) for every block of the run (one query each)."""
     newest = dict(EventBlockKey.objects.filter(run=run).values("block_id").annotate(top=Max("step"))
                   .values_list("block_id", "top"))
-    sizes = EventBlock.objects.filter(run=run).annotate(size=Length("columns")).values_list("id", "size")
+    sizes = EventBlock.objects.filter(run=run).annotate(size=Length("columns") + Length("peers")).values_list(
+        "id", "size")
     return [(int(b), int(newest.get(b, -1)), int(size or 0)) for b, size in sizes]
 
 
 def stored_bytes(run: Run) -> tuple[int, int]:
     """(bytes of the run's event blocks, events they hold)."""
-    agg = EventBlock.objects.filter(run=run).aggregate(size=Sum(Length("columns")), n=Sum("n_events"))
+    agg = EventBlock.objects.filter(run=run).aggregate(size=Sum(Length("columns")) + Sum(Length("peers")),
+                                                       n=Sum("n_events"))
     return int(agg["size"] or 0), int(agg["n"] or 0)

@@ -124,7 +124,10 @@ class EventBlock(models.Model):
     n_events = models.PositiveIntegerField()
     start_ns_min = models.BigIntegerField()
     start_ns_max = models.BigIntegerField()
-    columns = models.BinaryField()
+    columns = models.BinaryField()  # the per-event columns (jobs.columns.encode_block)
+    # the flat per-peer arrays, apart: most readers never need them (empty on blocks stored
+    # before the split, which hold them in ``columns``)
+    peers = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

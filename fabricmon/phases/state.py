@@ -167,13 +167,15 @@ class RunPhaseState:
             return
         parts: dict[str, list[IntArray]] = {f: [self.events[f]] for f in _EVENT_FIELDS}
         src = SOURCES.index(self.source) if self.source in SOURCES else None
-        for block_id, cols in blocks.read_blocks(todo):
-            ok = self._wanted(cols.step, cols.end_ns, lo, hi, fit_lo) & (cols.step >= 0) & (cols.layer >= 0)
+        # only the per-event columns: the per-peer blobs (most of a block's bytes) are not read
+        for block_id, cols in blocks.read_block_fields(todo, (*_EVENT_FIELDS, "source")):
+            ok = self._wanted(cols["step"], cols["end_ns"], lo, hi, fit_lo)
+            ok &= (cols["step"] >= 0) & (cols["layer"] >= 0)
             if self.source is not None:
-                ok &= cols.source == (src if src is not None else -99)
+                ok &= cols["source"] == (src if src is not None else -99)
             for f in _EVENT_FIELDS:
-                parts[f].append(np.asarray(getattr(cols, f))[ok].astype(np.int64))
-            newest = (int(cols.step.max()), int(cols.end_ns.max())) if len(cols) else (-1, -1)
+                parts[f].append(cols[f][ok])
+            newest = (int(cols["step"].max()), int(cols["end_ns"].max())) if len(cols["step"]) else (-1, -1)
             self.folded[int(block_id)] = newest
             self.stats["blocks_read"] += 1
         self.events = {f: np.concatenate(p) for f, p in parts.items()}

@@ -63,7 +63,7 @@ def test_fast_parser_agrees_with_the_careful_validator() -> None:
         assert [e.as_dict() for e in errors] == [e.as_dict() for e in old.errors]
         expected = columns_from_rows(old.rows, old.peers)
         order = np.argsort(np.array(cols.event_id)), np.argsort(np.array(expected.event_id))
-        got, want = decode_block(encode_block(cols.take(order[0]))), expected.take(order[1])
+        got, want = decode_block(*encode_block(cols.take(order[0]))), expected.take(order[1])
         for name in (
             "event_id",
             "rank",
