@@ -77,8 +77,8 @@ class WindowFindings:
     rail_violation_ports: IntArray
     down_switches: IntArray
     migrations: int = 0
-    # the frame had queue telemetry (watermark, ECN or PFC): False when incast was judged by load
-    # and fan-in alone (an SNMP-only fabric), which the alerts say as lower confidence
+    # the hot ports had queue telemetry (watermark, ECN or PFC): False when incast was judged by
+    # load and fan-in alone (an SNMP-only switch or tick), which the alerts say as lower confidence
     pressure_known: bool = True
 
     @property
@@ -118,7 +118,7 @@ class _HotSet:
     load: FloatArray
     fan: FloatArray  # NaN where unknown
     fan_unknown: BoolArray
-    pressure_known: bool  # the frame had queue telemetry
+    pressure_known: bool  # queue telemetry on every hot port (or, with none hot, anywhere)
 
 
 def _hot_set(
@@ -130,14 +130,17 @@ def _hot_set(
     wm = _metric(metrics, "watermark_bytes", n)
     ecn = _metric(metrics, "ecn_marked_ps", n)
     pfc = _metric(metrics, "pfc_pause_ps", n)
-    pressure_known = any(m in metrics for m in PRESSURE_METRICS)
+    # Per port: queue telemetry where any of it was measured (gNMI); where none was (an SNMP-only
+    # switch, or a tick SNMP filled in for), utilization and fan-in alone, at the stricter ratio.
+    measured = np.zeros(n, np.bool_)
+    for m in PRESSURE_METRICS:
+        if m in metrics:
+            measured |= np.isfinite(metrics[m])
+    pressure_known = bool(measured.any())
     with np.errstate(invalid="ignore"):
-        if pressure_known:
-            pressure = (wm >= cfg.watermark_kmax_bytes) | (ecn >= cfg.ecn_min_ps) | (pfc >= cfg.pfc_min_ps)
-            rel_min = cfg.rel_load_min
-        else:  # no queue telemetry: utilization and fan-in alone, stricter
-            pressure = np.ones(n, np.bool_)
-            rel_min = cfg.rel_load_min_without_pressure
+        queued = (wm >= cfg.watermark_kmax_bytes) | (ecn >= cfg.ecn_min_ps) | (pfc >= cfg.pfc_min_ps)
+        pressure = np.where(measured, queued, True)
+        rel_min = np.where(measured, cfg.rel_load_min, cfg.rel_load_min_without_pressure)
         if fan_in is None:
             fan = np.full(n, np.nan, np.float32)
         else:
@@ -157,7 +160,8 @@ def _hot_set(
         hot = np.zeros(n, np.bool_)
         hot[keep] = True
         hot_idx = np.sort(keep)
-    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown, pressure_known)
+    known = bool(measured[hot_idx].all()) if len(hot_idx) else pressure_known
+    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown, known)
 
 
 @dataclass(frozen=True)
