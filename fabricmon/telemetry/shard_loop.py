@@ -160,6 +160,7 @@ class ShardCollector:
         # then outlive its lease (seen in CI as a shard that never handed back).
         self._stopping = False
         self._handback_tick: int | None = None  # no poll of this tick or later (handing over)
+        self._gnmi_ticks: dict[str, int] = {}  # switch → last tick gNMI delivered data for
         now = time.time_ns()
         tick = framer.frame_tick(now)
         late = now - tick > LATE_START_FRACTION * framer.frame_ns
@@ -180,9 +181,11 @@ class ShardCollector:
             [gnmi_loop.target_spec(spec.switch(n), self.framer) for n in self.gnmi_names])
         for n in self.gnmi_names:
             tasks.append(asyncio.create_task(gnmi_loop.gnmi_switch_loop(
-                spec.switch(n), self.gnmi.sessions[n], self.framer, deliver=self._deliver,
+                spec.switch(n), self.gnmi.sessions[n], self.framer, deliver=self._deliver_gnmi,
                 record=self._record_gnmi, running=lambda: not self._stopping)))
         tasks.append(asyncio.create_task(self._deadline_loop()))
+        for t in tasks:
+            t.add_done_callback(self._loop_ended)
         try:
             self.report.ended = await self._supervise()
             if self.report.ended in ("stopped", "lease_end"):
@@ -201,6 +204,21 @@ class ShardCollector:
             if self.gnmi is not None:
                 await self.gnmi.stop()
         return self.report
+
+    def _loop_ended(self, task: asyncio.Task[Any]) -> None:
+        """A loop that ends by itself ends the shard: its exception is taken here (never "never
+        retrieved") and said once — Redis gone is a warning (the task waits it out and comes
+        back), anything else is a bug with its traceback."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        if not self._stopping:
+            if isinstance(exc, redis.RedisError):
+                log.warning("shard %s: Redis unreachable (%s): stopping, the task will come back",
+                            self.shard.shard_id, exc)
+            else:
+                log.error("shard %s: a loop failed; stopping the shard", self.shard.shard_id, exc_info=exc)
+        self._stopping = True
 
     async def _hand_back(self) -> None:
         """Stop at a tick boundary: no poll of that tick or later, the previous tick's polls done,
@@ -267,7 +285,8 @@ class ShardCollector:
             if cur is not None:
                 self.framer.observe_walk(sw.name, (finished - started) / 1e9)
             late = finished > tick + round(self.framer.deadline_s(tick) * 1e9)
-            if not self._gnmi_up(sw.name):  # "both": SNMP fills in only while gNMI is down
+            # "both": SNMP fills in while gNMI is down, and for a tick its stream left without a sample
+            if not self._gnmi_up(sw.name) or self._gnmi_ticks.get(sw.name) != tick:
                 self._deliver(sw.name, tick, part)
             self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late)
             if cur is not None:
@@ -289,6 +308,15 @@ class ShardCollector:
             if kind == "internal":
                 log.exception("shard %s: polling %s failed unexpectedly", self.shard.shard_id, sw.name)
             return None, kind, str(getattr(exc, "message", "") or exc)
+
+    def _deliver_gnmi(self, switch: str, tick_ns: int, part: SwitchSlice) -> None:
+        """A gNMI slice: delivered when it has data, or when nothing else can fill in (protocol
+        gnmi). Under ``both`` a tick without a new sample is left to the SNMP poll of that tick."""
+        if part.ok:
+            self._gnmi_ticks[switch] = tick_ns
+        elif self.protocols.get(switch) == "both":
+            return
+        self._deliver(switch, tick_ns, part)
 
     def _gnmi_up(self, switch: str) -> bool:
         return self.gnmi is not None and switch in self.gnmi.sessions and self.gnmi.sessions[switch].up
