@@ -43,7 +43,7 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     dwell[saved["hot"]] = saved["dwell"]
     no_data = np.asarray(saved["nodata"], dtype=np.int64) if "nodata" in saved else None
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
-                       no_data)
+                       no_data, int(saved.get("gap", 0)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -60,6 +60,7 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "dsum": s.completed_dwell_sum,
                 "dcount": s.completed_dwell_count,
                 "nodata": s.no_data.tolist() if s.no_data is not None else [],
+                "gap": s.gap,
             }
         ),
     )

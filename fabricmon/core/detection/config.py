@@ -26,11 +26,14 @@ class DetectConfig:
     # Without queue telemetry (SNMP-only: no watermark, ECN or PFC in the frame) the rule judges by
     # load and fan-in alone, at a stricter ratio, and says its confidence is low.
     rel_load_min_without_pressure: float = 1.8
+    rel_load_floor: float = 0.05  # below this load a port is never incast by the relative rule
     top_m: int = 16  # cap the hot set to the top-m ports by WM·F
     # J_max: at or below, the hot set's identity changed. 0.34, not 0.5: one warm port joining a
     # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
     jaccard_max: float = 0.34
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
+    # the hot set a migration is judged against may be this many windows back (empty ones between)
+    migration_gap_windows: int = 3
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
     storm_min_ports: int = 1
     ecmp_max_over_mean: float = 1.6  # busiest uplink / mean uplink of the same leaf

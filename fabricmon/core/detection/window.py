@@ -9,6 +9,7 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
     J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|
     migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
+                    (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back)
     moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
 
 Why relative load: a 1 s poll averages MoE phases away (a 5 ms burst is 0.5 % of the sample), so
@@ -48,6 +49,10 @@ class MovingState:
     completed_dwell_sum: int = 0  # over stays that ended (for mean dwell)
     completed_dwell_count: int = 0
     no_data: IntArray | None = None  # per switch: consecutive windows without data (None: none yet)
+    # consecutive empty windows since the last non-empty hot set, which ``prev_hot`` still holds
+    # while this is below ``migration_gap_windows``: a hotspot that moves through a window or two
+    # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
+    gap: int = 0
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -151,7 +156,9 @@ def _hot_set(
         fan_ok = (fan >= cfg.fan_in_min) | (fan_unknown & cfg.assume_fan_in_when_unknown)
         # Peers: host-facing ports compare with host-facing ports, spine ports with spine ports.
         ref = np.where(geo.is_spine, _mean_where(load, geo.is_spine), _mean_where(load, geo.is_leaf_host))
-        loaded = (load >= cfg.load_min) | (load >= rel_min * ref)
+        # an idle port is never "far above" idle peers: without the floor, 0 ≥ 1.6 × 0 made every
+        # port of an unused spine hot whenever its queue telemetry was missing for a tick
+        loaded = (load >= cfg.load_min) | ((load >= rel_min * ref) & (load >= cfg.rel_load_floor))
         hot = geo.incast_candidate & pressure & fan_ok & loaded
     hot_idx = np.flatnonzero(hot)
     if len(hot_idx) > cfg.top_m:
@@ -197,16 +204,18 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
     sw = geo.index.switch_of
     leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
-    ended = prev & ~hot
+    ended = prev & ~hot & (state.dwell > 0)  # a stay that ended this window (not one carried on)
     since = 0 if migrated else state.windows_since_migration + 1
+    carrying = not len(hot_idx) and len(prev_idx) > 0 and state.gap + 1 < cfg.migration_gap_windows
     carried = MovingState(
         no_data=state.no_data,
-        prev_hot=hot,
+        prev_hot=prev if carrying else hot,
         dwell=np.where(hot, state.dwell + 1, 0),
         windows_since_migration=since,
-        migrations=(state.migrations + int(migrated)) if len(hot_idx) else 0,
+        migrations=(state.migrations + int(migrated)) if len(hot_idx) or carrying else 0,
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
+        gap=state.gap + 1 if carrying else 0,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)

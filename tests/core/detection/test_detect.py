@@ -82,6 +82,43 @@ def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
     assert kinds == ["moving_incast"]  # per-port incast inhibited while it moves
 
 
+def test_a_hotspot_that_moves_through_an_empty_window_still_migrated(geo) -> None:
+    # soak: the twin's hotspot moved while one tick had no queue telemetry (H empty for a window);
+    # judged against that empty window the move was never a migration and left no trajectory step
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b = int(host[0]), int(host[-1])
+    cfg = DetectConfig()
+    state = MovingState.initial(geo.n_ports)
+    for _ in range(3):
+        m, fan = frame(geo, [a])
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    m, fan = frame(geo)
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    assert not found.incast and not found.migrated
+    m, fan = frame(geo, [b])
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    assert found.migrated and found.hot_ports.tolist() == [b] and found.mean_dwell_windows == 3.0
+    # a hot set further back than migration_gap_windows is gone: a new hotspot is not a migration
+    for _ in range(cfg.migration_gap_windows):
+        m, fan = frame(geo)
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    m, fan = frame(geo, [a])
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    assert found.incast and not found.migrated
+
+
+def test_idle_ports_without_queue_telemetry_are_never_hot(geo) -> None:
+    # soak: an unused spine (every port at 0) whose gNMI sample was missing for a tick had every
+    # port judged hot — 0 ≥ 1.6 × 0, and no telemetry counts as pressure
+    m, _fan = frame(geo)
+    util = np.where(geo.is_spine, 0.0, m["util"]).astype(np.float32)
+    wm = np.where(geo.is_spine, np.nan, m["watermark_bytes"]).astype(np.float32)
+    # fan-in unknown (no run known for the window): the counters alone decide, as in the soak
+    _, found = detect_window({"util": util, "watermark_bytes": wm}, geo, MovingState.initial(geo.n_ports),
+                             DetectConfig())
+    assert not found.incast, found.hot_ports
+
+
 def test_pfc_storm_ecmp_imbalance_rail_violation_and_target_down(geo) -> None:
     m, fan = frame(geo)
     n = geo.n_ports
