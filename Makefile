@@ -5,7 +5,7 @@ PIP    := $(VENV)/bin/pip
 PYTEST_WORKERS ?= 2
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo soak test test-fast bench lint clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,12 @@ $(VENV)/.installed: pyproject.toml
 ## The demo: twin + collectors + dashboard on SQLite and a real Redis (started if none is configured).
 demo: install
 	$(PY) -m fabricmon.demo
+
+## The product as used for an hour (twin, collectors, dashboard, faults, invariants): `make soak`,
+## or shorter: `make soak SOAK_MINUTES=10`. Prints its figures and one BENCH soak line.
+SOAK_MINUTES ?= 60
+soak: install
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
 ## Everything: unit, integration against real services on loopback, browser end-to-end.
 test: install

@@ -21,6 +21,7 @@ environment this module prepares.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -127,15 +128,19 @@ class Supervisor:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def stop(self) -> None:
+        """SIGTERM to each main process (as systemd's KillMode=mixed does), so Celery's warm shutdown
+        tells its own pool children; what still runs after 10 s gets its group killed."""
         for _name, proc in reversed(self.children):
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         for _name, proc in reversed(self.children):
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # nothing of a stopped service lingers
 
 
 def start_redis(sup: Supervisor, var_dir: Path) -> str:
@@ -173,71 +178,107 @@ def wait_for_file(path: Path, sup: Supervisor, who: str, timeout_s: float = 60) 
         time.sleep(0.2)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=32)
-    parser.add_argument("--gpus-per-server", type=int, default=8)
-    parser.add_argument("--spines", type=int, default=4)
-    parser.add_argument("--port", type=int, default=int(os.environ.get("FABRICMON_PORT", "8000")))
+    add_stack_args(parser)
     parser.add_argument("--seconds", type=float, default=0,
                         help="stop after this long (0 = until Ctrl-C); "
                              "with --check, exit 1 unless frames arrived")
     parser.add_argument("--check", action="store_true", help="verify that frames reach the live window")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    var_dir = Path(os.environ.get("FABRICMON_VAR_DIR", ROOT / "var"))
+
+def add_stack_args(parser: argparse.ArgumentParser) -> None:
+    """The twin's size and the web port: what ``make demo`` and ``make soak`` both take."""
+    parser.add_argument("--servers", type=int, default=32)
+    parser.add_argument("--gpus-per-server", type=int, default=8)
+    parser.add_argument("--spines", type=int, default=4)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("FABRICMON_PORT", "8000")))
+
+
+@dataclass
+class Stack:
+    """The running product as ``make demo`` starts it (what ``bench/soak.py`` watches)."""
+
+    sup: Supervisor
+    env: dict[str, str]
+    var_dir: Path
+    fabric: str
+    web_url: str
+    twin_url: str
+    password: str
+    values: dict[str, str]
+
+
+def supervisor(var_dir: Path) -> Supervisor:
     log_dir = var_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("FABRICMON_VAR_DIR", str(var_dir))
     env.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
     env["PYTHONUNBUFFERED"] = "1"
-    sup = Supervisor(log_dir, env)
+    return Supervisor(log_dir, env)
+
+
+def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
+                twin_extra: list[str] | None = None) -> Stack:
+    """migrate, a demo login and API token, the twin (plus ``twin_extra`` flags), its topology,
+    then worker, beat and web — with REDIS_URL already in ``sup.env``."""
+    env = sup.env
+    python = sys.executable
+    manage = [python, str(ROOT / "manage.py")]
+    database = env.get("DATABASE_URL") or var_dir / "fabricmon.sqlite3"
+    print(f"demo: Redis {env['REDIS_URL']}; database {database}")
+    sup.run("migrate", [*manage, "migrate", "--noinput"])
+
+    password = secrets.token_urlsafe(9)
+    sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
+    # The twin reports its job with a token of the demo user; printed once, kept owner-only.
+    token = sup.run("api_token", [*manage, "create_api_token", "demo", "--name", "demo twin job"]).strip()
+    token_file = var_dir / "twin-api-token"
+    write_secret(token_file, token)
+
+    topology_file = var_dir / "twin-topology.yaml"
+    topology_file.unlink(missing_ok=True)
+    web_port = free_port(args.port)
+    gpus = args.servers * args.gpus_per_server
+    values = {
+        "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
+        "spines": str(args.spines), "snmp_port_base": "0", "gnmi_port_base": "0",
+        "topology_file": str(topology_file),
+        "twin_control_port": str(free_port()), "worker_concurrency": "6",
+        "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
+        "web_port": str(web_port),
+        # the web starts after the twin: the twin's reporter retries run creation until it answers
+        "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
+        # every k-th step only: 256 GPUs x 16 phases per step is ~4k events, a lot for a laptop
+        "report_every_steps": str(max(1, gpus // 8)),
+        # … in blocks of 8 steps (~3 s): poll intervals of only reported steps verify the projection
+        "report_block_steps": "8",
+    }
+    twin_url = f"http://127.0.0.1:{values['twin_control_port']}"
+    env["FABRICMON_TWIN_URL"] = twin_url
+    print("demo: starting the fabric twin …")
+    sup.start("twin", [*fill(SERVICE_COMMANDS["twin"], values), *(twin_extra or [])])
+    wait_for_file(topology_file, sup, "twin")
+    sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
+    fabric = fabric_name(topology_file)
+    forget_live_state(env["REDIS_URL"], fabric)
+    for name in ("worker", "beat", "web"):
+        sup.start(name, fill(SERVICE_COMMANDS[name], values))
+    return Stack(sup, env, var_dir, fabric, f"http://127.0.0.1:{web_port}", twin_url, password, values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    var_dir = Path(os.environ.get("FABRICMON_VAR_DIR", ROOT / "var"))
+    sup = supervisor(var_dir)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        env["REDIS_URL"] = start_redis(sup, var_dir)
-        python = sys.executable
-        manage = [python, str(ROOT / "manage.py")]
-        database = env.get("DATABASE_URL") or var_dir / "fabricmon.sqlite3"
-        print(f"demo: Redis {env['REDIS_URL']}; database {database}")
-        sup.run("migrate", [*manage, "migrate", "--noinput"])
-
-        password = secrets.token_urlsafe(9)
-        sup.run("demo_user", [*manage, "shell", "-c", DEMO_USER_SNIPPET.format(password=password)])
-        # The twin reports its job with a token of the demo user; printed once, kept owner-only.
-        token = sup.run("api_token", [*manage, "create_api_token", "demo", "--name", "demo twin job"]).strip()
-        token_file = var_dir / "twin-api-token"
-        write_secret(token_file, token)
-
-        topology_file = var_dir / "twin-topology.yaml"
-        topology_file.unlink(missing_ok=True)
-        web_port = free_port(args.port)
-        gpus = args.servers * args.gpus_per_server
-        values = {
-            "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
-            "spines": str(args.spines), "snmp_port_base": "0", "gnmi_port_base": "0",
-            "topology_file": str(topology_file),
-            "twin_control_port": str(free_port()), "worker_concurrency": "6",
-            "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
-            "web_port": str(web_port),
-            # the web starts after the twin: the twin's reporter retries run creation until it answers
-            "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
-            # every k-th step only: 256 GPUs x 16 phases per step is ~4k events, a lot for a laptop
-            "report_every_steps": str(max(1, gpus // 8)),
-            # … in blocks of 8 steps (~3 s): poll intervals of only reported steps verify the projection
-            "report_block_steps": "8",
-        }
-        env["FABRICMON_TWIN_URL"] = f"http://127.0.0.1:{values['twin_control_port']}"
-        print("demo: starting the fabric twin …")
-        sup.start("twin", fill(SERVICE_COMMANDS["twin"], values))
-        wait_for_file(topology_file, sup, "twin")
-        sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
-        fabric = fabric_name(topology_file)
-        forget_live_state(env["REDIS_URL"], fabric)
-        for name in ("worker", "beat", "web"):
-            sup.start(name, fill(SERVICE_COMMANDS[name], values))
-        print(BANNER.format(port=web_port, password=password, log_dir=log_dir))
-        return watch(sup, env, args, fabric)
+        sup.env["REDIS_URL"] = start_redis(sup, var_dir)
+        stack = start_stack(sup, var_dir, args)
+        print(BANNER.format(port=stack.values["web_port"], password=stack.password, log_dir=sup.log_dir))
+        return watch(sup, sup.env, args, stack.fabric)
     except KeyboardInterrupt:
         print("\ndemo: stopping …")
         return 0

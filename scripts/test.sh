@@ -26,7 +26,9 @@ run() {  # run <label> <pytest args…>
   for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" | grep -oE '^[0-9]+'); do failed=$((failed + n)); done
 }
 
-run main -m "not e2e" "$@"
-run e2e -m e2e "$@"
+run main -m "not e2e and not soak" "$@"
+run e2e -m "e2e and not soak" "$@"
+# the soak needs the machine to itself: alone, after the others (bench/soak.py for 9 minutes)
+PYTEST_WORKERS=1 run soak -m soak "$@"
 echo "all suites: $passed passed, $failed failed"
 exit "$status"

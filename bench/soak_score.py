@@ -1,0 +1,151 @@
+"""Scoring a soak run (pure functions, unit-tested in tests/bench/test_soak_score.py): lost ticks
+in the frames written, moving-incast recall and precision against the twin's hotspot truth, false
+alerts in balanced stretches, takeover times after worker kills, and p95 of page times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class TickCount:
+    expected: int  # ticks between the first and the last frame, outside excluded spans
+    missing: int  # of those, ticks with no frame at all
+    no_data: int  # ticks whose frame has no data on any port
+    missing_ts: tuple[int, ...]  # the first few missing ticks (ns), for the report
+
+
+def lost_ticks(
+    frames: Iterable[tuple[int, bool]], interval_ns: int, *, exclude: Sequence[tuple[int, int]] = ()
+) -> TickCount:
+    """``frames`` = (tick ts ns, has data); every tick from the first to the last frame is
+    expected once, except those inside an ``exclude`` span (a Redis outage: nothing can be written)."""
+    seen: dict[int, bool] = {}
+    for ts, has in frames:
+        tick = round(ts / interval_ns)
+        seen[tick] = seen.get(tick, False) or has
+    if not seen:
+        return TickCount(0, 0, 0, ())
+    lo, hi = min(seen), max(seen)
+    spans = [(math.floor(a / interval_ns), math.ceil(b / interval_ns)) for a, b in exclude]
+    expected = missing = no_data = 0
+    first_missing: list[int] = []
+    for t in range(lo, hi + 1):
+        if any(a <= t <= b for a, b in spans):
+            continue
+        expected += 1
+        if t not in seen:
+            missing += 1
+            if len(first_missing) < 10:
+                first_missing.append(t * interval_ns)
+        elif not seen[t]:
+            no_data += 1
+    return TickCount(expected, missing, no_data, tuple(first_missing))
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """The twin's hot GPU over [start, end] (−1: a balanced stretch), with its leaf port."""
+
+    start_ns: int
+    end_ns: int
+    hot_gpu: int
+    port: str
+
+
+def merge_stretches(raw: Iterable[dict[str, object]]) -> list[Stretch]:
+    """Hotspot stretches from repeated /hotspots answers (overlapping windows), merged in time."""
+    out: list[Stretch] = []
+    for s in sorted(raw, key=lambda d: int(d["start_ns"])):  # type: ignore[call-overload]
+        cur = Stretch(int(s["start_ns"]), int(s["end_ns"]), int(s["hot_gpu"]), str(s["port"]))  # type: ignore[call-overload]
+        if out and out[-1].hot_gpu == cur.hot_gpu and cur.start_ns <= out[-1].end_ns + NS // 2:
+            last = out[-1]
+            out[-1] = Stretch(last.start_ns, max(last.end_ns, cur.end_ns), last.hot_gpu, last.port)
+        else:
+            out.append(cur)
+    return out
+
+
+@dataclass(frozen=True)
+class Migration:
+    ts_ns: int
+    from_port: str
+    to_port: str
+
+
+def true_migrations(stretches: Sequence[Stretch], min_dwell_ns: int) -> list[Migration]:
+    """The hotspot moved from one hot GPU to another, each staying at least ``min_dwell_ns`` (a
+    1 s poll cannot see a hotspot that lived a fraction of a poll; those are not counted either way)."""
+    out = []
+    for a, b in itertools.pairwise(stretches):
+        if a.hot_gpu < 0 or b.hot_gpu < 0 or a.hot_gpu == b.hot_gpu:
+            continue
+        if a.end_ns - a.start_ns >= min_dwell_ns and b.end_ns - b.start_ns >= min_dwell_ns:
+            out.append(Migration(b.start_ns, a.port, b.port))
+    return out
+
+
+@dataclass(frozen=True)
+class Detection:
+    ts_ns: int
+    ports: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Recall:
+    migrations: int
+    detected: int  # migrations with a detected migration to their port within the tolerance
+    detections: int  # detected migrations (trajectory steps after an episode's first)
+    correct: int  # detections that match a true migration
+
+    @property
+    def recall(self) -> float:
+        return self.detected / self.migrations if self.migrations else math.nan
+
+    @property
+    def precision(self) -> float:
+        return self.correct / self.detections if self.detections else math.nan
+
+
+def score_migrations(
+    truth: Sequence[Migration], detections: Sequence[Detection], tolerance_ns: int, *,
+    judged: Sequence[tuple[int, int]] = (),
+) -> Recall:
+    """A true migration is detected when a detection names its new port at most ``tolerance_ns``
+    after it (two windows); a detection is correct when it names a true migration's new port within
+    that time after one. Detections outside the ``judged`` spans (e.g. warm-up) are not scored."""
+    def inside(ts: int) -> bool:
+        return not judged or any(a <= ts <= b for a, b in judged)
+
+    truth = [m for m in truth if inside(m.ts_ns)]
+    dets = [d for d in detections if inside(d.ts_ns)]
+    detected = sum(any(m.to_port in d.ports and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for d in dets)
+                   for m in truth)
+    correct = sum(any(m.to_port in d.ports and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for m in truth)
+                  for d in dets)
+    return Recall(len(truth), detected, len(dets), correct)
+
+
+def balanced_spans(stretches: Sequence[Stretch], grace_ns: int) -> list[tuple[int, int]]:
+    """Balanced stretches minus a grace at their start (a firing alert may take its keep-firing
+    time to resolve, and a window straddles the change): no alert may *fire* inside these."""
+    return [(s.start_ns + grace_ns, s.end_ns) for s in stretches
+            if s.hot_gpu < 0 and s.end_ns - s.start_ns > grace_ns]
+
+
+def false_alerts(fired: Iterable[tuple[str, int]], spans: Sequence[tuple[int, int]]) -> list[tuple[str, int]]:
+    """Alerts (kind, fired at ns) that fired inside a balanced span."""
+    return [(k, t) for k, t in fired if any(a <= t <= b for a, b in spans)]
+
+
+def p95(values: Sequence[float]) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]

@@ -1,0 +1,72 @@
+"""The soak's scoring (bench/soak_score.py) on hand-made inputs: what counts as a lost tick, a
+true migration, a detected one, a false alert, and p95."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from soak_score import (
+    NS,
+    Detection,
+    Migration,
+    Stretch,
+    balanced_spans,
+    false_alerts,
+    lost_ticks,
+    merge_stretches,
+    p95,
+    score_migrations,
+    true_migrations,
+)
+
+
+def test_lost_ticks_counts_missing_and_empty_frames_outside_the_outage() -> None:
+    frames = [(t * NS, t != 4) for t in range(10) if t not in (2, 7)]  # 2, 7 missing; 4 no data
+    got = lost_ticks(frames, NS)
+    assert (got.expected, got.missing, got.no_data) == (10, 2, 1) and got.missing_ts == (2 * NS, 7 * NS)
+    outage = lost_ticks(frames, NS, exclude=[(6 * NS, 8 * NS)])  # Redis down 6–8 s: 7 is excused
+    assert (outage.expected, outage.missing) == (7, 1)
+    assert lost_ticks([], NS).expected == 0
+
+
+def test_stretches_merge_across_overlapping_answers_and_migrations_need_dwell() -> None:
+    raw = [{"start_ns": 0, "end_ns": 5 * NS, "hot_gpu": 1, "port": "a"},
+           {"start_ns": 3 * NS, "end_ns": 9 * NS, "hot_gpu": 1, "port": "a"},  # the next answer overlaps
+           {"start_ns": 9 * NS, "end_ns": 9 * NS + NS // 5, "hot_gpu": 2, "port": "b"},  # 200 ms blip
+           {"start_ns": 9 * NS + NS // 5, "end_ns": 20 * NS, "hot_gpu": 3, "port": "c"},
+           {"start_ns": 20 * NS, "end_ns": 40 * NS, "hot_gpu": -1, "port": ""},
+           {"start_ns": 40 * NS, "end_ns": 50 * NS, "hot_gpu": 4, "port": "d"}]
+    st = merge_stretches(raw)
+    assert [(s.hot_gpu, s.start_ns // NS, s.end_ns // NS) for s in st][:2] == [(1, 0, 9), (2, 9, 9)]
+    moves = true_migrations(st, 2 * NS)
+    # a→b and b→c do not count (b lived 200 ms); c→balanced→d is an onset, not a migration
+    assert moves == []
+    st2 = [Stretch(0, 10 * NS, 1, "a"), Stretch(10 * NS, 20 * NS, 2, "b"), Stretch(20 * NS, 30 * NS, 3, "c")]
+    assert true_migrations(st2, 2 * NS) == [Migration(10 * NS, "a", "b"), Migration(20 * NS, "b", "c")]
+
+
+def test_recall_and_precision_match_ports_within_the_tolerance() -> None:
+    truth = [Migration(10 * NS, "a", "b"), Migration(20 * NS, "b", "c"), Migration(30 * NS, "c", "d")]
+    dets = [Detection(11 * NS, ("b",)), Detection(21 * NS, ("x", "c")), Detection(36 * NS, ("d",)),
+            Detection(50 * NS, ("q",))]
+    r = score_migrations(truth, dets, 2 * NS)
+    assert (r.migrations, r.detected, r.detections, r.correct) == (3, 2, 4, 2)
+    assert r.recall == 2 / 3 and r.precision == 0.5
+    judged = score_migrations(truth, dets, 2 * NS, judged=[(15 * NS, 40 * NS)])
+    assert (judged.migrations, judged.detections) == (2, 2)
+    assert math.isnan(score_migrations([], [], NS).recall)
+
+
+def test_an_alert_firing_in_a_balanced_stretch_after_its_grace_is_false() -> None:
+    spans = balanced_spans([Stretch(0, 10 * NS, 1, "a"), Stretch(10 * NS, 60 * NS, -1, "")], 20 * NS)
+    assert spans == [(30 * NS, 60 * NS)]
+    fired = [("moving_incast", 12 * NS), ("incast", 31 * NS), ("incast", 61 * NS)]
+    assert false_alerts(fired, spans) == [("incast", 31 * NS)]
+
+
+def test_p95() -> None:
+    assert p95(list(range(1, 101))) == 95 and math.isnan(p95([]))
