@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from collectors.traces.schema import PHASES
 
 
@@ -31,14 +33,19 @@ def events_from_matrix(
     """One event per rank of an N x N matrix (row = sender, column = receiver), bytes as ints."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}")
-    rows = [[round(float(b)) for b in row] for row in bytes_matrix]
-    n = len(rows)
-    if any(len(row) != n for row in rows):
+    m = np.asarray(bytes_matrix, dtype=np.float64)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
         raise ValueError("bytes_matrix must be square")
+    n = m.shape[0]
+    # whole rows and columns to Python ints at once, maps zipped from shared keys: per-cell Python
+    # indexing made this the twin's hottest code (its agents stalled behind it every report)
+    whole = np.rint(m).astype(np.int64)
+    rows, cols = whole.tolist(), whole.T.tolist()
+    peers = [str(d) for d in range(n)]
     pg_ranks = list(range(n))
     for s in range(n):
-        send = {str(d): rows[s][d] for d in range(n)}
-        recv = {str(src): rows[src][s] for src in range(n)}
+        send = dict(zip(peers, rows[s], strict=True))
+        recv = dict(zip(peers, cols[s], strict=True))
         yield {
             "id": f"{id_prefix}-{step}-{layer}-{phase}-{s}",
             "rank": s,
