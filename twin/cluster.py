@@ -15,7 +15,8 @@ model of twin/fabric_queues.py (ECN, PFC, watermark, drops); truth via ``true_qu
 With ``TwinConfig(report_url=…, report_token=… | report_token_file=…)`` the MoE job reports
 itself to fabricmon's jobs API as a real job would with the probe: a run (tags twin, moe,
 routing=…, ep=N), its rank map, and each completed phase's per-peer bytes as events
-(twin/live_reporter.py; counts under ``report`` in ``status()``, run ended on ``stop()``).
+(twin/live_reporter.py, run in its own process by twin/reporter_process.py so the agents never
+wait on it; counts under ``report`` in ``status()``, run ended on ``stop()``).
 
 Everything runs on one background thread with its own asyncio loop (ticker + agents), so counter
 updates and agent reads never interleave mid-PDU; other threads read through the clock's lock.
@@ -44,9 +45,9 @@ from twin.fabric_queues import FabricQueues, peer_positions
 from twin.faults import TwinFaults
 from twin.gnmi_sources import TwinSwitchSource
 from twin.gnmi_target import GnmiFabric
-from twin.live_reporter import LiveJobReporter
 from twin.mib import build_switch_mib
 from twin.moe import MoeTraffic
+from twin.reporter_process import ReporterProcess
 from twin.routing import Router, Wiring
 from twin.schedule import JobTimeline
 from twin.snmp_v2c import V2cAgentProtocol
@@ -96,7 +97,7 @@ class Twin(TwinFaults, TwinTruth):
         self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
         self.gnmi: GnmiFabric | None = None
         self.gnmi_ports: dict[str, int] = {}  # switch → gNMI port on 127.0.0.1 (cfg.gnmi)
-        self.reporter: Any = None  # twin.live_reporter.LiveJobReporter with cfg.report_url
+        self.reporter: Any = None  # twin.reporter_process.ReporterProcess with cfg.report_url
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> Twin:
@@ -162,7 +163,7 @@ class Twin(TwinFaults, TwinTruth):
         tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
                 f"fabric={self.fabric.name}"]
         assert cfg.report_url  # the caller checked
-        self.reporter = LiveJobReporter(self.fabric, cfg.report_url, cfg.report_token or "",
+        self.reporter = ReporterProcess(self.fabric, cfg.report_url, cfg.report_token or "",
                                         token_file=cfg.report_token_file, run_name=cfg.run_name,
                                         tags=tags, skew_ns=cfg.report_skew_ns,
                                         every_steps=cfg.report_every_steps,
