@@ -192,7 +192,8 @@ def cases() -> list[Case]:
         Case("rank in the file name out of range", "kineto", _write(orjson.dumps({"traceEvents": [GOOD_OP]})),
              "outside the run's world size", filename="trace_rank9999999.json"),
         Case("rank beyond the run's world size", "kineto",
-             _write(_kineto([GOOD_OP]).replace(b'"rank":0', b'"rank":9')), "world size", filename="trace.json"),
+             _write(_kineto([GOOD_OP]).replace(b'"rank":0', b'"rank":9')), "outside the run's world size 4",
+             filename="trace.json"),
         Case("FR: rank given beyond the world size", "fr", _write(json.dumps({"entries": [FR_GOOD]}).encode()),
              "world size", rank=9, filename="fr.json"),
     ]

@@ -92,7 +92,10 @@ def _reset_peak(pid: int) -> float:
 def test_hostile_traces_uploaded_to_the_real_server_answer_4xx_with_the_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The same files through HTTP (Daphne, the upload API, imported in the request): a 400 naming
     ``file`` and the reason for each refusal, 200 for the odd-but-valid; the server's peak RSS
-    growth per upload (VmHWM, reset before each) stays within the bound; it still answers after."""
+    growth per upload (VmHWM, reset before each) beyond the upload's own size stays within the
+    bound (Daphne queues a request's whole body as ASGI messages before Django reads it: that
+    much is Daphne's); it still answers after. Imported inline (64 MB limit) to see each 400.
+    Before ``fabricmon.daphne_uploads``, Twisted's multipart parse cost a 40 MB upload +480 MB."""
     from asgi_server import start_daphne
 
     from collectors.probe import IngestClient
@@ -109,19 +112,20 @@ def test_hostile_traces_uploaded_to_the_real_server_answer_4xx_with_the_reason(t
         for case in cases():
             path = tmp_path / case.filename
             case.build(path)
+            size_mb = path.stat().st_size / (1 << 20)
             rss0 = _reset_peak(proc.pid)
             status, body = client.upload_trace(run, case.kind, path, rank=case.rank)
             growth = _status_mb(proc.pid, "VmHWM") - rss0
-            worst = max(worst, growth)
+            worst = max(worst, growth - size_mb)
             path.unlink()
             text = json.dumps(body) if not isinstance(body, str) else body
-            table.append(f"{case.name:44} {status}  {growth:7.1f} MB  {text[:110]}")
+            table.append(f"{case.name:44} {status} {size_mb:6.1f} MB up {growth:7.1f} MB peak  {text[:100]}")
             if case.expect is None:
-                if status != 200 or body.get("stored") != 1:
+                if status != 200 or body.get("stored", 0) + body.get("duplicates", 0) < 1 or body.get("rejected_count"):
                     problems.append(f"{case.name}: {status} {text[:300]}")
             elif status != 400 or body.get("field") != "file" or case.expect.lower() not in text.lower():
                 problems.append(f"{case.name}: expected 400 file {case.expect!r}, got {status} {text[:300]}")
-        table.append(f"server peak RSS growth, worst case: {worst:.0f} MB")
+        table.append(f"server peak RSS growth beyond the upload's own size, worst case: {worst:.0f} MB")
         print("\n" + "\n".join(table))
         (ROOT / "test-output").mkdir(exist_ok=True)
         (ROOT / "test-output" / "hostile-traces-http.txt").write_text("\n".join(table) + "\n")
