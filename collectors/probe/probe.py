@@ -11,7 +11,8 @@ Backward: autograd runs the backward all-to-all outside any ``phase`` context. I
 by ``torch._C._current_graph_task_id() != -1`` and attributed to the latest forward call in the
 same group whose split lists are the swap of its own (LIFO) → ``dispatch_bwd`` / ``combine_bwd``.
 Each call also runs inside ``record_function("moe/layer{L}/{phase}")`` so a Kineto trace of the
-same run carries the same labels. Only ``torch`` is imported (lazily); no Django.
+same run carries the same labels (``trace_labels=False``: not, when the job names its own).
+Only ``torch`` is imported (lazily); no Django.
 """
 
 from __future__ import annotations
@@ -64,8 +65,12 @@ class A2AProbe:
         rank: int | None = None,
         host: str | None = None,
         keep: bool = False,
+        trace_labels: bool = True,
     ) -> None:
         self.sink = sink
+        # False: the probe opens no record_function of its own, so a job's own names (Megatron's,
+        # NVTX-like) are the only labels its Kineto trace carries
+        self.trace_labels = trace_labels
         self.rank = rank
         self.host = host or socket.gethostname()
         self.step: int = 0
@@ -162,7 +167,8 @@ class A2AProbe:
             from torch.autograd.profiler import record_function  # noqa: PLC0415
 
             start_ns = time.time_ns()
-            with record_function(phase_label(event["layer"], event["phase"])):
+            label = phase_label(event["layer"], event["phase"])
+            with record_function(label) if probe.trace_labels else contextlib.nullcontext():
                 work = original(output, input, output_split_sizes, input_split_sizes, group, async_op)
 
             def finish() -> None:

@@ -22,10 +22,10 @@ from typing import IO, Any
 import msgspec
 
 from collectors.traces.errors import TraceFormatError
-from collectors.traces.opening import TraceBytes
-from collectors.traces.ranks import rank_from_name
+from collectors.traces.opening import READ_BYTES, TraceBytes
+from collectors.traces.ranks import resolve_rank
 from collectors.traces.report import ImportReport
-from collectors.traces.safe_pickle import loads_plain
+from collectors.traces.safe_pickle import MAX_PICKLE_BYTES, loads_plain
 from collectors.traces.scanner import ArrayScan
 from collectors.traces.schema import dtype_bytes
 
@@ -122,8 +122,7 @@ def read_flight_recorder(
     report: ImportReport | None = None,
 ) -> Iterator[dict[str, Any]]:
     report = report if report is not None else ImportReport(kind="fr")
-    if rank is None:
-        rank = rank_from_name(name) if name else None
+    rank, _source = resolve_rank(None, name, rank) if rank is None else resolve_rank(None, "", rank)
     if rank is None:
         raise TraceFormatError(
             "Flight Recorder dumps do not name their rank: give rank= (or a file name with it)"
@@ -146,9 +145,21 @@ def _json_entries(stream: IO[bytes], what: str) -> Iterator[FrEntry]:
         yield from batch
 
 
+def _read_whole(src: TraceBytes, what: str) -> bytes:
+    """A pickle is loaded whole: read in pieces up to its cap (one ``read(huge)`` of a file on
+    disk would ask the OS for that buffer first)."""
+    parts, total = [], 0
+    while chunk := src.read(READ_BYTES):
+        total += len(chunk)
+        if total > MAX_PICKLE_BYTES:
+            raise TraceFormatError(f"{what}: pickle larger than {MAX_PICKLE_BYTES:,} bytes; refused")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def _pickle_entries(stream: IO[bytes], what: str) -> list[FrEntry]:
     try:
-        dump = loads_plain(TraceBytes(stream, what).read(1 << 62))
+        dump = loads_plain(_read_whole(TraceBytes(stream, what), what))
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, MemoryError) as exc:
         raise TraceFormatError(f"{what}: pickle refused: {exc}") from exc
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):

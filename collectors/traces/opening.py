@@ -26,7 +26,9 @@ class Limits:
     max_bytes: int = 8 << 30  # decompressed size of one file
     max_ratio: int = 200  # decompressed / compressed bytes (JSON traces compress 5-30x)
     ratio_slack: int = 16 << 20  # ratio judged only past this many decompressed bytes
-    max_record_bytes: int = 32 << 20  # one event / entry / line
+    # one event / entry / line: real Kineto events are a few KB (args with shapes); one record is
+    # held about 4 times while cut and decoded, so 16 MB keeps a hostile one under ~70 MB
+    max_record_bytes: int = 16 << 20
     max_depth: int = 64  # JSON nesting of one record (Kineto events nest 4-5 deep)
     max_header_bytes: int = 32 << 20  # top-level members other than the event array
 

@@ -27,7 +27,9 @@ from collectors.traces.opening import TraceBytes
 T = TypeVar("T")
 CHUNK_BYTES = 4 << 20
 _CUT = re.compile(rb"\}\s*,\s*(?=\{)")
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
+# a string is matched "unrolled" (runs of plain bytes, then one escape at a time): the form
+# (?:[^"\\]|\\.)* keeps regex state per character, 4.3 GB for one 40 MB string
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 _WS = b" \t\r\n"
 _PATH_INDEX = re.compile(r"^\$\[(\d+)\](.*)$")
 

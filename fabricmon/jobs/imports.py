@@ -135,7 +135,8 @@ def run_import(
             members: Iterable[bundles.Member] = bundles.open_bundle(reader, upload.filename or "archive")
             result = import_members(upload, members, report, save)
         else:
-            events = read_events(upload.kind, reader, rank=upload.rank, name=upload.filename, report=report)
+            read = read_events(upload.kind, reader, rank=upload.rank, name=upload.filename, report=report)
+            events = _within_world(upload.run, read)
             result = ingest_events(upload.run, events, on_batch=lambda total: save(**_counts(total)))
     except TraceFormatError as exc:
         save(state=TraceUpload.State.FAILED, error=str(exc)[:20_000], report=report.as_dict(),
@@ -160,6 +161,16 @@ def run_import(
     return result
 
 
+def _within_world(run: Run, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """A trace of a rank the run does not have is refused whole (a file of another job, or a
+    rank given wrong) rather than stored beside the run's ranks."""
+    world = run.world_size
+    for event in events:
+        if world and not 0 <= event["rank"] < world:
+            raise TraceFormatError(f"rank {event['rank']} is outside the run's world size {world}")
+        yield event
+
+
 def _counts(result: IngestResult) -> dict[str, Any]:
     return {
         "events_stored": result.stored,
@@ -180,7 +191,8 @@ def import_members(
     for name, member in members:
         mine = ImportReport(kind=upload.kind)
         try:
-            events = read_events(upload.kind, member, rank=None, name=name, report=mine)
+            read = read_events(upload.kind, member, rank=None, name=name, report=mine)
+            events = _within_world(upload.run, read)
             part = ingest_events(upload.run, events, on_batch=lambda t: save(**_counts(t)))
         except TraceFormatError as exc:
             failed.append(name)

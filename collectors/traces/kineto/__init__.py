@@ -4,6 +4,7 @@ Every generation of the format: NCCL kernels with collective args (PyTorch ≥ 2
 (``ncclKernel_*`` / ``ncclDevKernel_*``), ``record_param_comms`` with its args, c10d dispatcher
 ops with recorded shapes, ``nccl:*`` / ``gloo:*`` titles, gloo's worker threads; every
 collective. Streaming (``scanner``): memory follows the number of collectives, not the file.
+Backward all-to-alls without a label take their forward's layer and phase (``backward``).
 The reader fills an ``ImportReport``; a file with collectives that yields no event raises
 ``TraceFormatError`` with it.
 """
@@ -14,7 +15,8 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from collectors.traces.errors import TraceFormatError
-from collectors.traces.kineto.calls import build_calls
+from collectors.traces.kineto.backward import match_backward
+from collectors.traces.kineto.calls import Call, build_calls
 from collectors.traces.kineto.describe import Context, Described, describe, order_in_modules
 from collectors.traces.kineto.events import Evidence, KinetoEvent
 from collectors.traces.kineto.labels import Spans, Steps
@@ -51,12 +53,23 @@ def read_kineto(
     report.evidence_seen += len(evidence.spans)
     if unclaimed:
         report.notes["gloo worker titles matched to no c10d op (not imported)"] += len(unclaimed)
-    events = [ev for i, call in enumerate(calls) if (ev := _record(describe(call, i, ctx), report))]
+    described = [(call, _describe(call, i, ctx)) for i, call in enumerate(calls)]
+    match_backward(described, Spans((p, t, a, b, None) for p, t, a, b in evidence.backward), report.notes)
+    events = [ev for _call, d in described if (ev := _record(d, report))]
     report.files.append(
         {"file": name or "-", "rank": ctx.rank, "rank_from": ctx.rank_from, "events": len(events)}
     )
     check_not_silent(report, what)
     yield from events
+
+
+def _describe(call: Call, index: int, ctx: Context) -> Described:
+    """One call described; a call whose args are malformed (a string where a count belongs) is
+    unusable with that reason, and the file's other calls are still imported."""
+    try:
+        return describe(call, index, ctx)
+    except TraceFormatError as exc:
+        return Described(None, call.collective() or "unknown", "args", None, str(exc)[:200], None)
 
 
 def _record(d: Described, report: ImportReport) -> dict[str, Any] | None:
@@ -85,7 +98,12 @@ def _context(  # noqa: PLR0917
     info = header.get("distributedInfo") or {}
     if not isinstance(info, dict):
         raise TraceFormatError(f"{what}: distributedInfo must be an object")
-    rank, source = resolve_rank(info.get("rank"), name, given)
+    in_file = info.get("rank")
+    if in_file is not None and not (type(in_file) is int and in_file >= 0):
+        raise TraceFormatError(
+            f"{what}: distributedInfo.rank must be a non-negative integer, got {str(in_file)[:40]!r}"
+        )
+    rank, source = resolve_rank(in_file, name, given)
     if rank is None:
         raise TraceFormatError(
             f"{what}: no distributedInfo.rank and no rank in the file name; give the rank explicitly"
@@ -96,6 +114,8 @@ def _context(  # noqa: PLR0917
     if base is not None and (type(base) is not int or base < 0):
         raise TraceFormatError(f"{what}: baseTimeNanoseconds must be a non-negative integer")
     world = info.get("world_size")
+    if type(world) is int and 0 < world <= rank:  # hand-edited or merged traces; the run's size decides
+        report.notes[f"rank {rank} (from the {source}) is not below the trace's world_size {world}"] += 1
     pgs = []
     for pg in info.get("pg_config") or []:
         ranks = pg.get("ranks") if isinstance(pg, dict) else None

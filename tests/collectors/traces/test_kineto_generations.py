@@ -7,6 +7,7 @@ import pytest
 from kineto_shapes import BASE, comm_args, nccl_call, trace, x
 
 from collectors.traces import ImportReport, TraceFormatError, read_events
+from collectors.traces.kineto import backward
 
 AR_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 A2A_KERNEL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
@@ -208,3 +209,27 @@ def test_a_file_with_collectives_and_no_usable_event_is_an_error_with_its_report
 def test_no_collectives_at_all_is_an_empty_import() -> None:
     events, report = read(trace([x("cpu_op", "aten::mm", 1, 1)]))
     assert events == [] and report.ignored["CPU ops"] == 1
+
+
+def _a2a(n_in: int, in_split: str, n_out: int, out_split: str) -> dict:
+    return comm_args("all_to_allv", n_in, n_out, **{"In split size": in_split, "Out split size": out_split})
+
+
+def test_backward_all_to_alls_take_the_layer_and_phase_of_the_forward_they_mirror() -> None:
+    """Megatron's _AllToAll: the backward is the forward with the splits swapped, run in reverse
+    order inside autograd's evaluate_function, with no label of its own."""
+    dispatch, combine = _a2a(200, "[1, 2, 3, 4]", 160, "[4, 4, 4, 4]"), _a2a(160, "[4, 4, 4, 4]", 200, "[1, 2, 3, 4]")
+    evs = [x("user_annotation", "ProfilerStep#1", 0, 100_000)]
+    for t, phase, rpc in ((1000, "dispatch", dispatch), (2000, "combine", combine)):
+        evs.append(x("user_annotation", f"decoder.layers.3.mlp.token_{phase}", t - 10, 900))
+        evs += nccl_call(t, "alltoall_base_", "nccl:all_to_all", A2A_KERNEL, t, rpc=rpc)
+    # backward: combine's first (it mirrors combine, and — the same bytes — the dispatch too:
+    # last in, first out decides), then dispatch's, then one that mirrors nothing
+    for t, rpc in ((5000, dispatch), (6000, combine), (7000, _a2a(40, "[10, 10, 10, 10]", 40, "[10, 10, 10, 10]"))):
+        evs.append(x("cpu_op", "autograd::engine::evaluate_function: _AllToAllBackward", t - 5, 300))
+        evs += nccl_call(t, "alltoall_base_", "nccl:all_to_all", A2A_KERNEL, t, rpc=rpc)
+    events, report = read(trace(evs))
+    assert [(e["layer"], e["phase"]) for e in events] == [
+        (3, "dispatch"), (3, "combine"), (3, "combine_bwd"), (3, "dispatch_bwd"), (None, "other"),
+    ]  # fmt: skip
+    assert report.notes[backward.MATCHED] == 2 and report.notes[backward.UNMATCHED] == 1
