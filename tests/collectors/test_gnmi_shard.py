@@ -36,21 +36,7 @@ def test_shard_collects_gnmi_switches_into_frames_with_queue_metrics(redis_url, 
         protocols = {sw.name: "gnmi" if sw.role == "leaf" else "snmp" for sw in spec.switches}
         protocols["leaf-r3"] = "both"
         records: list[PollRecord] = []
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                services.run_shard(f"{fabric_name}:0", lease_s=30, stop_event=stop, fabrics=[spec],
-                                   redis_url=redis_url, observer=records.append, history=False,
-                                   protocols=protocols)
-            except BaseException as exc:
-                errors.append(exc)
-            finally:
-                event_loop.close_event_loop()
-
-        th = threading.Thread(target=work)
-        th.start()
+        th, stop, errors = _collect(fabric_name, spec, redis_url, protocols, records.append)
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:  # bounded wait, not a timing assert
@@ -115,20 +101,7 @@ def test_under_both_every_tick_has_data_on_every_switch(redis_url, fabric_name, 
             replace(sw, snmp=replace(sw.snmp, interval_s=INTERVAL_S, timeout_s=0.2, retries=1))
             for sw in tw.fabric.switches))
         protocols = {sw.name: "both" if sw.role == "leaf" else "snmp" for sw in spec.switches}
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                services.run_shard(f"{fabric_name}:0", lease_s=30, stop_event=stop, fabrics=[spec],
-                                   redis_url=redis_url, history=False, protocols=protocols)
-            except BaseException as exc:
-                errors.append(exc)
-            finally:
-                event_loop.close_event_loop()
-
-        th = threading.Thread(target=work)
-        th.start()
+        th, stop, errors = _collect(fabric_name, spec, redis_url, protocols)
         r = live_window.connect(redis_url)
         try:
             deadline = time.monotonic() + 30
@@ -151,3 +124,22 @@ def test_under_both_every_tick_has_data_on_every_switch(redis_url, fabric_name, 
     with_queue = [f for f in settled if "watermark_bytes" in f.metrics
                   and np.isfinite(f.metrics["watermark_bytes"][framer.slices["leaf-r0"]]).all()]
     assert len(with_queue) >= 0.8 * len(settled)  # gNMI gave most ticks; SNMP only filled gaps
+
+
+def _collect(fabric_name, spec, redis_url, protocols, observer=None):  # type: ignore[no-untyped-def]
+    """The shard collected on a thread until ``stop`` is set; its exceptions end up in ``errors``."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            services.run_shard(f"{fabric_name}:0", lease_s=30, stop_event=stop, fabrics=[spec],
+                               redis_url=redis_url, observer=observer, history=False, protocols=protocols)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            event_loop.close_event_loop()
+
+    th = threading.Thread(target=work)
+    th.start()
+    return th, stop, errors
