@@ -54,7 +54,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": 20,
-    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    # journal_size_limit: each time the log is reset it is cut back to 64 MB, not kept at its peak
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=67108864",
 }
 
 

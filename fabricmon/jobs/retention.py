@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -178,5 +178,24 @@ def prune(now: datetime | None = None) -> PruneReport:
         refresh_usage(run, now)
         report.usage_refreshed += 1
     if report.blocks or report.matrices:
+        _truncate_wal()
         log.info("retention: %s", report.line())
     return report
+
+
+def _truncate_wal() -> None:
+    """SQLite: fold the write-ahead log back into the database and cut it to zero. With readers
+    always open (web, workers) the log is seldom reset by itself and kept its high-water size
+    (363 MB after 35 minutes of the soak, beside an 866 MB database); what retention frees must
+    not stay on disk in the log. Busy (a reader holding an old snapshot) means next pass."""
+    if connection.vendor != "sqlite" or connection.in_atomic_block:  # never inside a transaction
+        return
+    try:
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _log_pages, _done = cur.fetchone()
+    except OperationalError as exc:  # locked by a writer right now: next pass
+        log.info("retention: the SQLite log was not truncated (%s); next pass", exc)
+        return
+    if busy:
+        log.info("retention: the SQLite log was busy; it is truncated on a later pass")
