@@ -94,6 +94,8 @@ def record_window(
     conds = [c for c in conditions(findings, geo) if c.kind not in off]
     rows = _open_alerts(fabric, run_name)
     slots = {fp: _slot(a) for fp, a in rows.items()}
+    held = _held_without_data(findings, slots, now)
+    slots = {fp: s for fp, s in slots.items() if fp not in held}
     new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, run=run_name, config=config)
     window = _Window(fabric, run_name, owner_id, geo, now, link_base)
     window.episodes = {e.family: e for e in Episode.objects.filter(fabric=fabric, run_name=run_name,
@@ -106,6 +108,21 @@ def record_window(
         _follow_episode(episode, findings, geo, rank_of_port, now)
     _refresh_culprits(window, rows, findings)
     return stored
+
+
+# A window in which no port had data says nothing about congestion: incast alerts keep their state
+# over it, and their keep-firing time counts from its end (a poll round every switch missed must not
+# end an episode while the hotspot moves) — for this many blind windows in a row at most, after
+# which they resolve as usual (and target_down has long said why).
+HOLD_WITHOUT_DATA_WINDOWS = 30
+
+
+def _held_without_data(findings: WindowFindings, slots: Mapping[str, Slot], now: datetime) -> set[str]:
+    if findings.has_data or findings.blind_windows > HOLD_WITHOUT_DATA_WINDOWS:
+        return set()
+    held = {fp for fp, s in slots.items() if family_of(s.kind) == "incast"}
+    Alert.objects.filter(fingerprint__in=held).update(last_true=now)
+    return held
 
 
 def family_of(kind: str) -> str:

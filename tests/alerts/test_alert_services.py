@@ -36,6 +36,8 @@ def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, st
     for t, hot in enumerate(hot_per_window, start=start):
         util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
         wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
+        if hot is None:  # a window no poll made: no data on any port
+            util[:], wm[:], hot = np.nan, np.nan, []
         util[list(hot)], wm[list(hot)] = 0.97, 3 * KMAX
         fan = np.where(geo.is_leaf_host, 31, 0).astype(np.float32)
         state, found = detect_window(
@@ -84,6 +86,25 @@ def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     sent = Outbox.objects.filter(transition__alert=moving)
     assert sorted(o.payload["status"] for o in sent) == ["firing", "resolved"]
     assert sent[0].payload["link"].endswith(f"/alerts/episodes/{ep.pk}/")
+
+
+def test_windows_without_data_hold_the_episode_and_a_move_across_them_is_a_migration(geo) -> None:
+    # soak: the twin's agents missed every poll for 5-25 s at a time; each such stretch resolved the
+    # incast, closed the episode and lost the migration that happened meanwhile
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]]] * 3 + [None] * 8 + [[host[5]]] * 3 + [[]] * 20)
+    assert Episode.objects.filter(family="incast").count() == 1
+    ep = Episode.objects.get(family="incast")
+    assert [s["ports"] for s in ep.trajectory] == [
+        [f"leaf-r0:{geo.index.port_names[host[0]]}"], [f"leaf-r1:{geo.index.port_names[host[5]]}"]]
+    first = Alert.objects.get(kind="incast", key=f"leaf-r0:{geo.index.port_names[host[0]]}")
+    resolved = first.transitions.get(to_state="resolved").at
+    assert resolved >= T0 + timedelta(seconds=11)  # held over the blind windows, resolved after them
+    # blind for longer than the hold: the alert resolves as it would without data
+    Alert.objects.all().delete()
+    Episode.objects.all().delete()
+    windows(geo, [[host[1]]] * 3 + [None] * (services.HOLD_WITHOUT_DATA_WINDOWS + 10), start=1000)
+    assert Alert.objects.get(kind="incast").state == "resolved"
 
 
 def test_one_window_blip_never_notifies(geo) -> None:

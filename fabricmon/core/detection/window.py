@@ -85,6 +85,10 @@ class WindowFindings:
     # the hot ports had queue telemetry (watermark, ECN or PFC): False when incast was judged by
     # load and fan-in alone (an SNMP-only switch or tick), which the alerts say as lower confidence
     pressure_known: bool = True
+    # False: no port had data this window (every poll missed it) — it says nothing about incast,
+    # so the hot-set state is carried over it and the alerts hold (alerts.services)
+    has_data: bool = True
+    blind_windows: int = 0  # how many windows in a row no port had data (0 when this one had)
 
     @property
     def incast(self) -> bool:
@@ -270,7 +274,11 @@ def detect_window(
     traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
     """
     hs = _hot_set(metrics, geo, cfg, fan_in)
+    has_data = bool(np.isfinite(hs.load).any())
     mv = _movement(hs, geo, state, cfg)
+    if not has_data:  # a blind window: what was hot stays the last hot set, nothing moved or ended
+        mv = replace(mv, state=replace(state, windows_since_migration=state.windows_since_migration + 1),
+                     migrated=False, moving=False, leaf_jump=False, rail_jump=False)
     down, no_data = _down_switches(hs.load, geo, state, cfg)
     carried = replace(mv.state, no_data=no_data)
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
@@ -300,6 +308,8 @@ def detect_window(
         down_switches=down,
         migrations=carried.migrations,
         pressure_known=hs.pressure_known,
+        has_data=has_data,
+        blind_windows=0 if has_data or not len(no_data) else int(no_data.min()),
     )
     return carried, findings
 
