@@ -37,8 +37,9 @@ def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, st
         util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
         wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
         if hot is None:  # a window no poll made: no data on any port
-            util[:], wm[:], hot = np.nan, np.nan, []
-        util[list(hot)], wm[list(hot)] = 0.97, 3 * KMAX
+            util[:], wm[:] = np.nan, np.nan
+        ports = list(hot or [])
+        util[ports], wm[ports] = 0.97, 3 * KMAX
         fan = np.where(geo.is_leaf_host, 31, 0).astype(np.float32)
         state, found = detect_window(
             {"util": util, "watermark_bytes": wm}, geo, state, DetectConfig(), fan_in=fan, ts_ns=t
