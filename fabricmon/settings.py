@@ -235,6 +235,10 @@ FABRICMON_UPLOAD_INLINE_BYTES = env_int("FABRICMON_UPLOAD_INLINE_BYTES", 8 * 102
 FABRICMON_UPLOAD_DIR = Path(os.environ.get("FABRICMON_UPLOAD_DIR", VAR_DIR / "uploads"))
 # Celery queue the trace imports run on ("celery" = the default queue every worker consumes).
 FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
+# Ranks a run may report when it declares no world_size (matrices are ranks × ranks int64: 1024
+# ranks is 8 MB a matrix), and the largest world_size a run may declare.
+FABRICMON_MAX_RANKS = env_int("FABRICMON_MAX_RANKS", 1024)
+FABRICMON_MAX_WORLD_SIZE = env_int("FABRICMON_MAX_WORLD_SIZE", 65536)
 # Per-token rate limit of the jobs ingest API (a token bucket in Redis): requests per second and
 # burst size per API token; a rate of 0 turns it off. Over the limit: 429 with Retry-After.
 FABRICMON_INGEST_RATE_PER_S = env_float("FABRICMON_INGEST_RATE_PER_S", 200.0)

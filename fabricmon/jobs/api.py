@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
+from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import sockets
 from fabricmon.jobs import blocks, imports, ingest, matrices, ratelimit, tasks, validation
 from fabricmon.jobs import runs as run_verbs
@@ -84,11 +85,17 @@ def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
-def _read_json(request: HttpRequest) -> Any:
-    if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_JSON_BYTES:
+def _read_json(request: HttpRequest, empty: Any = None) -> Any:
+    """The body as JSON (``empty`` for an empty body if given, else a 400)."""
+    body = request.read(MAX_JSON_BYTES + 1)  # bounded even when no Content-Length was sent
+    if len(body) > MAX_JSON_BYTES:
         raise validation.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+    if not body.strip():
+        if empty is not None:
+            return empty
+        raise validation.InputError("body", "empty: send a JSON document")
     try:
-        return orjson.loads(request.body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise validation.InputError("body", f"invalid JSON: {exc}") from exc
 
@@ -143,7 +150,8 @@ def runs(request: HttpRequest) -> HttpResponse:
     if not isinstance(body, dict):
         raise validation.InputError("body", "must be a JSON object")
     run = run_verbs.create_run(
-        request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""), body.get("world_size")
+        request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""),
+        body.get("world_size"),
     )
     return JsonResponse(_run_json(run), status=201)
 
@@ -167,7 +175,7 @@ def run_tags(request: HttpRequest, run: Run) -> HttpResponse:
 @require_http_methods(["POST"])
 @_input_errors
 def run_end(request: HttpRequest, run: Run) -> HttpResponse:
-    body = _read_json(request) if request.body else {}
+    body = _read_json(request, empty={})
     state = body.get("state", Run.State.FINISHED) if isinstance(body, dict) else None
     return JsonResponse(_run_json(run_verbs.end_run(run, state)))
 
@@ -179,7 +187,12 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
     """A JSON list of entries, or NDJSON (one entry per line)."""
     if request.content_type == "application/x-ndjson":
         entries: list[Any] = []
-        for n, line in enumerate(request.body.split(b"\n"), start=1):
+        raw = request.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise validation.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+        if not raw.strip():
+            raise validation.InputError("body", "empty: send one rank entry per line")
+        for n, line in enumerate(raw.split(b"\n"), start=1):
             if line.strip():
                 try:
                     entries.append(orjson.loads(line))
@@ -196,12 +209,13 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
 
 @token_required
 @require_http_methods(["GET", "POST"])
+@_input_errors
 def events(request: HttpRequest, run: Run) -> HttpResponse:
     """POST: an NDJSON batch (valid lines stored, bad ones listed; 422 if any was bad).
     GET: the run's events as NDJSON, streamed (optional ``source``, ``phase`` filters)."""
     if request.method == "GET":
         return _export_events(request, run)
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    length = validation.query_int(request.META.get("CONTENT_LENGTH"), "Content-Length") or 0
     if length > MAX_BATCH_BYTES:
         return _error(413, f"batch of {length} bytes is larger than the limit of {MAX_BATCH_BYTES}", "body")
     try:
@@ -213,6 +227,8 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
+    if not body.strip():  # (split, an empty body is one blank line: it answered 200 {"lines": 1})
+        return _error(400, "empty batch: send one JSON event per line", "body")
     result = ingest.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
     if result.stored:
         sockets.run_changed(run.pk)  # wake the run's phase sockets now, not at their next tick
@@ -224,6 +240,10 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
 
 def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
     source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
+    for key, value, allowed in (("source", source, SOURCES), ("phase", phase, PHASES)):
+        if value is not None and value not in allowed:
+            expected = ", ".join(allowed)
+            return _error(400, f"unknown {key} {validation.brief(value)}; expected one of {expected}", key)
     # an async iterator: under ASGI Django streams it chunk by chunk (a sync one it collects first)
     lines = blocks.aiter_event_lines(run, source=source, phase=phase)
     return StreamingHttpResponse(lines, content_type="application/x-ndjson")
@@ -258,12 +278,9 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     params = request.POST if request.POST else request.GET
     kind = params.get("kind") or request.GET.get("kind", "")
     mode = params.get("mode") or request.GET.get("mode") or "auto"
-    rank_raw = params.get("rank") or request.GET.get("rank")
-    rank: int | None = None
-    if rank_raw not in (None, ""):
-        if not str(rank_raw).isdigit():
-            raise validation.InputError("rank", "must be a non-negative integer")
-        rank = int(rank_raw)
+    rank = validation.query_int(
+        params.get("rank") or request.GET.get("rank"), "rank", maximum=ingest.rank_limit(run) - 1
+    )
     upload_file = request.FILES.get("file")
     if upload_file is None:
         raise validation.InputError("file", "missing multipart file field 'file'")
@@ -298,15 +315,14 @@ def upload_detail(request: HttpRequest, run: Run, upload_id: int) -> HttpRespons
 
 @token_required
 @require_GET
+@_input_errors
 def matrix(request: HttpRequest, run: Run) -> HttpResponse:
     """The traffic matrix of one (step, layer, phase) — or summed over steps when step is omitted."""
     qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"))
     for key in ("layer", "step"):
-        raw = request.GET.get(key)
-        if raw not in (None, ""):
-            if not raw.lstrip("-").isdigit():
-                return _error(400, f"{key} must be an integer", key)
-            qs = qs.filter(**{key: int(raw)})
+        value = validation.query_int(request.GET.get(key), key, minimum=-1)  # -1: events without one
+        if value is not None:
+            qs = qs.filter(**{key: value})
     if request.GET.get("phase"):
         qs = qs.filter(phase=request.GET["phase"])
     sent, received = matrices.sum_matrices(list(qs))
