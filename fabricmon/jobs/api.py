@@ -28,9 +28,9 @@ from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
 
-MAX_BATCH_BYTES = getattr(settings, "FABRICMON_INGEST_MAX_BYTES", 32 * 1024 * 1024)
+MAX_BATCH_BYTES = settings.FABRICMON_INGEST_MAX_BYTES
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
-MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_JSON_BYTES = settings.FABRICMON_API_MAX_JSON_BYTES
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
