@@ -66,7 +66,10 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
     "beat": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "beat",
              "--loglevel", "INFO", "--schedule", "{beat_schedule}"],
-    "web": ["{python}", "-m", "fabricmon.serve", "-b", "{web_host}", "-p", "{web_port}", "fabricmon.asgi:application"],
+    "web": [
+        "{python}", "-m", "fabricmon.serve", "-b", "{web_host}", "-p", "{web_port}",
+        "fabricmon.asgi:application",
+    ],
 }
 
 
