@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
@@ -128,12 +129,14 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
 # --- endpoints ----------------------------------------------------------------------------------
 
 
+@csrf_exempt  # token-free and read-only: an unknown method is a 405, not a CSRF 403
 @require_GET
 def clock(request: HttpRequest) -> HttpResponse:
     """Server time for the probe's NTP-style offset exchange (no auth: it reveals only the time)."""
     return JsonResponse({"server_ns": time.time_ns()})
 
 
+@csrf_exempt
 @require_GET
 def openapi(request: HttpRequest) -> HttpResponse:
     return HttpResponse(OPENAPI_PATH.read_bytes(), content_type="application/json")
@@ -275,15 +278,34 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     if request.method == "GET":
         rows = run.uploads.order_by("-created_at")[:100]
         return JsonResponse({"uploads": [u.as_dict() | {"status_url": upload_status_url(u)} for u in rows]})
-    params = request.POST if request.POST else request.GET
+    try:
+        params = request.POST if request.POST else request.GET
+        upload_file = request.FILES.get("file")
+    except MultiPartParserError as exc:
+        raise validation.InputError("body", f"not a readable multipart/form-data body: {exc}") from exc
     kind = params.get("kind") or request.GET.get("kind", "")
     mode = params.get("mode") or request.GET.get("mode") or "auto"
-    rank = validation.query_int(
-        params.get("rank") or request.GET.get("rank"), "rank", maximum=ingest.rank_limit(run) - 1
-    )
-    upload_file = request.FILES.get("file")
+    rank = validation.query_int(params.get("rank") or request.GET.get("rank"), "rank", maximum=MAX_RANK_FIELD)
     if upload_file is None:
         raise validation.InputError("file", "missing multipart file field 'file'")
+    if kind not in imports.IMPORT_KINDS:  # the form's own values: 400 (the schema's enums)
+        raise validation.InputError("kind", f"unknown trace kind {validation.brief(kind)}; expected one of "
+                                            f"{', '.join(imports.IMPORT_KINDS)}")
+    if mode not in UPLOAD_MODES:
+        raise validation.InputError("mode", f"must be one of {', '.join(UPLOAD_MODES)}")
+    try:
+        return _upload(run, kind, mode, rank, upload_file)
+    except validation.InputError as exc:  # a well-formed request this run cannot take, or its file
+        return _error(422, exc.reason, exc.field)
+
+
+MAX_RANK_FIELD = 65535  # the schema's bound on a rank field; the run's own world_size is checked after
+
+
+def _upload(run: Run, kind: str, mode: str, rank: int | None, upload_file: Any) -> HttpResponse:
+    if rank is not None and rank >= ingest.rank_limit(run):
+        raise validation.InputError("rank", f"{rank} is not a rank of this run "
+                                            f"({validation.rank_bound_text(ingest.rank_limit(run))})")
     size = upload_file.size or 0
     if not import_inline(size, mode):
         try:
@@ -318,12 +340,18 @@ def upload_detail(request: HttpRequest, run: Run, upload_id: int) -> HttpRespons
 @_input_errors
 def matrix(request: HttpRequest, run: Run) -> HttpResponse:
     """The traffic matrix of one (step, layer, phase) — or summed over steps when step is omitted."""
-    qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"))
-    for key in ("layer", "step"):
-        value = validation.query_int(request.GET.get(key), key, minimum=-1)  # -1: events without one
+    source = request.GET.get("source", "probe")
+    if source not in SOURCES:
+        raise validation.InputError("source", f"unknown source {validation.brief(source)}")
+    qs = TrafficMatrix.objects.filter(run=run, source=source)
+    for key, most in (("layer", validation.MAX_LAYER), ("step", validation.INT64_MAX)):
+        value = validation.query_int(request.GET.get(key), key, minimum=-1, maximum=most)  # -1: none
         if value is not None:
             qs = qs.filter(**{key: value})
-    if request.GET.get("phase"):
-        qs = qs.filter(phase=request.GET["phase"])
+    phase = request.GET.get("phase")
+    if phase:
+        if phase not in PHASES:
+            raise validation.InputError("phase", f"unknown phase {validation.brief(phase)}")
+        qs = qs.filter(phase=phase)
     sent, received = matrices.sum_matrices(list(qs))
     return JsonResponse({"n_ranks": len(sent), "sent": sent, "received": received, "matrices": qs.count()})

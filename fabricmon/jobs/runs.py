@@ -24,22 +24,25 @@ def clean_tags(tags: Any) -> list[str]:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise InputError("tags", f"must be a list of strings, got {brief(tags)}")
     cleaned = sorted({t.strip() for t in tags if t.strip()})
-    if len(cleaned) > MAX_TAGS or any(len(t) > MAX_TAG_LEN for t in cleaned):
+    # the list as sent, not as deduplicated: 10,000 copies of one tag are not one tag
+    if len(tags) > MAX_TAGS or any(len(t) > MAX_TAG_LEN for t in tags):
         raise InputError("tags", f"at most {MAX_TAGS} tags of at most {MAX_TAG_LEN} characters")
     return cleaned
 
 
 def create_run(owner: Any, name: str, tags: Any = (), fabric: str = "", world_size: int | None = None) -> Run:
     """A new running run; every argument checked (``InputError`` naming the field)."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise InputError("name", "required, a string of at most 200 characters")
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise InputError("name", "required, a string of 1 to 200 characters")
     max_world = settings.FABRICMON_MAX_WORLD_SIZE
+    if isinstance(world_size, float) and world_size.is_integer():  # JSON's 8.0 is the integer 8
+        world_size = int(world_size)
     if world_size is not None and (type(world_size) is not int or not 0 < world_size <= max_world):
         raise InputError("world_size", f"must be an integer from 1 to {max_world}, got {brief(world_size)}")
     if not isinstance(fabric, str) or len(fabric) > 100:
         raise InputError("fabric", "must be a string of at most 100 characters")
     return Run.objects.create(
-        owner=owner, name=name.strip(), tags=clean_tags(list(tags) if type(tags) is tuple else tags),
+        owner=owner, name=name.strip() or name, tags=clean_tags(list(tags) if type(tags) is tuple else tags),
         fabric=fabric, world_size=world_size,
     )
 

@@ -191,7 +191,7 @@ def _fast_row(obj: Any, clock_offset_ns: int, max_rank: int = INT64_MAX) -> tupl
         and type(send) is dict
         and type(recv) is dict
         and (
-            pg_ranks is None or (type(pg_ranks) is list and all(type(r) is int and r >= 0 for r in pg_ranks))
+            pg_ranks is None or (type(pg_ranks) is list and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks))
         )
     ):
         return None
@@ -287,7 +287,7 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0, max_rank: int = INT64_MAX) 
     pg_ranks = obj.get("pg_ranks")
     if pg_ranks is None:
         pg_ranks_text = ""
-    elif isinstance(pg_ranks, list) and all(type(r) is int and r >= 0 for r in pg_ranks):
+    elif isinstance(pg_ranks, list) and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks):
         pg_ranks_text = ",".join(map(str, pg_ranks))
     else:
         raise _FieldError("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")

@@ -206,12 +206,13 @@ def _multipart(fields: dict[str, str], file: bytes) -> tuple[bytes, str]:
     return head.encode() + file + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-@pytest.mark.parametrize("rank", ["²", "1" + "0" * 30, "-1", "8", "abc"])
-def test_an_upload_rank_is_checked(stack, rank) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("rank", "status"), [("²", 400), ("1" + "0" * 30, 400), ("-1", 400), ("abc", 400),
+                                              ("8", 422)])  # 8: a rank, but not of this run (world_size 8)
+def test_an_upload_rank_is_checked(stack, rank, status) -> None:  # type: ignore[no-untyped-def]
     body, ctype = _multipart({"kind": "kineto", "rank": rank}, b'{"traceEvents": []}')
-    status, answer = call(stack["server"], "POST", f"/jobs/api/runs/{stack['sized']}/uploads", body,
-                          stack["token"], ctype)
-    assert status == 400 and answer["field"] == "rank", (status, answer)
+    got, answer = call(stack["server"], "POST", f"/jobs/api/runs/{stack['sized']}/uploads", body,
+                       stack["token"], ctype)
+    assert got == status and answer["field"] == "rank", (got, answer)
 
 
 def test_rank_map_entries_out_of_range_are_named_beside_valid_ones(stack) -> None:  # type: ignore[no-untyped-def]

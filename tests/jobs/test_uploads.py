@@ -104,7 +104,8 @@ def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> N
     bad_kind = uploads["post"](b"{}", mode="queue", kind="nsys")
     assert bad_kind.status_code == 400 and bad_kind.json()["field"] == "kind"
     no_rank = uploads["post"](b"{}", "fr.json", mode="queue", kind="fr")  # no rank in its name either
-    assert no_rank.status_code == 400 and no_rank.json()["field"] == "rank"
+    # well-formed, but this file cannot be placed without a rank (the schema cannot say so): 422
+    assert no_rank.status_code == 422 and no_rank.json()["field"] == "rank"
     assert TraceUpload.objects.filter(run=uploads["run"]).count() == 1
 
 
