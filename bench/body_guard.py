@@ -87,10 +87,13 @@ def main() -> int:
     per_gb = (1 << 30) / ref_size
     print(
         f"BENCH body_guard unauth_{args.gb:g}gb_s={s:.3f} unauth_{args.gb:g}gb_rss_mb={mb:.1f} "
-        f"unauth_chunked_s={rows['unauth_chunked'][1]:.3f} unauth_chunked_rss_mb={rows['unauth_chunked'][2]:.1f} "
-        f"over_limit_413_s={rows['over_limit'][1]:.3f} over_limit_chunked_413_s={rows['over_limit_chunked'][1]:.3f} "
+        f"unauth_chunked_s={rows['unauth_chunked'][1]:.3f} "
+        f"unauth_chunked_rss_mb={rows['unauth_chunked'][2]:.1f} "
+        f"over_limit_413_s={rows['over_limit'][1]:.3f} "
+        f"over_limit_chunked_413_s={rows['over_limit_chunked'][1]:.3f} "
         f"daphne_{args.reference_mb}mb_s={ref_s:.3f} daphne_{args.reference_mb}mb_rss_mb={ref_mb:.1f} "
-        f"daphne_per_gb_s={ref_s * per_gb:.2f} time_ratio_per_gb={(ref_s * per_gb) / max(s / args.gb, 1e-6):.0f}"
+        f"daphne_per_gb_s={ref_s * per_gb:.2f} "
+        f"time_ratio_per_gb={(ref_s * per_gb) / max(s / args.gb, 1e-6):.0f}"
     )
     return 0
 

@@ -191,7 +191,8 @@ def _fast_row(obj: Any, clock_offset_ns: int, max_rank: int = INT64_MAX) -> tupl
         and type(send) is dict
         and type(recv) is dict
         and (
-            pg_ranks is None or (type(pg_ranks) is list and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks))
+            pg_ranks is None
+            or (type(pg_ranks) is list and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks))
         )
     ):
         return None
