@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from fabricmon.base import access
 from fabricmon.jobs import blocks, imports, ingest, matrices, tasks, validation
 from fabricmon.jobs import runs as run_verbs
-from fabricmon.jobs.api import import_inline
+from fabricmon.jobs.api import import_inline, inline_size
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.timeline import DEFAULT_BUCKETS, DEFAULT_ROWS, TimelineQuery, ranks_by_time
 from fabricmon.jobs.tokens import issue_token, revoke_token
@@ -130,7 +130,8 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
             )
         rank = validation.query_int(request.POST.get("rank"), "rank", maximum=ingest.rank_limit(run) - 1)
         size = upload.size or 0
-        if not import_inline(size, request.POST.get("mode") or "auto"):
+        mode = request.POST.get("mode") or "auto"
+        if not import_inline(inline_size(upload, size) if mode == "auto" else size, mode):
             row = imports.queue_import(
                 run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size,
                 enqueue=tasks.enqueue_import,
