@@ -235,3 +235,24 @@ def test_rank_map_entries_out_of_range_are_named_beside_valid_ones(stack) -> Non
     status, body = call(stack["server"], "POST", f"/jobs/api/runs/{stack['sized']}/ranks", b"\n \n",
                         stack["token"], "application/x-ndjson")
     assert status == 400 and body["field"] == "body", (status, body)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"traceEvents": [[1, 2], "x", 5]}',  # list-shaped items
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": "12", "dur": 5,'
+        b' "pid": 0, "tid": 7, "args": {"correlation": 1}}]}',
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": 12, "dur": 1e999,'
+        b' "pid": 0, "tid": 7, "args": {"correlation": 1}}]}',
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage",  # corrupt gzip
+        b'{"traceEvents": [' + b"[" * 5000 + b"]" * 5000 + b"]}",  # nesting
+    ],
+)
+def test_a_hostile_trace_upload_is_a_422_naming_the_problem(stack, content) -> None:  # type: ignore[no-untyped-def]
+    body, ctype = _multipart({"kind": "kineto", "rank": "0", "mode": "inline"}, content)
+    status, answer = call(stack["server"], "POST", f"/jobs/api/runs/{stack['sized']}/uploads", body,
+                          stack["token"], ctype)
+    # the file's own problem, named (a 422: the request was well-formed); the importer said
+    # which item and field (the string/infinite times and list items were 500s before)
+    assert status == 422 and answer["field"] == "file" and answer["error"], (status, answer)
