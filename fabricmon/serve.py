@@ -50,10 +50,17 @@ def _checked_token(token: str) -> bool:
 class GuardedRequest(WebRequest):  # type: ignore[misc]
     """Daphne's request with ``body_guard``'s verdict applied before the body is read."""
 
+    # Twisted would read a whole form or multipart body into memory and parse it itself (answering
+    # a bare 400 on what it cannot parse) before Daphne hands the body on; Django parses it anyway,
+    # streaming uploads to disk
     _refused = False
     _received = False
     _limit: int | None = None
     _seen = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parsePOSTFormSubmission = False  # (Twisted sets it per instance)
 
     def gotLength(self, length: int | None) -> None:  # noqa: N802  (Twisted's name)
         # the request line is parsed by now (the channel's _command/_path); the headers too

@@ -221,12 +221,10 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
     length = validation.query_int(request.META.get("CONTENT_LENGTH"), "Content-Length") or 0
     if length > MAX_BATCH_BYTES:
         return _error(413, f"batch of {length} bytes is larger than the limit of {MAX_BATCH_BYTES}", "body")
-    try:
-        offset = int(request.headers.get("X-Clock-Offset-Ns", "0") or 0)
-    except ValueError:
-        return _error(400, "X-Clock-Offset-Ns must be an integer (ns)", "X-Clock-Offset-Ns")
-    if abs(offset) > MAX_OFFSET_NS:
-        return _error(400, f"X-Clock-Offset-Ns must be within ±{MAX_OFFSET_NS} ns", "X-Clock-Offset-Ns")
+    offset = validation.query_int(
+        request.headers.get("X-Clock-Offset-Ns"), "X-Clock-Offset-Ns", minimum=-MAX_OFFSET_NS,
+        maximum=MAX_OFFSET_NS, empty_ok=False,
+    ) or 0
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
@@ -366,7 +364,7 @@ def matrix(request: HttpRequest, run: Run) -> HttpResponse:
         raise validation.InputError("source", f"unknown source {validation.brief(source)}")
     qs = TrafficMatrix.objects.filter(run=run, source=source)
     for key, most in (("layer", validation.MAX_LAYER), ("step", validation.INT64_MAX)):
-        value = validation.query_int(request.GET.get(key), key, minimum=-1, maximum=most)  # -1: none
+        value = validation.query_int(request.GET.get(key), key, minimum=-1, maximum=most, empty_ok=False)
         if value is not None:
             qs = qs.filter(**{key: value})
     phase = request.GET.get("phase")

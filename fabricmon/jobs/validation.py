@@ -395,10 +395,13 @@ def validate_dicts(
     return ParsedBatch(rows, peers, errors, len(events))
 
 
-def query_int(raw: str | None, field: str, *, minimum: int = 0, maximum: int = INT64_MAX) -> int | None:
+def query_int(
+    raw: str | None, field: str, *, minimum: int = 0, maximum: int = INT64_MAX, empty_ok: bool = True
+) -> int | None:
     """An integer from a query string, form field or header: ASCII digits only (``str.isdigit`` is
-    true for "²", which ``int`` refuses), within [minimum, maximum]; None when absent or empty."""
-    if raw is None or raw == "":
+    true for "²", which ``int`` refuses), within [minimum, maximum]; None when absent (or empty,
+    unless ``empty_ok`` is false: the API's own parameters are integers when given)."""
+    if raw is None or (raw == "" and empty_ok):
         return None
     text = raw.strip()
     digits = text[1:] if text.startswith("-") else text
