@@ -65,6 +65,58 @@ def measure(server_module: str, size: int, headers_of, chunked: bool = False) ->
     return answer.status, answer.seconds, grew
 
 
+def upload_cost(server_module: str, size: int) -> tuple[int, float, float]:
+    """(status, seconds, MB of peak RSS growth) of an authenticated inline upload of ``size``
+    bytes of blanks (read in full, then refused as no trace): what holding an upload costs."""
+    import http.client
+    import time
+    import urllib.parse
+
+    import asgi_server
+    from body_sender import reset_peak, status_kb
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-upload-"))
+    env = asgi_server.server_env(tmp, os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    asgi_server.manage(env, "migrate", "--noinput")
+    run, token = ast.literal_eval(asgi_server.manage(env, "shell", "-c", SETUP).strip().splitlines()[-1])
+    original = subprocess.Popen
+    subprocess.Popen = lambda args, **kw: original(  # type: ignore[misc,assignment]
+        [server_module if a == "fabricmon.serve" else a for a in args], **kw)
+    try:
+        proc, url = asgi_server.start_daphne(env, tmp / "server.log")
+    finally:
+        subprocess.Popen = original  # type: ignore[misc]
+    b = "benchboundary"
+    head = (f'--{b}\r\nContent-Disposition: form-data; name="kind"\r\n\r\nkineto\r\n--{b}\r\n'
+            f'Content-Disposition: form-data; name="mode"\r\n\r\ninline\r\n--{b}\r\n'
+            'Content-Disposition: form-data; name="file"; filename="t.json"\r\n\r\n').encode()
+    tail = f"\r\n--{b}--\r\n".encode()
+
+    def pieces():  # type: ignore[no-untyped-def]
+        yield head
+        for _ in range(size >> 20):
+            yield b" " * (1 << 20)
+        yield tail
+
+    try:
+        u = urllib.parse.urlsplit(url)
+        reset_peak(proc.pid)
+        before = status_kb(proc.pid, "VmRSS")
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
+        t0 = time.perf_counter()
+        conn.request("POST", f"/jobs/api/runs/{run}/uploads", body=pieces(), headers={
+            "Authorization": f"Bearer {token}", "Content-Type": f"multipart/form-data; boundary={b}",
+            "Content-Length": str(len(head) + (size >> 20 << 20) + len(tail))})
+        resp = conn.getresponse()
+        resp.read()
+        secs = time.perf_counter() - t0
+        grew = (status_kb(proc.pid, "VmHWM") - before) / 1024
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return resp.status, secs, grew
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gb", type=float, default=2.0)
@@ -79,6 +131,8 @@ def main() -> int:
         "over_limit": measure("fabricmon.serve", size, authed),
         "over_limit_chunked": measure("fabricmon.serve", 96 << 20, authed, chunked=True),
         "reference": measure("daphne", ref_size, anonymous),
+        "upload_100mb": upload_cost("fabricmon.serve", 100 << 20),
+        "upload_100mb_daphne": upload_cost("daphne", 100 << 20),
     }
     for name, (status, secs, grew) in rows.items():
         print(f"{name:20s} status {status}  answer after {secs:7.3f} s  server peak RSS +{grew:7.1f} MB")
@@ -93,7 +147,11 @@ def main() -> int:
         f"over_limit_chunked_413_s={rows['over_limit_chunked'][1]:.3f} "
         f"daphne_{args.reference_mb}mb_s={ref_s:.3f} daphne_{args.reference_mb}mb_rss_mb={ref_mb:.1f} "
         f"daphne_per_gb_s={ref_s * per_gb:.2f} "
-        f"time_ratio_per_gb={(ref_s * per_gb) / max(s / args.gb, 1e-6):.0f}"
+        f"time_ratio_per_gb={(ref_s * per_gb) / max(s / args.gb, 1e-6):.0f} "
+        f"upload_100mb_s={rows['upload_100mb'][1]:.1f} upload_100mb_rss_mb={rows['upload_100mb'][2]:.0f} "
+        f"daphne_upload_100mb_s={rows['upload_100mb_daphne'][1]:.1f} "
+        f"daphne_upload_100mb_rss_mb={rows['upload_100mb_daphne'][2]:.0f} "
+        f"upload_rss_ratio={rows['upload_100mb_daphne'][2] / max(rows['upload_100mb'][2], 1):.1f}"
     )
     return 0
 
