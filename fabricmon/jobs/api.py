@@ -240,9 +240,9 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
 
 
 def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
-    source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
+    source, phase = request.GET.get("source"), request.GET.get("phase")
     for key, value, allowed in (("source", source, SOURCES), ("phase", phase, PHASES)):
-        if value is not None and value not in allowed:
+        if value is not None and value not in allowed:  # (an empty filter too: it is no source)
             expected = ", ".join(allowed)
             return _error(400, f"unknown {key} {validation.brief(value)}; expected one of {expected}", key)
     # an async iterator: under ASGI Django streams it chunk by chunk (a sync one it collects first)

@@ -190,10 +190,11 @@ def test_matrix_query_integers_are_checked(stack, query) -> None:  # type: ignor
     assert status == 400 and body["field"] in ("layer", "step"), (status, body)
 
 
-def test_export_filters_are_checked(stack) -> None:  # type: ignore[no-untyped-def]
-    status, body = call(stack["server"], "GET", f"/jobs/api/runs/{stack['sized']}/events?phase=%5B%5D",
+@pytest.mark.parametrize(("query", "field"), [("phase=%5B%5D", "phase"), ("source=", "source")])
+def test_export_filters_are_checked(stack, query, field) -> None:  # type: ignore[no-untyped-def]
+    status, body = call(stack["server"], "GET", f"/jobs/api/runs/{stack['sized']}/events?{query}",
                         token=stack["token"])
-    assert status == 400 and body["field"] == "phase", (status, body)
+    assert status == 400 and body["field"] == field, (status, body)
 
 
 def _multipart(fields: dict[str, str], file: bytes) -> tuple[bytes, str]:
