@@ -8,4 +8,4 @@ COPY frontend frontend
 COPY manage.py ./
 RUN pip install --no-cache-dir .
 EXPOSE 8000
-CMD ["python", "-m", "daphne", "-b", "0.0.0.0", "-p", "8000", "fabricmon.asgi:application"]
+CMD ["python", "-m", "fabricmon.serve", "-b", "0.0.0.0", "-p", "8000", "fabricmon.asgi:application"]

@@ -11,18 +11,18 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from fabricmon.daphne_uploads import stop_twisted_form_parsing  # noqa: E402
+from fabricmon.jobs.body_guard import BodyGuard  # noqa: E402
 from fabricmon.live import routing as live_routing  # noqa: E402
 from fabricmon.phases import routing as phases_routing  # noqa: E402
 
 # Each app owns its socket routes; only this file knows them all (no app imports another's consumers).
 websocket_urlpatterns = [*live_routing.websocket_urlpatterns, *phases_routing.websocket_urlpatterns]
 
-stop_twisted_form_parsing()  # uploads: Twisted would parse each multipart body in memory first
-
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # body limits and the ingest token before Django reads a byte (inside Daphne, the same
+        # limits apply even earlier: fabricmon/serve.py)
+        "http": BodyGuard(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

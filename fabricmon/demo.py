@@ -8,7 +8,7 @@ Runs, as child processes with logs under ``var/log/``:
                                            gNMI targets (queues, ECN, PFC, watermarks)
     worker     celery -A fabricmon.celery worker
     beat       celery -A fabricmon.celery beat
-    web        daphne fabricmon.asgi:application
+    web        python -m fabricmon.serve fabricmon.asgi:application  (Daphne, body limits first)
 
 and before them ``migrate``, a demo login with an API token (``var/twin-api-token``, 0600) with
 which the twin reports its MoE job's phase events to the jobs API, and ``load_topology`` of the
@@ -66,7 +66,10 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
     "beat": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "beat",
              "--loglevel", "INFO", "--schedule", "{beat_schedule}"],
-    "web": ["{python}", "-m", "daphne", "-b", "{web_host}", "-p", "{web_port}", "fabricmon.asgi:application"],
+    "web": [
+        "{python}", "-m", "fabricmon.serve", "-b", "{web_host}", "-p", "{web_port}",
+        "fabricmon.asgi:application",
+    ],
 }
 
 

@@ -235,6 +235,17 @@ FABRICMON_UPLOAD_INLINE_BYTES = env_int("FABRICMON_UPLOAD_INLINE_BYTES", 8 * 102
 FABRICMON_UPLOAD_DIR = Path(os.environ.get("FABRICMON_UPLOAD_DIR", VAR_DIR / "uploads"))
 # Celery queue the trace imports run on ("celery" = the default queue every worker consumes).
 FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
+# Ranks a run may report when it declares no world_size (matrices are ranks × ranks int64: 1024
+# ranks is 8 MB a matrix), and the largest world_size a run may declare.
+FABRICMON_MAX_RANKS = env_int("FABRICMON_MAX_RANKS", 1024)
+FABRICMON_MAX_WORLD_SIZE = env_int("FABRICMON_MAX_WORLD_SIZE", 65536)
+# Request bodies are refused over these sizes before they are read (fabricmon/jobs/body_guard.py;
+# inside Daphne by fabricmon/serve.py): an event batch, a trace upload (held by Daphne while the
+# app reads it: the cap bounds that memory), any other ingest API body, and every other request.
+FABRICMON_INGEST_MAX_BYTES = env_int("FABRICMON_INGEST_MAX_BYTES", 32 * 1024 * 1024)
+FABRICMON_UPLOAD_MAX_BYTES = env_int("FABRICMON_UPLOAD_MAX_BYTES", 256 * 1024 * 1024)
+FABRICMON_API_MAX_JSON_BYTES = env_int("FABRICMON_API_MAX_JSON_BYTES", 4 * 1024 * 1024)
+FABRICMON_MAX_BODY_BYTES = env_int("FABRICMON_MAX_BODY_BYTES", 8 * 1024 * 1024)
 # Per-token rate limit of the jobs ingest API (a token bucket in Redis): requests per second and
 # burst size per API token; a rate of 0 turns it off. Over the limit: 429 with Retry-After.
 FABRICMON_INGEST_RATE_PER_S = env_float("FABRICMON_INGEST_RATE_PER_S", 200.0)

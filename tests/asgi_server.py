@@ -93,7 +93,7 @@ def start_daphne(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes
     sock.listen(128)
     port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--fd", str(sock.fileno()), "fabricmon.asgi:application"],
+        [sys.executable, "-m", "fabricmon.serve", "--fd", str(sock.fileno()), "fabricmon.asgi:application"],
         env=env,
         cwd=ROOT,
         pass_fds=[sock.fileno()],

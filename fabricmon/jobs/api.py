@@ -16,10 +16,12 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
+from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import sockets
 from fabricmon.jobs import blocks, imports, ingest, matrices, ratelimit, tasks, validation
 from fabricmon.jobs import runs as run_verbs
@@ -27,9 +29,9 @@ from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
 
-MAX_BATCH_BYTES = getattr(settings, "FABRICMON_INGEST_MAX_BYTES", 32 * 1024 * 1024)
+MAX_BATCH_BYTES = settings.FABRICMON_INGEST_MAX_BYTES
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
-MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_JSON_BYTES = settings.FABRICMON_API_MAX_JSON_BYTES
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
@@ -84,11 +86,17 @@ def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
-def _read_json(request: HttpRequest) -> Any:
-    if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_JSON_BYTES:
+def _read_json(request: HttpRequest, empty: Any = None) -> Any:
+    """The body as JSON (``empty`` for an empty body if given, else a 400)."""
+    body = request.read(MAX_JSON_BYTES + 1)  # bounded even when no Content-Length was sent
+    if len(body) > MAX_JSON_BYTES:
         raise validation.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+    if not body.strip():
+        if empty is not None:
+            return empty
+        raise validation.InputError("body", "empty: send a JSON document")
     try:
-        return orjson.loads(request.body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise validation.InputError("body", f"invalid JSON: {exc}") from exc
 
@@ -121,12 +129,14 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
 # --- endpoints ----------------------------------------------------------------------------------
 
 
+@csrf_exempt  # token-free and read-only: an unknown method is a 405, not a CSRF 403
 @require_GET
 def clock(request: HttpRequest) -> HttpResponse:
     """Server time for the probe's NTP-style offset exchange (no auth: it reveals only the time)."""
     return JsonResponse({"server_ns": time.time_ns()})
 
 
+@csrf_exempt
 @require_GET
 def openapi(request: HttpRequest) -> HttpResponse:
     return HttpResponse(OPENAPI_PATH.read_bytes(), content_type="application/json")
@@ -143,7 +153,8 @@ def runs(request: HttpRequest) -> HttpResponse:
     if not isinstance(body, dict):
         raise validation.InputError("body", "must be a JSON object")
     run = run_verbs.create_run(
-        request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""), body.get("world_size")
+        request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""),
+        body.get("world_size"),
     )
     return JsonResponse(_run_json(run), status=201)
 
@@ -167,7 +178,7 @@ def run_tags(request: HttpRequest, run: Run) -> HttpResponse:
 @require_http_methods(["POST"])
 @_input_errors
 def run_end(request: HttpRequest, run: Run) -> HttpResponse:
-    body = _read_json(request) if request.body else {}
+    body = _read_json(request, empty={})
     state = body.get("state", Run.State.FINISHED) if isinstance(body, dict) else None
     return JsonResponse(_run_json(run_verbs.end_run(run, state)))
 
@@ -179,7 +190,12 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
     """A JSON list of entries, or NDJSON (one entry per line)."""
     if request.content_type == "application/x-ndjson":
         entries: list[Any] = []
-        for n, line in enumerate(request.body.split(b"\n"), start=1):
+        raw = request.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise validation.InputError("body", f"larger than {MAX_JSON_BYTES} bytes")
+        if not raw.strip():
+            raise validation.InputError("body", "empty: send one rank entry per line")
+        for n, line in enumerate(raw.split(b"\n"), start=1):
             if line.strip():
                 try:
                     entries.append(orjson.loads(line))
@@ -196,23 +212,24 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
 
 @token_required
 @require_http_methods(["GET", "POST"])
+@_input_errors
 def events(request: HttpRequest, run: Run) -> HttpResponse:
     """POST: an NDJSON batch (valid lines stored, bad ones listed; 422 if any was bad).
     GET: the run's events as NDJSON, streamed (optional ``source``, ``phase`` filters)."""
     if request.method == "GET":
         return _export_events(request, run)
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    length = validation.query_int(request.META.get("CONTENT_LENGTH"), "Content-Length") or 0
     if length > MAX_BATCH_BYTES:
         return _error(413, f"batch of {length} bytes is larger than the limit of {MAX_BATCH_BYTES}", "body")
-    try:
-        offset = int(request.headers.get("X-Clock-Offset-Ns", "0") or 0)
-    except ValueError:
-        return _error(400, "X-Clock-Offset-Ns must be an integer (ns)", "X-Clock-Offset-Ns")
-    if abs(offset) > MAX_OFFSET_NS:
-        return _error(400, f"X-Clock-Offset-Ns must be within ±{MAX_OFFSET_NS} ns", "X-Clock-Offset-Ns")
+    offset = validation.query_int(
+        request.headers.get("X-Clock-Offset-Ns"), "X-Clock-Offset-Ns", minimum=-MAX_OFFSET_NS,
+        maximum=MAX_OFFSET_NS, empty_ok=False,
+    ) or 0
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
+    if not body.strip():  # (split, an empty body is one blank line: it answered 200 {"lines": 1})
+        return _error(400, "empty batch: send one JSON event per line", "body")
     result = ingest.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
     if result.stored:
         sockets.run_changed(run.pk)  # wake the run's phase sockets now, not at their next tick
@@ -223,13 +240,38 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
 
 
 def _export_events(request: HttpRequest, run: Run) -> HttpResponse:
-    source, phase = request.GET.get("source") or None, request.GET.get("phase") or None
+    source, phase = request.GET.get("source"), request.GET.get("phase")
+    for key, value, allowed in (("source", source, SOURCES), ("phase", phase, PHASES)):
+        if value is not None and value not in allowed:  # (an empty filter too: it is no source)
+            expected = ", ".join(allowed)
+            return _error(400, f"unknown {key} {validation.brief(value)}; expected one of {expected}", key)
     # an async iterator: under ASGI Django streams it chunk by chunk (a sync one it collects first)
     lines = blocks.aiter_event_lines(run, source=source, phase=phase)
     return StreamingHttpResponse(lines, content_type="application/x-ndjson")
 
 
 UPLOAD_MODES = ("auto", "inline", "queue")
+
+
+GZIP_INLINE_RATIO = 30  # a gzip upload counts as this many times its size (JSON traces: 5-30x)
+
+
+def inline_size(upload_file: Any, size: int) -> int:
+    """What an inline import of the upload would read: its size, or for gzip the larger of its
+    trailer's decompressed size (ISIZE, exact for honest files under 4 GiB) and its size × 30 —
+    a 2.8 MB gzip of 1 GB JSON was imported inside the request (501 s of CPU) when the compressed
+    size was compared; a forged trailer still leaves at most 1/30 of the inline limit compressed,
+    which the importer's ratio cap bounds."""
+    try:
+        upload_file.seek(0)
+        head = upload_file.read(2)
+        if head != b"\x1f\x8b" or size < 18:
+            return size
+        upload_file.seek(size - 4)
+        isize = int.from_bytes(upload_file.read(4), "little")
+        return max(isize, size * GZIP_INLINE_RATIO)
+    finally:
+        upload_file.seek(0)
 
 
 def import_inline(size: int, mode: str) -> bool:
@@ -255,20 +297,36 @@ def uploads(request: HttpRequest, run: Run) -> HttpResponse:
     if request.method == "GET":
         rows = run.uploads.order_by("-created_at")[:100]
         return JsonResponse({"uploads": [u.as_dict() | {"status_url": upload_status_url(u)} for u in rows]})
-    params = request.POST if request.POST else request.GET
+    try:
+        params = request.POST if request.POST else request.GET
+        upload_file = request.FILES.get("file")
+    except MultiPartParserError as exc:
+        raise validation.InputError("body", f"not a readable multipart/form-data body: {exc}") from exc
     kind = params.get("kind") or request.GET.get("kind", "")
     mode = params.get("mode") or request.GET.get("mode") or "auto"
-    rank_raw = params.get("rank") or request.GET.get("rank")
-    rank: int | None = None
-    if rank_raw not in (None, ""):
-        if not str(rank_raw).isdigit():
-            raise validation.InputError("rank", "must be a non-negative integer")
-        rank = int(rank_raw)
-    upload_file = request.FILES.get("file")
+    rank = validation.query_int(params.get("rank") or request.GET.get("rank"), "rank", maximum=MAX_RANK_FIELD)
     if upload_file is None:
         raise validation.InputError("file", "missing multipart file field 'file'")
+    if kind not in imports.IMPORT_KINDS:  # the form's own values: 400 (the schema's enums)
+        raise validation.InputError("kind", f"unknown trace kind {validation.brief(kind)}; expected one of "
+                                            f"{', '.join(imports.IMPORT_KINDS)}")
+    if mode not in UPLOAD_MODES:
+        raise validation.InputError("mode", f"must be one of {', '.join(UPLOAD_MODES)}")
+    try:
+        return _upload(run, kind, mode, rank, upload_file)
+    except validation.InputError as exc:  # a well-formed request this run cannot take, or its file
+        return _error(422, exc.reason, exc.field)
+
+
+MAX_RANK_FIELD = 65535  # the schema's bound on a rank field; the run's own world_size is checked after
+
+
+def _upload(run: Run, kind: str, mode: str, rank: int | None, upload_file: Any) -> HttpResponse:
+    if rank is not None and rank >= ingest.rank_limit(run):
+        raise validation.InputError("rank", f"{rank} is not a rank of this run "
+                                            f"({validation.rank_bound_text(ingest.rank_limit(run))})")
     size = upload_file.size or 0
-    if not import_inline(size, mode):
+    if not import_inline(inline_size(upload_file, size) if mode == "auto" else size, mode):
         try:
             upload = imports.queue_import(
                 run, kind, upload_file, filename=upload_file.name or "", rank=rank, size_bytes=size,
@@ -298,16 +356,21 @@ def upload_detail(request: HttpRequest, run: Run, upload_id: int) -> HttpRespons
 
 @token_required
 @require_GET
+@_input_errors
 def matrix(request: HttpRequest, run: Run) -> HttpResponse:
     """The traffic matrix of one (step, layer, phase) — or summed over steps when step is omitted."""
-    qs = TrafficMatrix.objects.filter(run=run, source=request.GET.get("source", "probe"))
-    for key in ("layer", "step"):
-        raw = request.GET.get(key)
-        if raw not in (None, ""):
-            if not raw.lstrip("-").isdigit():
-                return _error(400, f"{key} must be an integer", key)
-            qs = qs.filter(**{key: int(raw)})
-    if request.GET.get("phase"):
-        qs = qs.filter(phase=request.GET["phase"])
+    source = request.GET.get("source", "probe")
+    if source not in SOURCES:
+        raise validation.InputError("source", f"unknown source {validation.brief(source)}")
+    qs = TrafficMatrix.objects.filter(run=run, source=source)
+    for key, most in (("layer", validation.MAX_LAYER), ("step", validation.INT64_MAX)):
+        value = validation.query_int(request.GET.get(key), key, minimum=-1, maximum=most, empty_ok=False)
+        if value is not None:
+            qs = qs.filter(**{key: value})
+    phase = request.GET.get("phase")
+    if phase:
+        if phase not in PHASES:
+            raise validation.InputError("phase", f"unknown phase {validation.brief(phase)}")
+        qs = qs.filter(phase=phase)
     sent, received = matrices.sum_matrices(list(qs))
     return JsonResponse({"n_ranks": len(sent), "sent": sent, "received": received, "matrices": qs.count()})

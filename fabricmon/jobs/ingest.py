@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from django.conf import settings
 from django.db import connection, transaction
 
 from collectors.traces.schema import PHASES, SOURCES
@@ -193,11 +194,18 @@ def _group_keys(cols: EventColumns) -> tuple[list[tuple[str, int, int, str]], np
     return keys, inverse.reshape(-1)
 
 
+def rank_limit(run: Run) -> int:
+    """Ranks of ``run`` are below this: its world_size, or ``FABRICMON_MAX_RANKS`` when it declares
+    none. The matrices are rank × rank: without this bound one 1 KB line with rank 3000 made
+    720 MB of them."""
+    return int(run.world_size or settings.FABRICMON_MAX_RANKS)
+
+
 def ingest_ndjson(run: Run, body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000) -> IngestResult:
     """Validate and store one NDJSON batch: valid lines are kept, bad ones reported by number."""
     if not -MAX_OFFSET_NS <= clock_offset_ns <= MAX_OFFSET_NS:
         raise InputError("X-Clock-Offset-Ns", f"must be within ±{MAX_OFFSET_NS} ns")
-    cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns, max_lines)
+    cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns, max_lines, rank_limit(run))
     result = store_columns(run, cols)
     result.lines, result.rejected = lines, errors
     return result
@@ -213,15 +221,16 @@ def ingest_events(
     running totals after each one."""
     total = IngestResult()
     chunk: list[dict[str, Any]] = []
+    max_rank = rank_limit(run)
     for event in events:
         chunk.append(event)
         if len(chunk) >= batch_size:
-            total.add(store_batch(run, validate_dicts(chunk)), total.lines)
+            total.add(store_batch(run, validate_dicts(chunk, max_rank=max_rank)), total.lines)
             chunk = []
             if on_batch is not None:
                 on_batch(total)
     if chunk:
-        total.add(store_batch(run, validate_dicts(chunk)), total.lines)
+        total.add(store_batch(run, validate_dicts(chunk, max_rank=max_rank)), total.lines)
     return total
 
 

@@ -34,6 +34,7 @@ from fabricmon.jobs.validation import (
     _MIN_NS,
     INT64_MAX,
     MAX_ID_LEN,
+    MAX_LAYER,
     MAX_OFFSET_NS,
     LineError,
     _FieldError,
@@ -52,7 +53,7 @@ class _Line(msgspec.Struct, gc=False):
     end_ns: _Ns
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LEN)] | None = None
     step: _NonNeg | None = None
-    layer: _NonNeg | None = None
+    layer: Annotated[int, msgspec.Meta(ge=0, le=MAX_LAYER)] | None = None
     seq: _NonNeg | None = None
     phase: Literal[PHASES] = "other"  # type: ignore[valid-type]
     source: Literal[SOURCES] = "api"  # type: ignore[valid-type]
@@ -72,7 +73,9 @@ class _Line(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(_Line)
 _NULL = b"null"
 _DIGITS = b"0123456789"
-_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError)
+# msgspec raises RecursionError past ~1,000 levels of nesting (a hostile peer map); orjson stops at
+# 1,024 with a JSONDecodeError, so the careful path names the line
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
 def _skeleton(k: int, spaced: bool) -> bytes:
@@ -91,13 +94,15 @@ _TO_NUMBERS = bytes(32 if c in b'{"}' else 44 if c == ord(":") else c for c in r
 _BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
-def _peer_columns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _peer_columns(
+    raws: list[Any], max_rank: int = INT64_MAX
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Raw JSON peer maps (``None`` = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
     absent map; ok[i] false sends line i to the careful path (anything but plain
-    {"digits": digits} maps with distinct keys and values below 10**18); peers/bytes are flat for
-    the ok maps, in order. The maps' shape is checked on the batch's bytes at once (digits removed,
-    what is left must be the compact or json.dumps skeleton of as many entries as the map has
-    colons), then all their numbers are read in one C call."""
+    {"digits": digits} maps with distinct keys below ``max_rank`` and values below 10**18);
+    peers/bytes are flat for the ok maps, in order. The maps' shape is checked on the batch's
+    bytes at once (digits removed, what is left must be the compact or json.dumps skeleton of as
+    many entries as the map has colons), then all their numbers are read in one C call."""
     n = len(raws)
     texts = [_NULL if r is None else r for r in raws]
     joined, bounds, a = _joined(texts)
@@ -133,7 +138,7 @@ def _peer_columns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     peers, nbytes = numbers
     if len(peers):
         owner = np.repeat(np.flatnonzero(has), k[has])
-        big = (peers >= _BIG) | (nbytes >= _BIG)
+        big = (peers >= min(_BIG, max_rank)) | (nbytes >= _BIG)
         # a repeated key: JSON keeps its last value, so the careful path decides (maps are
         # usually in rank order: one comparison; otherwise a sort finds the repeats)
         rising = peers[1:] > peers[:-1]
@@ -228,15 +233,18 @@ def _opt(values: tuple[Any, ...]) -> np.ndarray:
     return np.array([NONE if v is None else v for v in values], dtype=np.int64)
 
 
-def _fast_columns(structs: list[_Line], clock_offset_ns: int) -> tuple[EventColumns, np.ndarray]:
+def _fast_columns(
+    structs: list[_Line], clock_offset_ns: int, max_rank: int = INT64_MAX
+) -> tuple[EventColumns, np.ndarray]:
     """Columns for the decoded structs, and a mask of the ones that passed every rule."""
     # one transpose in C (astuple + zip) instead of a Python pass per field
     fields_t = zip(*map(astuple, structs), strict=True)
     g: dict[str, Any] = dict(zip(_Line.__struct_fields__, fields_t, strict=True))
     n = len(structs)
-    send_n, send_ok, send_peer, send_bytes = _peer_columns(g["send_bytes_per_peer"])
-    recv_n, recv_ok, recv_peer, recv_bytes = _peer_columns(g["recv_bytes_per_peer"])
-    ok = send_ok & recv_ok
+    send_n, send_ok, send_peer, send_bytes = _peer_columns(g["send_bytes_per_peer"], max_rank)
+    recv_n, recv_ok, recv_peer, recv_bytes = _peer_columns(g["recv_bytes_per_peer"], max_rank)
+    rank = np.array(g["rank"], dtype=np.int64)
+    ok = send_ok & recv_ok & (rank < max_rank)  # out of the run's ranks: the careful path names it
     start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)
     ok &= end >= start
     offsets = g["clock_offset_ns"]
@@ -268,7 +276,7 @@ def _fast_columns(structs: list[_Line], clock_offset_ns: int) -> tuple[EventColu
         ok &= np.array([i is not None for i in g["id"]], dtype=bool)
     cols = EventColumns(
         event_id=list(g["id"]),
-        rank=np.array(g["rank"], dtype=np.int64),
+        rank=rank,
         step=_opt(g["step"]),
         layer=_opt(g["layer"]),
         seq=_opt(g["seq"]),
@@ -309,9 +317,10 @@ def _pg_ranks_text(raw: bytes) -> str | None:
 
 
 def parse_ndjson_columns(
-    body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000
+    body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000, max_rank: int = INT64_MAX
 ) -> tuple[EventColumns, list[LineError], int]:
-    """An NDJSON body → (columns of the valid lines, per-line errors, lines read)."""
+    """An NDJSON body → (columns of the valid lines, per-line errors, lines read); every rank
+    (an event's and its peers') must be below ``max_rank``."""
     decode = _DECODER.decode
     structs: list[_Line] = []
     struct_lines: list[int] = []
@@ -343,7 +352,7 @@ def parse_ndjson_columns(
             n = len(body.split(b"\n"))
     parts = []
     if structs:
-        fast, ok = _fast_columns(structs, clock_offset_ns)
+        fast, ok = _fast_columns(structs, clock_offset_ns, max_rank)
         if ok.all():
             parts.append(fast)
         else:
@@ -360,7 +369,7 @@ def parse_ndjson_columns(
                 errors.append(LineError(line, "", f"invalid JSON: {exc}"))
                 continue
             try:
-                rows.append(validate_event(obj, clock_offset_ns))
+                rows.append(validate_event(obj, clock_offset_ns, max_rank))
             except _FieldError as bad_field:
                 errors.append(LineError(line, bad_field.field, bad_field.reason))
                 continue

@@ -28,14 +28,17 @@ def issue_token(user, name: str = "") -> tuple[ApiToken, str]:  # type: ignore[n
     return row, token
 
 
-def authenticate_token(token: str) -> ApiToken | None:
-    """The live token row for a presented token, or None (unknown, malformed or revoked)."""
+def authenticate_token(token: str, touch: bool = True) -> ApiToken | None:
+    """The live token row for a presented token, or None (unknown, malformed or revoked);
+    ``touch`` records its use (the body guard's early check only reads)."""
     if not token.startswith(TOKEN_PREFIX):
         return None
     prefix = token[len(TOKEN_PREFIX) :].split("_", 1)[0]
     digest = _digest(token)
     for row in ApiToken.objects.filter(prefix=prefix, revoked_at__isnull=True).select_related("user"):
         if hmac.compare_digest(row.digest, digest):
+            if not touch:
+                return row
             ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
             return row
     return None

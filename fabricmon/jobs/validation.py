@@ -22,6 +22,7 @@ MAX_ID_LEN = 80
 # 2000-01-01 .. 2200-01-01 in ns: catches µs or s sent where ns are expected.
 _MIN_NS, _MAX_NS = 946_684_800 * 10**9, 7_258_118_400 * 10**9
 INT64_MAX = 2**63 - 1  # every stored integer is an int64 column
+MAX_LAYER = 2**31 - 1  # but layer: an int32 column of the matrices and block keys
 MAX_OFFSET_NS = 10**18  # ±31 years: any real clock offset, and start/end + offset still fit int64
 
 
@@ -35,6 +36,17 @@ class LineError:
 
     def as_dict(self) -> dict[str, Any]:
         return {"line": self.line, "field": self.field, "reason": self.reason}
+
+
+def brief(value: Any) -> str:
+    """A value for an error message: scalars shown (cut to 60 characters), anything else by its
+    type only — the repr of a hostile 10,000-deep list is a RecursionError, and of a long one a
+    message as big as the request."""
+    if value is None or isinstance(value, bool | int | float | str):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    kinds = {dict: "object", list: "list"}
+    return f"a JSON {kinds.get(type(value), type(value).__name__)}"
 
 
 class _FieldError(Exception):
@@ -69,7 +81,11 @@ def _str(obj: dict[str, Any], key: str, default: str = "", max_len: int = 200) -
     return value
 
 
-def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
+def rank_bound_text(max_rank: int) -> str:
+    return f"ranks are 0..{max_rank - 1}: the run's world_size, or FABRICMON_MAX_RANKS if it declares none"
+
+
+def _peer_map(obj: dict[str, Any], key: str, max_rank: int = INT64_MAX) -> dict[str, int] | None:
     value = obj.get(key)
     if value is None:
         return None
@@ -83,15 +99,20 @@ def _peer_map(obj: dict[str, Any], key: str) -> dict[str, int] | None:
         and max(map(len, value), default=0) <= 18  # any 18-digit rank fits int64
         and all(type(v) is int for v in values)
         and (not value or (min(values) >= 0 and max(values) <= INT64_MAX))
+        and (not value or max(map(int, value)) < max_rank)
     ):
         return value
     for peer, nbytes in value.items():
         if not (peer.isascii() and peer.isdigit()):
-            raise _FieldError(key, f"peer key {peer!r} is not a global rank")
+            raise _FieldError(key, f"peer key {brief(peer)} is not a global rank")
         if type(nbytes) is not int or nbytes < 0:
-            raise _FieldError(key, f"bytes for peer {peer} must be a non-negative integer, got {nbytes!r}")
-        if nbytes > INT64_MAX or int(peer) > INT64_MAX:
-            raise _FieldError(key, f"peer {peer}: out of the 64-bit integer range")
+            raise _FieldError(
+                key, f"bytes for peer {brief(peer)} must be a non-negative integer, got {brief(nbytes)}"
+            )
+        if nbytes > INT64_MAX or len(peer) > 19 or int(peer) > INT64_MAX:
+            raise _FieldError(key, f"peer {brief(peer)}: out of the 64-bit integer range")
+        if int(peer) >= max_rank:
+            raise _FieldError(key, f"peer {peer} is not a rank of this run ({rank_bound_text(max_rank)})")
     return value
 
 
@@ -106,6 +127,13 @@ def _total(obj: dict[str, Any], key: str, peers: dict[str, int] | None, peers_ke
         if total != peer_sum:
             raise _FieldError(key, f"{total} differs from the sum of {peers_key} ({peer_sum})")
     return total
+
+
+def _layer(obj: dict[str, Any]) -> int | None:
+    layer = _int(obj, "layer", minimum=0)
+    if layer is not None and layer > MAX_LAYER:
+        raise _FieldError("layer", f"must be at most {MAX_LAYER}, got {layer}")
+    return layer
 
 
 def event_id_for(obj: dict[str, Any]) -> str:
@@ -123,7 +151,7 @@ def _nonneg_int_or_none(v: Any) -> bool:
     return v is None or (type(v) is int and 0 <= v <= INT64_MAX)
 
 
-def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
+def _fast_row(obj: Any, clock_offset_ns: int, max_rank: int = INT64_MAX) -> tuple[Any, ...] | None:
     """The common, fully valid line in one pass of cheap checks; None sends the line to the
     careful path below, which names the problem (both give the same row for a valid line)."""
     if type(obj) is not dict:
@@ -138,15 +166,18 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         type(event_id) is str
         and 0 < len(event_id) <= MAX_ID_LEN
         and type(rank) is int
-        and 0 <= rank <= INT64_MAX
+        and 0 <= rank < max_rank
         and type(start_ns) is int
         and type(end_ns) is int
         and _MIN_NS <= start_ns <= end_ns < _MAX_NS
+        and type(phase) is str  # a list or object is unhashable: `in` a set would raise
         and phase in _PHASES
+        and type(source) is str
         and source in _SOURCES
+        and type(time_kind) is str
         and time_kind in _TIME_KINDS
         and _nonneg_int_or_none(step)
-        and _nonneg_int_or_none(layer)
+        and (layer is None or (type(layer) is int and 0 <= layer <= MAX_LAYER))
         and _nonneg_int_or_none(seq)
         and (offset is None or (type(offset) is int and -MAX_OFFSET_NS <= offset <= MAX_OFFSET_NS))
         and type(collective) is str
@@ -160,7 +191,8 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         and type(send) is dict
         and type(recv) is dict
         and (
-            pg_ranks is None or (type(pg_ranks) is list and all(type(r) is int and r >= 0 for r in pg_ranks))
+            pg_ranks is None
+            or (type(pg_ranks) is list and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks))
         )
     ):
         return None
@@ -178,8 +210,10 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
         and min(rv) >= 0
         and sum(sv) <= INT64_MAX
         and sum(rv) <= INT64_MAX
-        and max(map(int, send)) <= INT64_MAX
-        and max(map(int, recv)) <= INT64_MAX
+        and max(map(len, send)) <= 18  # before int(): a 5,000-digit key is a ValueError there
+        and max(map(len, recv)) <= 18
+        and max(map(int, send)) < max_rank
+        and max(map(int, recv)) < max_rank
     ):
         return None
     if offset is None:
@@ -206,15 +240,24 @@ def _fast_row(obj: Any, clock_offset_ns: int) -> tuple[Any, ...] | None:
     )
 
 
-def validate_event(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
-    """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_FieldError``)."""
-    row = _fast_row(obj, clock_offset_ns)
+def validate_event(obj: Any, clock_offset_ns: int = 0, max_rank: int = INT64_MAX) -> tuple[Any, ...]:
+    """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_FieldError``); ranks
+    (the event's and its peers') must be below ``max_rank``."""
+    row = _fast_row(obj, clock_offset_ns, max_rank)
     if row is not None:
         return row
-    return _careful_row(obj, clock_offset_ns)
+    return _careful_row(obj, clock_offset_ns, max_rank)
 
 
-def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
+def _choice(obj: dict[str, Any], key: str, default: str, names: tuple[str, ...]) -> str:
+    value = obj.get(key, default)
+    if type(value) is not str or value not in names:
+        what = key.replace("_", " ")
+        raise _FieldError(key, f"unknown {what} {brief(value)}; expected one of {', '.join(names)}")
+    return value
+
+
+def _careful_row(obj: Any, clock_offset_ns: int = 0, max_rank: int = INT64_MAX) -> tuple[Any, ...]:
     if not isinstance(obj, dict):
         raise _FieldError("", f"line must be a JSON object, got {type(obj).__name__}")
     event_id = obj.get("id")
@@ -223,17 +266,12 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
     elif not isinstance(event_id, str) or not event_id or len(event_id) > MAX_ID_LEN:
         raise _FieldError("id", f"must be a non-empty string of at most {MAX_ID_LEN} characters")
     rank = _int(obj, "rank", required=True, minimum=0)
-    phase = obj.get("phase", "other")
-    if phase not in _PHASES:
-        raise _FieldError("phase", f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
-    source = obj.get("source", "api")
-    if source not in _SOURCES:
-        raise _FieldError("source", f"unknown source {source!r}; expected one of {', '.join(SOURCES)}")
-    time_kind = obj.get("time_kind", "host_call")
-    if time_kind not in _TIME_KINDS:
-        raise _FieldError(
-            "time_kind", f"unknown time kind {time_kind!r}; expected one of {', '.join(TIME_KINDS)}"
-        )
+    assert rank is not None
+    if rank >= max_rank:
+        raise _FieldError("rank", f"{rank} is not a rank of this run ({rank_bound_text(max_rank)})")
+    phase = _choice(obj, "phase", "other", PHASES)
+    source = _choice(obj, "source", "api", SOURCES)
+    time_kind = _choice(obj, "time_kind", "host_call", TIME_KINDS)
     start_ns = _int(obj, "start_ns", required=True)
     end_ns = _int(obj, "end_ns", required=True)
     assert start_ns is not None and end_ns is not None
@@ -243,14 +281,14 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
         raise _FieldError("end_ns", f"ends before it starts ({end_ns} < {start_ns})")
     if end_ns >= _MAX_NS:
         raise _FieldError("end_ns", f"{end_ns} is not a Unix-epoch time in nanoseconds")
-    send = _peer_map(obj, "send_bytes_per_peer")
-    recv = _peer_map(obj, "recv_bytes_per_peer")
+    send = _peer_map(obj, "send_bytes_per_peer", max_rank)
+    recv = _peer_map(obj, "recv_bytes_per_peer", max_rank)
     bytes_sent = _total(obj, "bytes_sent", send, "send_bytes_per_peer")
     bytes_recv = _total(obj, "bytes_recv", recv, "recv_bytes_per_peer")
     pg_ranks = obj.get("pg_ranks")
     if pg_ranks is None:
         pg_ranks_text = ""
-    elif isinstance(pg_ranks, list) and all(type(r) is int and r >= 0 for r in pg_ranks):
+    elif isinstance(pg_ranks, list) and all(type(r) is int and 0 <= r <= INT64_MAX for r in pg_ranks):
         pg_ranks_text = ",".join(map(str, pg_ranks))
     else:
         raise _FieldError("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")
@@ -263,7 +301,7 @@ def _careful_row(obj: Any, clock_offset_ns: int = 0) -> tuple[Any, ...]:
         event_id,
         rank,
         _int(obj, "step", minimum=0),
-        _int(obj, "layer", minimum=0),
+        _layer(obj),
         phase,
         _str(obj, "collective", "unknown", 40) or "unknown",
         _str(obj, "pg", "", 64),
@@ -340,19 +378,39 @@ def parse_ndjson(body: bytes, clock_offset_ns: int = 0, max_lines: int = 100_000
     return ParsedBatch(rows, peers, errors, n)
 
 
-def validate_dicts(events: list[dict[str, Any]], clock_offset_ns: int = 0) -> ParsedBatch:
+def validate_dicts(
+    events: list[dict[str, Any]], clock_offset_ns: int = 0, max_rank: int = INT64_MAX
+) -> ParsedBatch:
     """The same as ``parse_ndjson`` for events already decoded (importers)."""
     rows: list[tuple[Any, ...]] = []
     peers: list[tuple[dict[str, int] | None, dict[str, int] | None]] = []
     errors: list[LineError] = []
     for n, obj in enumerate(events, start=1):
         try:
-            rows.append(validate_event(obj, clock_offset_ns))
+            rows.append(validate_event(obj, clock_offset_ns, max_rank))
         except _FieldError as bad:
             errors.append(LineError(n, bad.field, bad.reason))
             continue
         peers.append((obj.get("send_bytes_per_peer"), obj.get("recv_bytes_per_peer")))
     return ParsedBatch(rows, peers, errors, len(events))
+
+
+def query_int(
+    raw: str | None, field: str, *, minimum: int = 0, maximum: int = INT64_MAX, empty_ok: bool = True
+) -> int | None:
+    """An integer from a query string, form field or header: ASCII digits only (``str.isdigit`` is
+    true for "²", which ``int`` refuses), within [minimum, maximum]; None when absent (or empty,
+    unless ``empty_ok`` is false: the API's own parameters are integers when given)."""
+    if raw is None or (raw == "" and empty_ok):
+        return None
+    text = raw.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+        raise InputError(field, f"must be an integer, got {brief(raw)}")
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise InputError(field, f"must be from {minimum} to {maximum}, got {value}")
+    return value
 
 
 class InputError(ValueError):

@@ -17,9 +17,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from fabricmon.base import access
-from fabricmon.jobs import blocks, imports, matrices, tasks, validation
+from fabricmon.jobs import blocks, imports, ingest, matrices, tasks, validation
 from fabricmon.jobs import runs as run_verbs
-from fabricmon.jobs.api import import_inline
+from fabricmon.jobs.api import import_inline, inline_size
 from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.timeline import DEFAULT_BUCKETS, DEFAULT_ROWS, TimelineQuery, ranks_by_time
 from fabricmon.jobs.tokens import issue_token, revoke_token
@@ -128,10 +128,10 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
             return JsonResponse(
                 {"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=422 if errors else 200
             )
-        rank_raw = request.POST.get("rank", "")
-        rank = int(rank_raw) if rank_raw.isdigit() else None
+        rank = validation.query_int(request.POST.get("rank"), "rank", maximum=ingest.rank_limit(run) - 1)
         size = upload.size or 0
-        if not import_inline(size, request.POST.get("mode") or "auto"):
+        mode = request.POST.get("mode") or "auto"
+        if not import_inline(inline_size(upload, size) if mode == "auto" else size, mode):
             row = imports.queue_import(
                 run, kind, upload, filename=upload.name or "", rank=rank, size_bytes=size,
                 enqueue=tasks.enqueue_import,
@@ -194,12 +194,14 @@ def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     qs = TrafficMatrix.objects.filter(
         run=run, source=request.GET.get("source", "probe"), phase=request.GET.get("phase", "dispatch")
     )
-    layer = request.GET.get("layer", "")
-    if layer.lstrip("-").isdigit():
-        qs = qs.filter(layer=int(layer))
-    step = request.GET.get("step", "")
-    if step.lstrip("-").isdigit():
-        qs = qs.filter(step=int(step))
+    try:
+        layer, step = (validation.query_int(request.GET.get(k), k, minimum=-1) for k in ("layer", "step"))
+    except validation.InputError as exc:
+        return JsonResponse({"error": exc.reason, "field": exc.field}, status=400)
+    if layer is not None:
+        qs = qs.filter(layer=layer)
+    if step is not None:
+        qs = qs.filter(step=step)
     # A long run holds one matrix per step: sum the newest MATRIX_STEPS, never the whole history.
     steps = qs.count()
     sent, received = matrices.sum_matrices(list(qs.order_by("-step")[:MATRIX_STEPS]))

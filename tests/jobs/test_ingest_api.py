@@ -172,13 +172,13 @@ def test_uploads_report_format_errors(api) -> None:
     bad = io.BytesIO(b'{"traceEvents": [{"ph": "X", "name": "a"')
     bad.name = "t.json"
     resp = client.post(f"/jobs/api/runs/{run.pk}/uploads", {"kind": "kineto", "file": bad}, **auth)
-    assert resp.status_code == 400 and resp.json()["field"] == "file"
+    assert resp.status_code == 422 and resp.json()["field"] == "file"  # a well-formed request, a bad file
     evil = io.BytesIO(pickle.dumps(_Evil()))
     evil.name = "fr_rank0"
     resp = client.post(
         f"/jobs/api/runs/{run.pk}/uploads", {"kind": "fr_pickle", "rank": "0", "file": evil}, **auth
     )
-    assert (resp.status_code == 400 and "posix.system" in resp.json()["error"]) or "os.system" in resp.json()[
+    assert (resp.status_code == 422 and "posix.system" in resp.json()["error"]) or "os.system" in resp.json()[
         "error"
     ]
     assert not os.path.exists("/tmp/fabricmon-pwned")

@@ -94,6 +94,19 @@ def test_auto_mode_queues_uploads_above_the_inline_limit(uploads, trace, setting
     assert resp.status_code == 400 and resp.json()["field"] == "mode"
 
 
+def test_auto_mode_judges_a_gzip_upload_by_what_it_inflates_to(uploads, trace, settings) -> None:
+    import gzip
+
+    body, _ = trace
+    packed = gzip.compress(body)
+    # compressed it fits under the limit; inflated it does not: queued (was imported in the request)
+    settings.FABRICMON_UPLOAD_INLINE_BYTES = len(body) - 1
+    assert len(packed) < len(body) - 1
+    assert uploads["post"](packed).status_code == 202
+    settings.FABRICMON_UPLOAD_INLINE_BYTES = max(len(body), 30 * len(packed))
+    assert uploads["post"](packed).status_code == 200
+
+
 def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> None:
     resp = uploads["post"](b'{"traceEvents": [{"ph": "X", "name": "a"', mode="queue")
     assert resp.status_code == 202
@@ -104,7 +117,8 @@ def test_a_queued_upload_that_is_not_a_trace_fails_with_the_reason(uploads) -> N
     bad_kind = uploads["post"](b"{}", mode="queue", kind="nsys")
     assert bad_kind.status_code == 400 and bad_kind.json()["field"] == "kind"
     no_rank = uploads["post"](b"{}", "fr.json", mode="queue", kind="fr")  # no rank in its name either
-    assert no_rank.status_code == 400 and no_rank.json()["field"] == "rank"
+    # well-formed, but this file cannot be placed without a rank (the schema cannot say so): 422
+    assert no_rank.status_code == 422 and no_rank.json()["field"] == "rank"
     assert TraceUpload.objects.filter(run=uploads["run"]).count() == 1
 
 

@@ -95,7 +95,7 @@ def test_hostile_traces_uploaded_to_the_real_server_answer_4xx_with_the_reason(t
     growth per upload (VmHWM, reset before each) beyond the upload's own size stays within the
     bound (Daphne queues a request's whole body as ASGI messages before Django reads it: that
     much is Daphne's); it still answers after. Imported inline (64 MB limit) to see each 400.
-    Before ``fabricmon.daphne_uploads``, Twisted's multipart parse cost a 40 MB upload +480 MB."""
+    Before ``fabricmon.serve`` turned it off, Twisted's multipart parse cost a 40 MB upload +480 MB."""
     from asgi_server import start_daphne
 
     from collectors.probe import IngestClient
