@@ -28,7 +28,7 @@ run() {  # run <label> <pytest args…>
 
 run main -m "not e2e and not soak" "$@"
 run e2e -m "e2e and not soak" "$@"
-# the soak needs the machine to itself: alone, after the others (bench/soak.py for 9 minutes)
+# the soak needs the machine to itself: alone, after the others (bench/soak.py for 8 minutes)
 PYTEST_WORKERS=1 run soak -m soak "$@"
 echo "all suites: $passed passed, $failed failed"
 exit "$status"

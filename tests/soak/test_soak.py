@@ -1,4 +1,4 @@
-"""The soak in `make test`: `make soak`'s harness (bench/soak.py) for 9 minutes — the whole product
+"""The soak in `make test`: `make soak`'s harness (bench/soak.py) for 8 minutes — the whole product
 started as `make demo` starts it, two forced kills of the lease-holding worker, a 20 s Redis
 restart, every nav page timed and loaded in Chromium — and its invariants must hold. Marked
 ``soak`` and run in its own pytest process after the others (scripts/test.sh): it needs the
@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.soak, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
-MINUTES = 9
+MINUTES = 8
 
 
 @pytest.mark.timeout(MINUTES * 60 + 900)
