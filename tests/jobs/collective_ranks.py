@@ -18,37 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from moe_ranks import AllToAll, spawn_ranks  # the same Megatron a2a and command line (tests/jobs)
 
 from collectors.probe import A2AProbe, EventPoster, IngestClient
 
 HIDDEN = 4
 F32 = 4
-
-
-class _AllToAll(torch.autograd.Function):
-    """Megatron's ``_AllToAll``: backward is the same a2a with the splits swapped."""
-
-    @staticmethod
-    def forward(ctx, x, out_splits, in_splits, group):  # type: ignore[no-untyped-def]
-        ctx.out_splits, ctx.in_splits, ctx.group = out_splits, in_splits, group
-        out = x.new_empty((sum(out_splits), *x.shape[1:]))
-        dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[no-untyped-def]
-        out = grad.new_empty((sum(ctx.in_splits), *grad.shape[1:]))
-        dist.all_to_all_single(out, grad.contiguous(), ctx.in_splits, ctx.out_splits, group=ctx.group)
-        return out, None, None, None
 
 
 def skewed_splits(rows: int, rank: int, layer: int, step: int, world: int) -> list[int]:
@@ -118,10 +101,10 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
                 note(step, "allgather", world * 8, world * world * 8)
                 out_splits = [int(gathered[src][rank]) for src in range(world)]
                 with record_function(f"decoder.layers.{layer}.mlp.token_dispatch"), probe.phase(layer, "dispatch"):
-                    routed = _AllToAll.apply(h, out_splits, in_splits, ep)
+                    routed = AllToAll.apply(h, out_splits, in_splits, ep)
                 expert_out = torch.relu(experts[layer](routed))
                 with record_function(f"decoder.layers.{layer}.mlp.token_combine"), probe.phase(layer, "combine"):
-                    h = _AllToAll.apply(expert_out, in_splits, out_splits, ep)
+                    h = AllToAll.apply(expert_out, in_splits, out_splits, ep)
                 for phase, sent, got in (("dispatch", in_splits, out_splits), ("combine", out_splits, in_splits)):
                     note(step, "all_to_allv", sum(sent) * HIDDEN * F32, sum(got) * HIDDEN * F32,
                          layer=layer, phase=phase)
@@ -137,18 +120,7 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("base_url")
-    parser.add_argument("token")
-    parser.add_argument("run_id", type=int)
-    parser.add_argument("--world", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=2)
-    args = parser.parse_args()
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
-    torch.set_num_threads(1)
-    mp.spawn(rank_main, args=(args,), nprocs=args.world, join=True)
+    spawn_ranks(rank_main)
 
 
 if __name__ == "__main__":

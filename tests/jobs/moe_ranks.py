@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,7 +28,7 @@ from collectors.probe import A2AProbe, EventPoster, IngestClient
 HIDDEN = 4
 
 
-class _AllToAll(torch.autograd.Function):
+class AllToAll(torch.autograd.Function):
     """Megatron's pattern: backward is the same a2a with the splits swapped."""
 
     @staticmethod
@@ -92,11 +93,11 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
                 dist.all_gather(gathered, counts)  # the exchange of counts (not an a2a)
                 out_splits = [int(gathered[src][rank]) for src in range(world)]
                 with probe.phase(layer, "dispatch"):
-                    routed = _AllToAll.apply(h, out_splits, in_splits, ep)
+                    routed = AllToAll.apply(h, out_splits, in_splits, ep)
                 a2a_truth(step, layer, "dispatch", in_splits, out_splits)
                 expert_out = torch.relu(experts[layer](routed))
                 with probe.phase(layer, "combine"):
-                    h = _AllToAll.apply(expert_out, in_splits, out_splits, ep)
+                    h = AllToAll.apply(expert_out, in_splits, out_splits, ep)
                 a2a_truth(step, layer, "combine", out_splits, in_splits)
             loss = h.pow(2).sum()
             loss.backward()
@@ -125,7 +126,9 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
+def spawn_ranks(rank_main: Callable[[int, argparse.Namespace], None]) -> None:
+    """Both gloo jobs' command line (OUT_DIR BASE_URL TOKEN RUN_ID [--world --layers --steps]),
+    then ``rank_main`` in one process per rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("base_url")
@@ -138,6 +141,10 @@ def main() -> None:
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     torch.set_num_threads(1)
     mp.spawn(rank_main, args=(args,), nprocs=args.world, join=True)
+
+
+def main() -> None:
+    spawn_ranks(rank_main)
 
 
 if __name__ == "__main__":
