@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 PENDING_BYTES = 64 << 20
 
 
+def reported_step(step: int, every_steps: int, block_steps: int) -> bool:
+    """Whether ``step`` is reported: ``block_steps`` consecutive steps of every
+    ``every_steps × block_steps``."""
+    return not (step // block_steps) % every_steps
+
+
 def _read_token(path: str) -> str:
     """The token file's content; OSError while it does not exist yet or is still empty."""
     with open(path) as f:
@@ -101,7 +107,7 @@ class LiveJobReporter:
 
     # -- the timeline's hook (twin loop thread): O(1), never blocks -----------------------------
     def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
-        if (ph.step // self.block_steps) % self.every_steps:
+        if not reported_step(ph.step, self.every_steps, self.block_steps):
             return
         with self._lock:
             self.phases_seen += 1

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from twin.job_reporter import rank_hosts
-from twin.live_reporter import PENDING_BYTES, LiveJobReporter
+from twin.live_reporter import PENDING_BYTES, LiveJobReporter, reported_step
 from twin.schedule import Phase
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class ReporterProcess:
         self._retry.value = float(value)
 
     def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
-        if (ph.step // self.block_steps) % self.every_steps:
+        if not reported_step(ph.step, self.every_steps, self.block_steps):  # before the matrix is copied
             return
         try:
             self._queue.put_nowait((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns,
