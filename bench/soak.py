@@ -185,7 +185,8 @@ class Record:
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.var_dir = Path(args.out or tempfile.mkdtemp(prefix="fabricmon-soak-"))
+        # absolute: the stack's processes run from other directories and the database URL names this path
+        self.var_dir = Path(args.out or tempfile.mkdtemp(prefix="fabricmon-soak-")).resolve()
         self.sup = demo.supervisor(self.var_dir)
         env = self.sup.env
         env["DATABASE_URL"] = f"sqlite:///{self.var_dir / 'fabricmon.sqlite3'}"
