@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
+from fabricmon.jobs import matrix_blobs
 from fabricmon.jobs.columns import (
     EventColumns,
 )
@@ -64,15 +65,12 @@ class _DenseSums:
         # (bincount's weights are float64: add.at keeps the int64 byte counts exact)
         np.add.at(dense, flat_index, peers.nbytes)
         self.parts = dense.reshape(touched, 2, n, n)
-        self.raw = self.parts.astype("<i8", copy=False).tobytes()
-        self.size = n * n * 8
 
     def part(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         return self.parts[j, 0], self.parts[j, 1]
 
     def blobs(self, j: int) -> tuple[bytes, bytes]:
-        size = self.size
-        return self.raw[2 * j * size : (2 * j + 1) * size], self.raw[(2 * j + 1) * size : (2 * j + 2) * size]
+        return _blobs(*self.part(j))
 
 
 class _SortedSums:
@@ -93,8 +91,11 @@ class _SortedSums:
         return m[0], m[1]
 
     def blobs(self, j: int) -> tuple[bytes, bytes]:
-        sent, received = self.part(j)
-        return sent.astype("<i8").tobytes(), received.astype("<i8").tobytes()
+        return _blobs(*self.part(j))
+
+
+def _blobs(sent: np.ndarray, received: np.ndarray) -> tuple[bytes, bytes]:
+    return matrix_blobs.encode(sent), matrix_blobs.encode(received, same_as=sent)
 
 
 def add_events(
@@ -133,11 +134,12 @@ def _write(
             part_sent, part_recv = sums.part(j)
             n_old = old[5]
             m = max(n_old, n)
-            m_sent = _grown(np.frombuffer(bytes(old[6]), dtype="<i8").reshape(n_old, n_old), m)
-            m_recv = _grown(np.frombuffer(bytes(old[7]), dtype="<i8").reshape(n_old, n_old), m)
+            old_sent = matrix_blobs.decode(old[6], n_old)
+            m_sent = _grown(old_sent, m)
+            m_recv = _grown(matrix_blobs.decode(old[7], n_old, sent=old_sent), m)
             m_sent[:n, :n] += part_sent
             m_recv[:n, :n] += part_recv
-            updates.append((m, m_sent.tobytes(), m_recv.tobytes(), old[8] + calls[j], old[0]))
+            updates.append((m, *_blobs(m_sent, m_recv), old[8] + calls[j], old[0]))
         _update(cursor, table, updates)
         insert_many(
             cursor,

@@ -1,0 +1,59 @@
+"""The stored form of traffic matrices: every layout round-trips, old raw rows stay readable,
+and what is written follows the bytes sent (not rank²)."""
+
+import numpy as np
+import pytest
+
+from fabricmon.jobs import matrix_blobs as mb
+
+
+@pytest.mark.parametrize("hi", [0, 200, 60_000, 4_000_000_000, 2**40])
+def test_dense_round_trip_in_the_narrowest_width(hi: int) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(1, hi + 2, size=(16, 16), dtype=np.int64)
+    a[0, 0] = hi
+    blob = mb.encode(a)
+    assert np.array_equal(mb.decode(blob, 16), a)
+    width = blob[5]
+    assert width == (1 if hi < 256 else 2 if hi < 65536 else 4 if hi < 2**32 else 8)
+    assert len(blob) == 6 + 256 * width
+
+
+def test_negative_cells_keep_int64() -> None:
+    a = np.array([[-5, 3], [7, 2**50]], dtype=np.int64)
+    assert np.array_equal(mb.decode(mb.encode(a), 2), a)
+
+
+def test_a_few_pairs_of_many_ranks_are_stored_sparse() -> None:
+    a = np.zeros((3000, 3000), dtype=np.int64)  # what a hostile rank=3000 batch would make
+    a[2999, 17] = 123_456
+    blob = mb.encode(a)
+    assert len(blob) < 20  # 6 header + one index + one 32-bit value, not 72 MB
+    assert np.array_equal(mb.decode(blob, 3000), a)
+
+
+def test_received_equal_to_sent_is_a_reference() -> None:
+    sent = np.arange(64, dtype=np.int64).reshape(8, 8)
+    assert mb.encode(sent.copy(), same_as=sent) == mb.SAME_AS_SENT
+    assert np.array_equal(mb.decode(mb.SAME_AS_SENT, 8, sent=sent), sent)
+    other = sent.copy()
+    other[1, 1] += 1
+    assert np.array_equal(mb.decode(mb.encode(other, same_as=sent), 8, sent=sent), other)
+    with pytest.raises(mb.MatrixBlobError, match="without its sent"):
+        mb.decode(mb.SAME_AS_SENT, 8)
+
+
+def test_raw_int64_rows_from_before_stay_readable_and_never_collide() -> None:
+    a = np.array([[1, 2], [3, 4]], dtype="<i8")
+    assert np.array_equal(mb.decode(a.tobytes(), 2), a)
+    one = np.array([[300]], dtype=np.int64)  # 1×1 at 16 bits would be 8 bytes: the raw length
+    blob = mb.encode(one)
+    assert len(blob) != 8 and np.array_equal(mb.decode(blob, 1), one)
+
+
+@pytest.mark.parametrize("blob", [b"", b"junk", mb.MAGIC + bytes([0, 3]), mb.MAGIC + bytes([9, 4]) + b"x" * 4,
+                                  mb.MAGIC + bytes([0, 4]) + b"\0" * 5,
+                                  mb.MAGIC + bytes([1, 4]) + (99).to_bytes(4, "little") + b"\0" * 4])
+def test_a_broken_blob_is_a_clear_error(blob: bytes) -> None:
+    with pytest.raises(mb.MatrixBlobError):
+        mb.decode(blob, 2)
