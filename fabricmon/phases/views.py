@@ -7,6 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 
 from fabricmon.base import access
+from fabricmon.base.responses import json_response
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases import services
@@ -58,7 +59,7 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     data["state"] = run.state  # the page keeps polling while the run is running
     if request.GET.get("fold") == "1":
         data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}
-    return JsonResponse(data, status=200)
+    return json_response(data)
 
 
 @login_required

@@ -94,7 +94,8 @@ class SourceView:
             "gates": [g.as_dict() for g in self.gates],
             "failed": [g.reason for g in failing(self.gates)],
             "columns": [list(c) for c in self.columns],
-            "values": json_rows(load) if load is not None and with_values else None,
+            # whole bytes: a fraction of a byte means nothing, and integers are half the JSON
+            "values": json_rows(load, whole=True) if load is not None and with_values else None,
             "hot_port": hot_ports(load) if load is not None and load.size else None,
         }
 
@@ -105,8 +106,11 @@ def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int
     arr = np.asarray(a, dtype=np.float64)
     ok = np.isfinite(arr)
     vals = np.rint(np.where(ok, arr, 0.0)).astype(np.int64) if whole else arr
-    return [[v if k else None for v, k in zip(row, oks, strict=True)]
-            for row, oks in zip(np.where(ok, vals, 0).tolist(), ok.tolist(), strict=True)]
+    rows: list[list[float | int | None]] = np.where(ok, vals, 0).tolist()
+    # only rows with a gap go through Python per value (a view is mostly whole rows of data)
+    for i in np.flatnonzero(~ok.all(axis=1)).tolist():
+        rows[i] = [v if k else None for v, k in zip(rows[i], ok[i].tolist(), strict=True)]
+    return rows
 
 
 def hot_ports(a: npt.ArrayLike) -> list[int | None]:
