@@ -2,7 +2,8 @@
 
 A lease is a Redis key (``base.keys.lease``) holding the holder's token, set with ``SET NX PX``.
 The holder renews it every third of its TTL with a compare-and-``PEXPIRE`` (Lua: only if the key
-still holds *its* token) and keeps it for as long as it is healthy: a healthy shard is never handed
+still holds *its* token), from a thread of its own while its event loop keeps beating
+(``keep_alive``), and keeps it for as long as it is healthy: a healthy shard is never handed
 back, so there is no handover to lose a tick at. It hands the shard back (compare-and-``DEL``)
 only when its worker shuts down; a worker that dies just stops renewing.
 
@@ -26,14 +27,18 @@ Redis gone) stops polling at once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
+import threading
 import time
 
 import redis
 
 from fabricmon.base import keys
+
+log = logging.getLogger(__name__)
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -49,6 +54,7 @@ return 0
 """
 WATCH_S = 0.05  # how often a standby looks at its shard's lease
 MARGIN_S = 0.05  # a holder stops polling this long before its lease could have expired in Redis
+STALLED_AFTER_S = 10.0  # a holder whose loop has not run for this long stops being renewed
 MIN_TTL_S = 0.5
 MAX_TTL_S = 30.0
 
@@ -76,6 +82,9 @@ class _Claim:
         self.r, self.key, self.token, self.ttl_s = r, key, token, ttl_s
         self.held = True
         self.valid_until = sent + ttl_s - MARGIN_S
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+        self.last_beat, self.stalled_after_s = time.monotonic(), STALLED_AFTER_S
 
     @classmethod
     def _take(cls, r: redis.Redis, key: str, ttl_s: float) -> tuple[str, float] | None:
@@ -95,11 +104,41 @@ class _Claim:
             self.valid_until = sent + self.ttl_s - MARGIN_S
         return self.held
 
+    def keep_alive(self, stalled_after_s: float = STALLED_AFTER_S) -> None:
+        """Renew every third of the TTL from a thread of its own until released or lost, for as
+        long as the holder calls :meth:`beat` at least every ``stalled_after_s`` (idempotent).
+
+        The holder's event loop is busy — building a shard's framer and sessions, framing 768
+        ports, a slow history write — and under load a renew left to it came later than the
+        0.85 s TTL: the standby took the lease, then the next one took it from the standby (four
+        holders in 3 s, two ticks lost). A thread renews while the loop works; the beats keep a
+        wedged loop from holding its shard forever (it is taken over ``stalled_after_s`` later)."""
+        if self._keeper is None and self.held:
+            self.stalled_after_s = stalled_after_s
+            self.beat()
+            self._keeper = threading.Thread(target=self._keep, name=f"renew {self.key}", daemon=True)
+            self._keeper.start()
+
+    def beat(self) -> None:
+        """The holder is alive and working (its loop ran since the last beat)."""
+        self.last_beat = time.monotonic()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            if time.monotonic() - self.last_beat > self.stalled_after_s:
+                log.warning("%s: holder stalled for over %.0f s: handed back", self.key,
+                            self.stalled_after_s)
+                self.release()  # the standby takes it at once (the wedged loop polls no more: held is off)
+                return
+            if not self.renew():
+                return
+
     def valid(self) -> bool:
         """True while the claim cannot have expired in Redis (no round trip: checked before each poll)."""
         return self.held and time.monotonic() < self.valid_until
 
     def release(self) -> None:
+        self._stop.set()
         if self.held:
             self.held = False
             with contextlib.suppress(redis.RedisError):  # Redis gone: the key expires on its own

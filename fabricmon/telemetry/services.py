@@ -94,6 +94,7 @@ def run_shard(
             if lease is None:
                 return ShardReport(shard_id, acquired=False, ended=ended)
             took_over = True
+        lease.keep_alive()  # from now: the framer and sessions below take a while to build
         try:
             framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
             sink = _history_sink(redis_url) if history else None

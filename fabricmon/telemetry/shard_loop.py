@@ -2,7 +2,7 @@
 
 One asyncio task per switch, one per fabric deadline, one supervisor::
 
-    supervisor ── every 0.1 s: stop requested? lease over? renew lease (compare-and-PEXPIRE)
+    supervisor ── every 0.25 s: stop requested? lease lost? (renewed from its own thread)
     leaf-r0   ──▶ sleep to next k·I ─▶ poll ─▶ rates vs previous read ─▶ slice ─▶ report ─▶ health
     leaf-r1   ──▶ …                                    (a dead switch times out on its own task;
     spine0    ──▶ …                                     the others keep their schedule)
@@ -236,14 +236,14 @@ class ShardCollector:
                 return  # lost meanwhile: nothing left to hand over
 
     async def _supervise(self) -> str:
-        """Renew the lease every third of its TTL for as long as the shard is held; a healthy shard
-        is never handed back (``run_s`` bounds tests and benches, ``stop_event`` a shutdown)."""
+        """Keep the lease (renewed from its own thread, ``Lease.keep_alive``) for as long as the
+        shard is held; a healthy shard is never handed back (``run_s`` bounds tests and benches,
+        ``stop_event`` a shutdown)."""
         end = math.inf if self.run_s is None else time.monotonic() + self.run_s
-        renew_every = self.lease.ttl_s / 3
-        next_renew = time.monotonic() + renew_every
+        self.lease.keep_alive()
         while True:
             now = time.monotonic()
-            await asyncio.sleep(max(0.0, min(next_renew, end, now + SUPERVISE_WAKE_S) - now))
+            await asyncio.sleep(max(0.0, min(end, now + SUPERVISE_WAKE_S) - now))
             now = time.monotonic()
             if self.stop_event is not None and self.stop_event.is_set():
                 return "stopped"
@@ -251,11 +251,10 @@ class ShardCollector:
                 return "lease_end"
             if self._stopping:  # a switch loop saw the lease's local validity run out
                 return "lease_lost"
-            if now >= next_renew:
-                if not self.lease.renew():
-                    log.warning("shard %s: lease lost, stopping", self.shard.shard_id)
-                    return "lease_lost"
-                next_renew = now + renew_every
+            if not self.lease.held:
+                log.warning("shard %s: lease lost, stopping", self.shard.shard_id)
+                return "lease_lost"
+            self.lease.beat()
 
     # --- one switch ---------------------------------------------------------------------------
 

@@ -41,6 +41,26 @@ def test_lease_is_exclusive_renewable_and_expires(redis_client, fabric_name) -> 
     assert redis_client.exists(keys.lease(shard)) == 0
 
 
+def test_a_busy_holder_keeps_its_lease_and_a_stalled_one_loses_it(redis_client, fabric_name) -> None:
+    """Renewed from its own thread: a holder whose loop is busy for several TTLs (building its
+    shard, a long frame) keeps the shard; one whose loop stopped beating is let go."""
+    shard = f"{fabric_name}:0"
+    busy = Lease.acquire(redis_client, shard, ttl_s=0.6)
+    assert busy is not None
+    busy.keep_alive(stalled_after_s=2.0)
+    for _ in range(3):
+        time.sleep(0.5)  # the holder's loop works; nobody calls renew() by hand
+        busy.beat()
+    assert busy.held and busy.valid() and Lease.acquire(redis_client, shard, ttl_s=0.6) is None
+    time.sleep(3.0)  # no beat: the loop is wedged
+    assert not busy.held and not busy.valid()
+    taker = Lease.acquire(redis_client, shard, ttl_s=0.6)
+    assert taker is not None
+    busy.release()  # the stalled holder's release leaves the new holder's lease alone
+    assert holder(redis_client, shard) == taker.token
+    taker.release()
+
+
 def _fabric(name: str):
     return rail_optimized(name, servers=4, gpus_per_server=4, spines=2,
                           snmp=SnmpSettings(interval_s=1.0, timeout_s=0.2, retries=1))
