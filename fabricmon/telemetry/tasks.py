@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 
 from celery import shared_task
@@ -25,16 +26,18 @@ log = logging.getLogger(__name__)
 
 @worker_process_init.connect
 def _fresh_loop_per_process(**_kwargs: object) -> None:
-    # A forked pool child must build its own event loop and SNMP engine (lazily, on first lease),
-    # and hand its shard back when it is told to stop.
+    # A forked pool child must build its own event loop and SNMP engine (lazily, on first lease).
     event_loop.reset_after_fork()
-    signal.signal(signal.SIGTERM, _child_sigterm)
 
 
 def _child_sigterm(signum: int, _frame: object) -> None:
+    """Let the collector hand its lease back (≤ one supervisor wake-up) and its task return, so
+    the child ends as a finished task, not a lost one (billiard's handler, which this replaces
+    while a collector runs, exited mid-task: a WorkerLostError traceback per child on every warm
+    shutdown). A second SIGTERM changes nothing; the alarm bounds the wait."""
+    if services.SHUTDOWN.is_set():
+        return
     services.SHUTDOWN.set()
-    # Let the collector release its lease (≤ one supervisor wake-up), then terminate as before.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.alarm(2)  # SIGALRM's default action ends the process should the task not return
 
 
@@ -60,7 +63,16 @@ def _tell_pool_children(**_kwargs: object) -> None:
 def collect_shard(shard_id: str) -> str:
     """Hold shard ``shard_id`` or stand by for it, for as long as this worker lives."""
     services.shard_started(shard_id)
-    return services.keep_collecting(shard_id)
+    # billiard puts its own SIGTERM handler (exit at once) in place after worker_process_init, so
+    # ours goes in here, for as long as the collector runs, and the pool's afterwards
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _child_sigterm) if main else None
+    try:
+        return services.keep_collecting(shard_id)
+    finally:
+        if main:
+            signal.alarm(0)
+            signal.signal(signal.SIGTERM, previous)
 
 
 @shared_task(name="telemetry.ensure_collectors", ignore_result=True)

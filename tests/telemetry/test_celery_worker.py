@@ -82,3 +82,6 @@ def test_celery_worker_collects_a_twin_fabric(twin_process, fabric_name, redis_u
             worker.wait()
         log.close()
         redis_client.delete(queue)  # a lease that ended re-queued itself; nobody will consume it now
+    # the warm shutdown ended every collector task: no pool child killed mid-task
+    text = (tmp_path / "worker.log").read_text()
+    assert worker.returncode == 0 and "WorkerLostError" not in text and "exited with 'signal" not in text, text[-3000:]
