@@ -94,7 +94,7 @@ def refusal(host: str, ip: IPAddress, allow: tuple[str, ...] = ()) -> str | None
     names = {a.strip().lower() for a in allow}
     if host.lower().strip("[]") in names:
         return None
-    for addr in (ip, *inner):
+    for addr in (*inner, ip):  # what it carries first: the message names the address that matters
         if not (_is_public(addr) or any(addr in net for net in nets)):
             return _why(ip, addr, "")
     return None

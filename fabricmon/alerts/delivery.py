@@ -4,9 +4,10 @@ Retry-After), or failed for good with the reason on the row and on the receiver'
 
 ::
 
-    pending ──claim (conditional UPDATE: attempts+1, lease)──▶ sending ──2xx──────────▶ sent
-       ▲                                                         │ ├─retryable, attempts left─┘ pending (backoff)
-       └──────────── lease expired (its worker died) ────────────┘ └─permanent / out of attempts ─▶ failed
+    pending ──claim (conditional UPDATE: attempts+1, lease)──▶ sending ──2xx──────────────▶ sent
+      ▲ ▲                                                       │ │ │
+      │ └──────────── retryable, attempts left (backoff) ───────┘ │ └─ permanent / out of ─▶ failed
+      └────────────── lease expired (its worker died) ────────────┘      attempts
 
 Retries are rows, not Celery retries: the schedule survives worker restarts. The lease
 (``claimed_until``) is longer than a delivery can take (its deadline bounds DNS, connect, TLS,
@@ -88,7 +89,7 @@ def _finish(outbox_id: int, attempt: int, **fields: object) -> bool:
         claimed_until=None, **fields
     )
     if done != 1:
-        log.warning("delivery %s: attempt %s finished after its lease; outcome not recorded", outbox_id, attempt)
+        log.warning("delivery %s: attempt %s ended after its lease; outcome not recorded", outbox_id, attempt)
     return done == 1
 
 
@@ -153,7 +154,8 @@ def _failed(row: Outbox, attempt: int, rcv: Receiver, exc: TransportError, now: 
 
 def hand_back_expired(now: datetime) -> int:
     """Rows whose claimer died (lease over) are due again, or failed if out of attempts."""
-    lease = Q(claimed_until__lt=now) | Q(claimed_until=None, claimed_at__lt=now - timedelta(seconds=lease_s()))
+    old_claim = now - timedelta(seconds=lease_s())
+    lease = Q(claimed_until__lt=now) | Q(claimed_until=None, claimed_at__lt=old_claim)
     expired = Outbox.objects.filter(lease, status=Outbox.Status.SENDING)
     spent = expired.filter(attempts__gte=max_attempts()).update(
         status=Outbox.Status.FAILED,

@@ -17,11 +17,11 @@ closed. Redirects are followed (at most 3), each hop through the same guard.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import ipaddress
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -61,17 +61,14 @@ class Policy:
 
 # --- resolution -----------------------------------------------------------------------------------
 # getaddrinfo has no timeout of its own (libc retries a dead resolver for ~10 s per name): it runs
-# on a small pool and is waited for only until the deadline. Created lazily: Celery forks workers.
-_resolver: ThreadPoolExecutor | None = None
-_resolver_lock = threading.Lock()
+# on a small pool and is waited for only until the deadline. Created on first use: Celery forks.
+@functools.cache
+def _resolver() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="netguard-dns")
 
 
 def _resolve(host: str, port: int, deadline: float) -> list[Any]:
-    global _resolver
-    with _resolver_lock:
-        if _resolver is None:
-            _resolver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="netguard-dns")
-    job = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    job = _resolver().submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     try:
         return job.result(timeout=_left(deadline))
     except FutureTimeout as exc:
@@ -189,10 +186,15 @@ class Response:
 
 
 def _read_capped(resp: http.client.HTTPResponse, cap: int) -> tuple[bytes, bool]:
+    """At most ``cap`` bytes of the body; ``truncated`` if there was more or it did not arrive.
+    The status and headers are in by now, and they are the answer: a body that is short, endless
+    or drip-fed past the deadline changes nothing about it."""
     try:
         data = resp.read(cap + 1)
-    except http.client.IncompleteRead as exc:  # the status is known; a short body changes nothing
-        data = exc.partial
+    except http.client.IncompleteRead as exc:
+        return exc.partial[:cap], True
+    except (OSError, ValueError, http.client.HTTPException):  # deadline, reset, bad chunk framing
+        return b"", True
     return data[:cap], len(data) > cap
 
 

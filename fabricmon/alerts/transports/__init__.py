@@ -149,7 +149,9 @@ class HttpTransport:
             )
         if resp.status in (404, 410):
             # Chat hooks answer 404/410 once deleted: they will never work again.
-            raise TransportError(f"{name}: unexpected status code {resp.status} (hook gone){said}", permanent=True)
+            raise TransportError(
+                f"{name}: unexpected status code {resp.status} (hook gone){said}", permanent=True
+            )
         if 300 <= resp.status < 400:
             raise TransportError(f"{name}: redirect ({resp.status}) not followed", permanent=True)
         raise TransportError(f"{name}: unexpected status code {resp.status}{said}", permanent=True)
@@ -178,17 +180,17 @@ def classify(name: str, exc: Exception, policy: Policy) -> TransportError:
     kind = type(exc).__name__
     if isinstance(exc, RefusedAddressError):
         return TransportError(f"{name}: {exc}", permanent=True)
+    if isinstance(exc, ValueError | http.client.InvalidURL):  # InvalidURL is an HTTPException
+        # Not the exception's text: http.client quotes the whole URL, and a chat hook's URL is its key.
+        return TransportError(f"{name}: invalid URL ({kind})", permanent=True)
     if isinstance(exc, TimeoutError):
-        return TransportError(f"{name}: no complete answer within the {policy.deadline_s:g} s delivery deadline")
+        return TransportError(f"{name}: no complete answer within the {policy.deadline_s:g} s deadline")
     if isinstance(exc, http.client.RemoteDisconnected | ConnectionError):
         return TransportError(f"{name}: connection failed ({kind})")
     if isinstance(exc, http.client.HTTPException):
         return TransportError(f"{name}: the answer is not HTTP ({kind})", permanent=True)
     if isinstance(exc, OSError):
         return TransportError(f"{name}: connection failed ({kind}: {exc.strerror or exc})")
-    if isinstance(exc, ValueError):
-        # Not the exception's text: http.client quotes the whole URL, and a chat hook's URL is its key.
-        return TransportError(f"{name}: invalid URL ({kind})", permanent=True)
     return TransportError(f"{name}: delivery failed ({kind})", permanent=True)
 
 
