@@ -8,6 +8,7 @@ hundreds of megabytes long, or not HTTP at all.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -20,8 +21,14 @@ class Exchange:
     head: bytes
     body: bytes
     headers: dict[str, str]
+    opened_at: float  # time.monotonic() when the request was in
+    closed_at: float | None = None  # … and when the connection ended (either side)
     bytes_sent: int = 0  # what the answer got into the kernel before the client hung up
     client_gone: bool = False  # the client closed the connection before the answer was complete
+
+    @property
+    def held_s(self) -> float | None:
+        return None if self.closed_at is None else self.closed_at - self.opened_at
 
 
 Answer = Callable[[socket.socket, Exchange], None]
@@ -81,12 +88,13 @@ class RawReceiver:
                 if not chunk:
                     break
                 body += chunk
-            exchange = Exchange(head, body, headers)
+            exchange = Exchange(head, body, headers, opened_at=time.monotonic())
             self.exchanges.append(exchange)
             try:
                 self.answer(conn, exchange)
             except OSError:  # the client hung up: exactly what a capped or timed-out delivery does
                 exchange.client_gone = True
+            exchange.closed_at = time.monotonic()
 
 
 def drip(data: bytes, every_s: float, stop: threading.Event) -> Answer:
@@ -96,8 +104,14 @@ def drip(data: bytes, every_s: float, stop: threading.Event) -> Answer:
         for i in range(len(data)):
             conn.sendall(data[i : i + 1])
             x.bytes_sent += 1
-            if stop.wait(every_s):
-                return
+            end = time.monotonic() + every_s
+            while (left := end - time.monotonic()) > 0:  # wait, but see the client hang up at once
+                if stop.is_set():
+                    return
+                readable, _, _ = select.select([conn], [], [], min(left, 0.25))
+                if readable and not conn.recv(1):
+                    x.client_gone = True
+                    return
 
     return answer
 

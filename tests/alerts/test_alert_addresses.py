@@ -49,9 +49,25 @@ def test_teredo_client_and_server_are_unpacked() -> None:
 
 @pytest.mark.parametrize(
     "address",
-    ["127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.0.1", "100.64.0.1", "169.254.1.1", "0.0.0.0",
-     "224.0.0.1", "::1", "::", "fe80::1", "fc00::1", "fec0::1", "169.254.169.254", "fd00:ec2::254",
-     "169.254.170.2", "100.100.100.200"],
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.0.1",
+        "192.168.0.1",
+        "100.64.0.1",
+        "169.254.1.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "fec0::1",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "169.254.170.2",
+        "100.100.100.200",
+    ],
 )
 def test_private_and_special_addresses_are_refused(address: str) -> None:
     assert refusal("hook.example", ip(address)) is not None
@@ -62,8 +78,10 @@ def test_global_addresses_pass(address: str) -> None:
     assert refusal("hook.example", ip(address)) is None
 
 
-@pytest.mark.parametrize("metadata", ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254",
-                                      "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"])
+@pytest.mark.parametrize(
+    "metadata",
+    ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"],
+)
 def test_an_allowed_host_name_does_not_reach_the_metadata_service(metadata: str) -> None:
     why = refusal("am.internal", ip(metadata), ("am.internal",))
     assert why is not None and "metadata" in why
