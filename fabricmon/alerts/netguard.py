@@ -30,16 +30,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from fabricmon.alerts.addresses import METADATA, refusal
+from fabricmon.alerts.addresses import refusal
 
 MAX_REDIRECTS = 3
 USER_AGENT = "fabricmon-alerts"  # Alertmanager sends "Alertmanager/<version>": receivers log who called
 
-__all__ = ["METADATA", "DeadlineExceededError", "Policy", "RefusedAddressError", "Response", "post"]
+__all__ = [
+    "DeadlineExceededError",
+    "Policy",
+    "RefusedAddressError",
+    "Response",
+    "TooManyRedirectsError",
+    "post",
+]
 
 
 class RefusedAddressError(Exception):
     """The destination resolves to an address the guard refuses; no connection was made."""
+
+
+class TooManyRedirectsError(Exception):
+    """More than ``MAX_REDIRECTS`` hops: a loop or a misconfigured endpoint, not a passing fault."""
 
 
 class DeadlineExceededError(TimeoutError):
@@ -54,9 +65,6 @@ class Policy:
     allow: tuple[str, ...] = ()
     deadline_s: float = 10.0
     max_response_bytes: int = 64 * 1024
-
-    def permits(self, host: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        return refusal(host, ip, self.allow) is None
 
 
 # --- resolution -----------------------------------------------------------------------------------
@@ -208,8 +216,8 @@ def post(
 ) -> Response:
     """Send one request through the guard within ``policy.deadline_s`` in all, following up to 3
     redirects (each hop vetted). Raises ``RefusedAddressError``, ``DeadlineExceededError`` /
-    ``OSError`` (the network), ``http.client.HTTPException`` (an answer that is not HTTP) or
-    ``ValueError`` (a URL that cannot be requested)."""
+    ``OSError`` (the network), ``http.client.HTTPException`` (an answer that is not HTTP),
+    ``TooManyRedirectsError`` or ``ValueError`` (a URL that cannot be requested)."""
     deadline = time.monotonic() + policy.deadline_s
     for _ in range(MAX_REDIRECTS + 1):
         parts = urlsplit(url)
@@ -242,4 +250,4 @@ def post(
                 method, body = "GET", b""
             continue
         return Response(resp.status, hdrs, data, truncated)
-    raise OSError(f"more than {MAX_REDIRECTS} redirects")
+    raise TooManyRedirectsError(f"more than {MAX_REDIRECTS} redirects")

@@ -311,3 +311,12 @@ def test_a_claim_past_its_lease_cannot_overwrite_the_next_one(hostile) -> None:
     assert delivery._finish(row.id, first, status=Outbox.Status.SENT) is False  # the stale outcome
     row.refresh_from_db()
     assert row.status == Outbox.Status.SENDING and row.attempts == 2
+
+
+def test_a_redirect_loop_fails_for_good(hostile, receiver) -> None:
+    receiver.respond = lambda seen: (302, {"Location": receiver.url}, b"")
+    row = enqueue(Receiver.objects.create(name="loop", kind="webhook", url=receiver.url))
+    delivery.deliver_due(T0)
+    row.refresh_from_db()
+    assert row.status == Outbox.Status.FAILED and "redirects" in row.last_error
+    assert len(receiver.requests) == 4  # the request and 3 hops, then no more

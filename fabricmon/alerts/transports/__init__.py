@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
-from fabricmon.alerts.netguard import Policy, RefusedAddressError, Response, post
+from fabricmon.alerts.netguard import Policy, RefusedAddressError, Response, TooManyRedirectsError, post
 
 
 class TransportError(Exception):
@@ -168,7 +168,8 @@ def classify(name: str, exc: Exception, policy: Policy) -> TransportError:
 
     =====================================================  =========  ===========================
     refused by the SSRF guard, a URL that cannot be        permanent  a human must fix the URL
-    requested (ValueError, http.client.InvalidURL)
+    requested (ValueError, http.client.InvalidURL),
+    more than 3 redirects
     an answer that is not HTTP (BadStatusLine, header      permanent  the endpoint is not an HTTP
     lines too long or too many: http.client.HTTPException)            receiver
     the deadline (connect + every read), a timeout,        retryable  the receiver may come back
@@ -178,7 +179,7 @@ def classify(name: str, exc: Exception, policy: Policy) -> TransportError:
     =====================================================  =========  ===========================
     """
     kind = type(exc).__name__
-    if isinstance(exc, RefusedAddressError):
+    if isinstance(exc, RefusedAddressError | TooManyRedirectsError):
         return TransportError(f"{name}: {exc}", permanent=True)
     if isinstance(exc, ValueError | http.client.InvalidURL):  # InvalidURL is an HTTPException
         # Not the exception's text: http.client quotes the whole URL, and a chat hook's URL is its key.
