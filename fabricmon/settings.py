@@ -214,6 +214,20 @@ FABRICMON_PHASE_WINDOW_STEPS = int(env_float("FABRICMON_PHASE_WINDOW_STEPS", 16)
 FABRICMON_ALERTS_ALLOW_HOSTS = env_list("FABRICMON_ALERTS_ALLOW_HOSTS", [])
 # Beat sends due notifications (outbox rows) this often.
 FABRICMON_ALERTS_DELIVER_S = env_float("FABRICMON_ALERTS_DELIVER_S", 2.0)
+# One delivery (DNS, connect, TLS, sending, every read, redirects) ends within this many seconds,
+# however slowly the receiver answers (Alertmanager's minimum notification timeout is 10 s too);
+# at most this many KB of an answer are read; a notification that keeps failing with retryable
+# errors (timeouts, 5xx, 429, refused connections) fails for good after this many attempts.
+FABRICMON_ALERTS_DELIVERY_DEADLINE_S = env_float("FABRICMON_ALERTS_DELIVERY_DEADLINE_S", 10.0)
+FABRICMON_ALERTS_MAX_RESPONSE_KB = env_int("FABRICMON_ALERTS_MAX_RESPONSE_KB", 64)
+FABRICMON_ALERTS_MAX_ATTEMPTS = env_int("FABRICMON_ALERTS_MAX_ATTEMPTS", 10)
+# Deliveries run on their own Celery queue, consumed by their own worker (`make demo`, compose):
+# a slow receiver then holds a delivery worker, never the one that evaluates alerts or collects.
+FABRICMON_DELIVERY_QUEUE = env_str("FABRICMON_DELIVERY_QUEUE", "delivery")
+CELERY_TASK_ROUTES = {
+    "alerts.deliver_due": {"queue": FABRICMON_DELIVERY_QUEUE},
+    "alerts.deliver": {"queue": FABRICMON_DELIVERY_QUEUE},
+}
 CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
     "task": "alerts.deliver_due",
     "schedule": FABRICMON_ALERTS_DELIVER_S,

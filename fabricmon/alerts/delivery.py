@@ -1,17 +1,29 @@
-"""Delivery of the outbox: claim a due row, send it through its receiver's transport, and record
-the outcome — sent, retried with backoff (or the receiver's Retry-After), or failed for good.
+"""Delivery of the outbox: claim a due row under a lease, send it through its receiver's transport
+within one deadline, and record the outcome — sent, retried with backoff (or the receiver's
+Retry-After), or failed for good with the reason on the row and on the receiver's page.
 
-Retries are rows, not Celery retries: the schedule survives worker restarts. A row left in
-"sending" by a worker that died is handed back after ``STUCK_S``.
+::
+
+    pending ──claim (conditional UPDATE: attempts+1, lease)──▶ sending ──2xx──────────────▶ sent
+      ▲ ▲                                                       │ │ │
+      │ └──────────── retryable, attempts left (backoff) ───────┘ │ └─ permanent / out of ─▶ failed
+      └────────────── lease expired (its worker died) ────────────┘      attempts
+
+Retries are rows, not Celery retries: the schedule survives worker restarts. The lease
+(``claimed_until``) is longer than a delivery can take (its deadline bounds DNS, connect, TLS,
+sending and every read), so a row in flight is never handed out again; only a row whose worker
+died is, once its lease is over. Each outcome is written only by the claim that made it (the
+attempt number is the fence), so a late writer can never overwrite a newer claim.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from fabricmon.alerts.models import (
@@ -25,27 +37,60 @@ from fabricmon.alerts.transports import Message, Target, TransportError, transpo
 
 BACKOFF_BASE_S = 5.0
 BACKOFF_MAX_S = 300.0
+# A receiver's Retry-After is honoured up to this (a huge one would park the row past MAX_AGE_S).
+RETRY_AFTER_MAX_S = 3600.0
 # Give up on a notification this old (a receiver down for a day gets a fresh alert later).
 MAX_AGE_S = 24 * 3600.0
-# A row left in "sending" this long belongs to a worker that died: hand it back.
-STUCK_S = 120.0
+# The lease is the delivery deadline plus this: room for the database writes around the request
+# (SQLite may wait up to 20 s for its write lock).
+LEASE_MARGIN_S = 60.0
+# One deliver_due run starts no new delivery after this long: the next beat tick goes on.
+PASS_BUDGET_S = 30.0
 
 
 def policy() -> Policy:
-    """The SSRF guard's exceptions: settings (FABRICMON_ALERTS_ALLOW_HOSTS) plus admin rows."""
-    allow = list(getattr(settings, "FABRICMON_ALERTS_ALLOW_HOSTS", []))
+    """The SSRF guard's exceptions (FABRICMON_ALERTS_ALLOW_HOSTS plus admin rows), the delivery
+    deadline and the response cap."""
+    allow = list(settings.FABRICMON_ALERTS_ALLOW_HOSTS)
     allow += list(AllowedHost.objects.values_list("host", flat=True))
-    return Policy(tuple(allow))
-
-
-def claim(outbox_id: int, now: datetime) -> bool:
-    """Compare-and-swap: exactly one caller moves a due row from pending to sending."""
-    return (
-        Outbox.objects.filter(id=outbox_id, status=Outbox.Status.PENDING, next_attempt_at__lte=now).update(
-            status=Outbox.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1
-        )
-        == 1
+    return Policy(
+        tuple(allow),
+        deadline_s=float(settings.FABRICMON_ALERTS_DELIVERY_DEADLINE_S),
+        max_response_bytes=int(settings.FABRICMON_ALERTS_MAX_RESPONSE_KB) * 1024,
     )
+
+
+def lease_s() -> float:
+    return float(settings.FABRICMON_ALERTS_DELIVERY_DEADLINE_S) + LEASE_MARGIN_S
+
+
+def max_attempts() -> int:
+    return max(1, int(settings.FABRICMON_ALERTS_MAX_ATTEMPTS))
+
+
+def claim(outbox_id: int, now: datetime) -> int:
+    """Compare-and-swap: exactly one caller moves a due row from pending to sending, taking the
+    lease. Returns the attempt number it claimed (the fence for its outcome), 0 if it got nothing."""
+    took = Outbox.objects.filter(id=outbox_id, status=Outbox.Status.PENDING, next_attempt_at__lte=now).update(
+        status=Outbox.Status.SENDING,
+        claimed_at=now,
+        claimed_until=now + timedelta(seconds=lease_s()),
+        attempts=F("attempts") + 1,
+    )
+    if took != 1:
+        return 0
+    # The row is ours until the lease ends: nobody else changes attempts meanwhile.
+    return int(Outbox.objects.values_list("attempts", flat=True).get(id=outbox_id))
+
+
+def _finish(outbox_id: int, attempt: int, **fields: object) -> bool:
+    """Record an outcome, if the claim that made it is still the row's claim."""
+    done = Outbox.objects.filter(id=outbox_id, status=Outbox.Status.SENDING, attempts=attempt).update(
+        claimed_until=None, **fields
+    )
+    if done != 1:
+        log.warning("delivery %s: attempt %s ended after its lease; outcome not recorded", outbox_id, attempt)
+    return done == 1
 
 
 def backoff_s(attempts: int) -> float:
@@ -55,56 +100,95 @@ def backoff_s(attempts: int) -> float:
 def deliver(outbox_id: int, now: datetime | None = None) -> str:
     """Send one outbox row if due and unclaimed. Returns its status afterwards ('' if not claimed)."""
     now = now or timezone.now()
-    if not claim(outbox_id, now):
+    attempt = claim(outbox_id, now)
+    if not attempt:
         return ""
     row = Outbox.objects.select_related("receiver").get(id=outbox_id)
     rcv = row.receiver
     if rcv.disabled:
-        Outbox.objects.filter(id=row.id).update(status=Outbox.Status.FAILED, last_error="receiver disabled")
+        _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error="receiver disabled")
         return Outbox.Status.FAILED
     try:
-        transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy()).notify(
-            Message(**row.payload)
-        )
+        transport = transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy())
+        transport.notify(Message(**row.payload))
     except TransportError as exc:
-        return _failed(row, rcv, exc, now)
-    Outbox.objects.filter(id=row.id).update(status=Outbox.Status.SENT, sent_at=now, last_error="")
+        return _failed(row, attempt, rcv, exc, now)
+    except ValueError as exc:  # transport_for: a receiver kind this version does not know
+        return _failed(row, attempt, rcv, TransportError(f"{rcv.name}: {exc}", permanent=True), now)
+    except Exception as exc:  # a bug or a malformed row: fail the row, never leave it "sending"
+        log.exception("delivery %s to receiver %s: internal error", row.id, rcv.pk)
+        reason = f"internal error ({type(exc).__name__}); see the worker log"
+        _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error=reason)
+        return Outbox.Status.FAILED
+    _finish(row.id, attempt, status=Outbox.Status.SENT, sent_at=now, last_error="")
     if rcv.last_error:
         Receiver.objects.filter(id=rcv.id).update(last_error="")
     return Outbox.Status.SENT
 
 
-def _failed(row: Outbox, rcv: Receiver, exc: TransportError, now: datetime) -> str:
-    log.info("delivery %s to receiver %s failed: %s", row.id, rcv.pk, exc.message)
+def _failed(row: Outbox, attempt: int, rcv: Receiver, exc: TransportError, now: datetime) -> str:
+    log.info("delivery %s to receiver %s failed (attempt %s): %s", row.id, rcv.pk, attempt, exc.message)
     if exc.permanent:
-        Outbox.objects.filter(id=row.id).update(status=Outbox.Status.FAILED, last_error=exc.message)
+        _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error=exc.message)
         Receiver.objects.filter(id=rcv.id).update(disabled=True, last_error=exc.message)
         return Outbox.Status.FAILED
-    if (now - row.created_at).total_seconds() > MAX_AGE_S:
-        Outbox.objects.filter(id=row.id).update(
-            status=Outbox.Status.FAILED, last_error=f"gave up: {exc.message}"
-        )
+    too_old = (now - row.created_at).total_seconds() > MAX_AGE_S
+    if attempt >= max_attempts() or too_old:
+        reason = f"gave up after {attempt} attempts: {exc.message}"
+        _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error=reason)
+        Receiver.objects.filter(id=rcv.id).update(last_error=f"a notification failed: {reason}")
         return Outbox.Status.FAILED
-    wait = max(backoff_s(row.attempts), exc.retry_after_s or 0.0)
-    Outbox.objects.filter(id=row.id).update(
-        status=Outbox.Status.PENDING, next_attempt_at=now + timedelta(seconds=wait), last_error=exc.message
+    wait = max(backoff_s(attempt), min(exc.retry_after_s or 0.0, RETRY_AFTER_MAX_S))
+    _finish(
+        row.id,
+        attempt,
+        status=Outbox.Status.PENDING,
+        next_attempt_at=now + timedelta(seconds=wait),
+        last_error=exc.message,
     )
-    Receiver.objects.filter(id=rcv.id).update(last_error=exc.message)
+    Receiver.objects.filter(id=rcv.id).update(
+        last_error=f"retrying (attempt {attempt} of {max_attempts()}): {exc.message}"
+    )
     return Outbox.Status.PENDING
 
 
-def deliver_due(now: datetime | None = None, limit: int = 100) -> int:
-    """Hand back rows of dead workers, then send every due row. Returns how many were sent."""
-    now = now or timezone.now()
-    Outbox.objects.filter(
-        status=Outbox.Status.SENDING, claimed_at__lt=now - timedelta(seconds=STUCK_S)
-    ).update(status=Outbox.Status.PENDING)
-    ids = list(
-        Outbox.objects.filter(status=Outbox.Status.PENDING, next_attempt_at__lte=now)
-        .order_by("next_attempt_at")
-        .values_list("id", flat=True)[:limit]
+def hand_back_expired(now: datetime) -> int:
+    """Rows whose claimer died (lease over) are due again, or failed if out of attempts."""
+    old_claim = now - timedelta(seconds=lease_s())
+    lease = Q(claimed_until__lt=now) | Q(claimed_until=None, claimed_at__lt=old_claim)
+    expired = Outbox.objects.filter(lease, status=Outbox.Status.SENDING)
+    spent = expired.filter(attempts__gte=max_attempts()).update(
+        status=Outbox.Status.FAILED,
+        claimed_until=None,
+        last_error="gave up: the worker sending it stopped (lease expired) on its last attempt",
     )
-    return sum(deliver(i, now) == Outbox.Status.SENT for i in ids)
+    return spent + expired.update(status=Outbox.Status.PENDING, claimed_until=None, next_attempt_at=now)
+
+
+def deliver_due(now: datetime | None = None, limit: int = 100) -> int:
+    """Hand back rows of dead workers, then send due rows, oldest first, for at most
+    ``PASS_BUDGET_S``; a receiver that failed in this pass is not tried again in it, so one slow
+    receiver costs a pass one deadline, not one per row. Returns how many were sent."""
+    now = now or timezone.now()
+    hand_back_expired(now)
+    due = list(
+        Outbox.objects.filter(status=Outbox.Status.PENDING, next_attempt_at__lte=now)
+        .order_by("next_attempt_at", "id")
+        .values_list("id", "receiver_id")[:limit]
+    )
+    started = time.monotonic()
+    failing: set[int] = set()
+    sent = 0
+    for outbox_id, receiver_id in due:
+        if receiver_id in failing:
+            continue
+        if time.monotonic() - started > PASS_BUDGET_S:
+            break
+        status = deliver(outbox_id, now)
+        sent += status == Outbox.Status.SENT
+        if status in (Outbox.Status.PENDING, Outbox.Status.FAILED):
+            failing.add(receiver_id)
+    return sent
 
 
 def send_test(receiver: Receiver, now: datetime | None = None) -> str:

@@ -197,8 +197,10 @@ class AllowedHost(models.Model):
 
 
 class Outbox(models.Model):
-    """One notification of one transition to one receiver. Claimed with a conditional UPDATE,
-    so only one worker sends it; retried with backoff until sent, permanently failed or expired."""
+    """One notification of one transition to one receiver. Claimed with a conditional UPDATE that
+    takes a lease (``claimed_until``, longer than a delivery's deadline), so only one worker sends
+    it and a row in flight is never handed out again; retried with backoff until sent, failed for
+    good (permanent error, out of attempts, too old) — ``last_error`` says why."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -215,6 +217,8 @@ class Outbox(models.Model):
     created_at = models.DateTimeField()
     next_attempt_at = models.DateTimeField()
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The claim's lease: until then the row is its claimer's; after it, a dead worker's row is due.
+    claimed_until = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")

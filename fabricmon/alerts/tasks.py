@@ -1,4 +1,7 @@
-"""Celery shells over the alerts app: evaluation and delivery run on the beat, never in a request."""
+"""Celery shells over the alerts app: evaluation and delivery run on the beat, never in a request.
+
+The delivery tasks are routed to their own queue (``CELERY_TASK_ROUTES``: FABRICMON_DELIVERY_QUEUE)
+with its own worker, so a receiver that answers slowly holds only delivery processes."""
 
 from celery import shared_task
 
@@ -7,8 +10,9 @@ from fabricmon.alerts import delivery, evaluation, retention
 
 @shared_task(name="alerts.deliver_due", ignore_result=True, acks_late=True)
 def deliver_due() -> int:
-    """Send every due outbox row (beat: every few seconds). Retries are rows, not Celery retries:
-    the schedule survives worker restarts and honours Retry-After."""
+    """Send due outbox rows (beat: every few seconds; several run at once, one per delivery process,
+    each claiming different rows). Retries are rows, not Celery retries: the schedule survives
+    worker restarts and honours Retry-After."""
     return delivery.deliver_due()
 
 

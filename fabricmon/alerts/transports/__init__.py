@@ -9,19 +9,20 @@ URL — for chat hooks the URL is the credential.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
-from fabricmon.alerts.netguard import Policy, RefusedAddressError, Response, post
-
-DEFAULT_TIMEOUT_S = 15.0
+from fabricmon.alerts.netguard import Policy, RefusedAddressError, Response, TooManyRedirectsError, post
 
 
 class TransportError(Exception):
-    """Delivery failed. ``permanent``: retrying will not help (disable the receiver)."""
+    """Delivery failed. ``permanent``: retrying will not help (the receiver is disabled, the
+    reason shown on its page). Otherwise the outbox retries with backoff, up to its attempts."""
 
     def __init__(self, message: str, permanent: bool = False, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -76,19 +77,28 @@ class Target:
 
 
 def retry_after_seconds(resp: Response, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds or an HTTP date; Discord's JSON ``retry_after`` as a fallback."""
+    """``Retry-After`` as seconds or an HTTP date; Discord's JSON ``retry_after`` as a fallback.
+    Anything that is not a finite number of seconds (``inf``, ``nan``, garbage) counts as absent."""
+    value = _retry_after(resp, now)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _retry_after(resp: Response, now: float | None) -> float | None:
     raw = resp.headers.get("retry-after")
     if raw:
         raw = raw.strip()
         try:
             return max(0.0, float(raw))
         except ValueError:
-            parsed = email.utils.parsedate_to_datetime(raw) if raw else None
+            try:
+                parsed = email.utils.parsedate_to_datetime(raw)
+            except (TypeError, ValueError):
+                parsed = None
             if parsed is not None:
                 return max(0.0, parsed.timestamp() - (now if now is not None else time.time()))
     try:
         value = json.loads(resp.body or b"{}").get("retry_after")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # a body is whatever the receiver sent
         return None
     return float(value) if isinstance(value, int | float) else None
 
@@ -110,34 +120,79 @@ class HttpTransport:
         return {}
 
     def notify(self, msg: Message) -> None:
-        body = json.dumps(self.payload(msg), separators=(",", ":")).encode()
+        """Send ``msg``; return if the receiver took it, else raise ``TransportError`` saying
+        whether a retry can help (the classification table in ``classify``)."""
+        name = self.target.name
         try:
-            resp = post(
-                self.url(msg), body, self.headers(body, msg), policy=self.policy, timeout_s=DEFAULT_TIMEOUT_S
-            )
-        except RefusedAddressError as exc:
-            raise TransportError(f"{self.target.name}: {exc}", permanent=True) from exc
-        except OSError as exc:
-            # Connection refused, reset, timeout: the receiver may come back.
-            raise TransportError(f"{self.target.name}: connection failed ({type(exc).__name__})") from exc
+            body = json.dumps(self.payload(msg), separators=(",", ":")).encode()
+            headers = self.headers(body, msg)
+        except ValueError as exc:  # e.g. a secret that is not a whsec_ key: fixing it takes a human
+            raise TransportError(f"{name}: cannot build the request: {exc}", permanent=True) from exc
+        try:
+            resp = post(self.url(msg), body, headers, policy=self.policy)
+        except Exception as exc:
+            raise classify(name, exc, self.policy) from exc
         if 200 <= resp.status < 300:
             return
         self.raise_for_response(resp)
 
     def raise_for_response(self, resp: Response) -> None:
+        """Alertmanager's Retrier: 2xx delivered, 5xx retried; here 408 and 429 too (with the
+        receiver's Retry-After). Any other 4xx and an unfollowed 3xx are permanent."""
         name = self.target.name
+        said = _excerpt(resp.body)
         if resp.status == 429:
             raise TransportError(f"{name}: rate limited (429)", retry_after_s=retry_after_seconds(resp))
-        if resp.status in (408, 425) or resp.status >= 500:
+        if resp.status == 408 or resp.status >= 500:
             raise TransportError(
-                f"{name}: received status code {resp.status}", retry_after_s=retry_after_seconds(resp)
+                f"{name}: unexpected status code {resp.status}{said}", retry_after_s=retry_after_seconds(resp)
             )
         if resp.status in (404, 410):
             # Chat hooks answer 404/410 once deleted: they will never work again.
-            raise TransportError(f"{name}: received status code {resp.status} (hook gone)", permanent=True)
+            raise TransportError(
+                f"{name}: unexpected status code {resp.status} (hook gone){said}", permanent=True
+            )
         if 300 <= resp.status < 400:
             raise TransportError(f"{name}: redirect ({resp.status}) not followed", permanent=True)
-        raise TransportError(f"{name}: received status code {resp.status}", permanent=True)
+        raise TransportError(f"{name}: unexpected status code {resp.status}{said}", permanent=True)
+
+
+def _excerpt(body: bytes, limit: int = 120) -> str:
+    """The start of a receiver's answer, printable, for the reason shown to the operator."""
+    text = "".join(ch if ch.isprintable() else " " for ch in body[:limit].decode(errors="replace")).strip()
+    return f": {text}" if text else ""
+
+
+def classify(name: str, exc: Exception, policy: Policy) -> TransportError:
+    """A failure of the exchange itself (no HTTP status to judge):
+
+    =====================================================  =========  ===========================
+    refused by the SSRF guard, a URL that cannot be        permanent  a human must fix the URL
+    requested (ValueError, http.client.InvalidURL),
+    more than 3 redirects
+    an answer that is not HTTP (BadStatusLine, header      permanent  the endpoint is not an HTTP
+    lines too long or too many: http.client.HTTPException)            receiver
+    the deadline (connect + every read), a timeout,        retryable  the receiver may come back
+    refused or reset connection, a closed connection
+    without an answer (RemoteDisconnected), DNS failure
+    anything else                                          permanent  never leave a row "sending"
+    =====================================================  =========  ===========================
+    """
+    kind = type(exc).__name__
+    if isinstance(exc, RefusedAddressError | TooManyRedirectsError):
+        return TransportError(f"{name}: {exc}", permanent=True)
+    if isinstance(exc, ValueError | http.client.InvalidURL):  # InvalidURL is an HTTPException
+        # Not the exception's text: http.client quotes the whole URL, and a chat hook's URL is its key.
+        return TransportError(f"{name}: invalid URL ({kind})", permanent=True)
+    if isinstance(exc, TimeoutError):
+        return TransportError(f"{name}: no complete answer within the {policy.deadline_s:g} s deadline")
+    if isinstance(exc, http.client.RemoteDisconnected | ConnectionError):
+        return TransportError(f"{name}: connection failed ({kind})")
+    if isinstance(exc, http.client.HTTPException):
+        return TransportError(f"{name}: the answer is not HTTP ({kind})", permanent=True)
+    if isinstance(exc, OSError):
+        return TransportError(f"{name}: connection failed ({kind}: {exc.strerror or exc})")
+    return TransportError(f"{name}: delivery failed ({kind})", permanent=True)
 
 
 def transport_for(kind: str, target: Target, policy: Policy) -> HttpTransport:

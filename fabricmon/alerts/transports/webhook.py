@@ -9,6 +9,7 @@ The key is the base64 part of ``whsec_…``. 410 = the endpoint asks us to stop 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import time
@@ -17,8 +18,19 @@ from typing import Any
 from fabricmon.alerts.transports import HttpTransport, Message
 
 
+def signing_key(secret: str) -> bytes:
+    """The key of a ``whsec_<base64>`` secret; ValueError (a permanent failure) if it is not one."""
+    try:
+        key = base64.b64decode(secret.strip().removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("the webhook secret is not a whsec_<base64> key") from exc
+    if not key:
+        raise ValueError("the webhook secret is empty after whsec_")
+    return key
+
+
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    key = base64.b64decode(secret.removeprefix("whsec_"))
+    key = signing_key(secret)
     mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
     return "v1," + base64.b64encode(mac).decode()
 
