@@ -70,8 +70,10 @@ class CablingFinding:
         at = f"{self.switch}:{self.port}"
         if self.kind == "wrong_rail":
             where = f"rail {self.switch_rail}" if self.switch_rail is not None else "no rail (a spine)"
-            return (f"{self.host} {self.nic} (rail {self.rail}) is cabled to {at}, which serves {where}"
-                    f"{'; declared there: ' + self.declared if self.declared else ''}")
+            return (
+                f"{self.host} {self.nic} (rail {self.rail}) is cabled to {at}, which serves {where}"
+                f"{'; declared there: ' + self.declared if self.declared else ''}"
+            )
         if self.kind == "unexpected":
             return f"{at}: LLDP sees {self.seen}, declared {self.declared or 'nothing'}"
         return f"{at}: declared {self.declared}, not seen by any switch"
@@ -147,9 +149,19 @@ def compare_cabling(
                 continue
             sw_rail = rail_of.get(nb.switch)
             kind: FindingKind = "wrong_rail" if sw_rail != host_nic.rail else "unexpected"
-            found.append(CablingFinding(kind, nb.switch, nb.local_port, nb.label(), declared,
-                                        host=host_nic.host, nic=host_nic.nic, rail=host_nic.rail,
-                                        switch_rail=sw_rail))
+            found.append(
+                CablingFinding(
+                    kind,
+                    nb.switch,
+                    nb.local_port,
+                    nb.label(),
+                    declared,
+                    host=host_nic.host,
+                    nic=host_nic.nic,
+                    rail=host_nic.rail,
+                    switch_rail=sw_rail,
+                )
+            )
             continue
         peer_switch = switch_by_short.get(short_name(nb.system_name)) if nb.system_name else None
         if peer_switch is not None:
@@ -158,20 +170,42 @@ def compare_cabling(
                 matched += 1
                 located.add(here)
                 continue
-        found.append(CablingFinding("unexpected", nb.switch, nb.local_port, nb.label(), declared,
-                                    switch_rail=rail_of.get(nb.switch)))
+        found.append(
+            CablingFinding(
+                "unexpected",
+                nb.switch,
+                nb.local_port,
+                nb.label(),
+                declared,
+                switch_rail=rail_of.get(nb.switch),
+            )
+        )
     for (sw, port), nic in sorted(nic_at.items()):
         if sw in reporting and (sw, port) not in located:
-            found.append(CablingFinding("unseen", sw, port, "", nic.label(), host=nic.host, nic=nic.nic,
-                                        rail=nic.rail, switch_rail=rail_of.get(sw)))
+            found.append(
+                CablingFinding(
+                    "unseen",
+                    sw,
+                    port,
+                    "",
+                    nic.label(),
+                    host=nic.host,
+                    nic=nic.nic,
+                    rail=nic.rail,
+                    switch_rail=rail_of.get(sw),
+                )
+            )
     for ln in spec.links:  # one finding per cable, at an end whose switch reported
         a, b = (ln.a_switch, ln.a_port), (ln.b_switch, ln.b_port)
         if a in located or b in located:
             continue
         end, far = (a, b) if ln.a_switch in reporting else (b, a)
         if end[0] in reporting:
-            found.append(CablingFinding("unseen", end[0], end[1], "", f"{far[0]}:{far[1]}",
-                                        switch_rail=rail_of.get(end[0])))
+            found.append(
+                CablingFinding(
+                    "unseen", end[0], end[1], "", f"{far[0]}:{far[1]}", switch_rail=rail_of.get(end[0])
+                )
+            )
     silent = tuple(sorted(sw.name for sw in spec.switches if sw.name not in reporting))
     return CablingReport(tuple(found), len(seen), matched, silent)
 
@@ -190,11 +224,21 @@ def _declared_label(nic: _Nic | None, link: tuple[str, str] | None) -> str:
 def declared_neighbours(spec: FabricSpec) -> list[LldpNeighbour]:
     """What every switch would report if the cabling were as declared (hosts and switches sending
     their name as LLDP system name and the NIC / port name as port id): the twin serves these."""
-    out = [LldpNeighbour(g.switch, g.port, system_name=h.name, port_id=g.nic, port_desc=g.nic)
-           for h in spec.hosts for g in h.gpus if g.switch]
+    out = [
+        LldpNeighbour(g.switch, g.port, system_name=h.name, port_id=g.nic, port_desc=g.nic)
+        for h in spec.hosts
+        for g in h.gpus
+        if g.switch
+    ]
     for ln in spec.links:
-        out.append(LldpNeighbour(ln.a_switch, ln.a_port, system_name=ln.b_switch, port_id=ln.b_port,
-                                 port_desc=ln.b_port))
-        out.append(LldpNeighbour(ln.b_switch, ln.b_port, system_name=ln.a_switch, port_id=ln.a_port,
-                                 port_desc=ln.a_port))
+        out.append(
+            LldpNeighbour(
+                ln.a_switch, ln.a_port, system_name=ln.b_switch, port_id=ln.b_port, port_desc=ln.b_port
+            )
+        )
+        out.append(
+            LldpNeighbour(
+                ln.b_switch, ln.b_port, system_name=ln.a_switch, port_id=ln.a_port, port_desc=ln.a_port
+            )
+        )
     return out

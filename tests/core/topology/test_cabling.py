@@ -58,7 +58,8 @@ def test_swapped_nics_unknown_system_and_wrong_uplink() -> None:
     a, b = _nic(spec, "node001", 0), _nic(spec, "node002", 0)
     ln = spec.links[0]
     seen = []
-    for n in declared_neighbours(spec):
+    for declared in declared_neighbours(spec):
+        n = declared
         if (n.switch, n.local_port) == (a.switch, a.port):
             n = dataclasses.replace(n, system_name="node002")
         elif (n.switch, n.local_port) == (b.switch, b.port):
