@@ -126,8 +126,8 @@ async def _walk_v3(
             lexicographicMode=False,
         ):
             if err_ind:
-                kind = "timeout" if "timeout" in str(err_ind).lower() else "auth"
-                raise SnmpPollError(kind, f"{name}: {err_ind}")
+                timed_out = "timeout" in str(err_ind).lower()
+                raise SnmpPollError("timeout" if timed_out else "auth", f"{name}: {err_ind}")
             if err_status:
                 raise SnmpPollError(
                     "agent_error", f"{name}: {err_status.prettyPrint()} walking {_dotted(root)}"

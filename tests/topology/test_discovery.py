@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
 
 from fabricmon.topology.discovery import discover_switch
 from fabricmon.topology.models import Fabric, Link, Nic, Port, Switch
@@ -148,3 +150,22 @@ def test_errors_are_command_errors(agent: tuple[Snmpd, Path]) -> None:
     Switch.objects.filter(name="leaf-r1").update(snmp_port=free_udp_port(), timeout_s=0.2, retries=0)
     with pytest.raises(CommandError, match="leaf-r1: SNMP walk failed: timeout"):
         run("disc", "leaf-r1")
+
+
+def test_admin_actions_show_the_diff_and_apply(agent: tuple[Snmpd, Path], admin_client: Client) -> None:
+    _fabric(agent[0].port)
+    url = reverse("admin:topology_switch_changelist")
+    leaf = Switch.objects.get(name="leaf-r0")
+    page = admin_client.post(url, {"action": "discover_ports", "_selected_action": [leaf.pk]}, follow=True)
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert "~ Ethernet2: ifIndex 2 → 3" in text and "dry run: nothing changed" in text
+    assert Port.objects.get(switch=leaf, name="Ethernet2").ifindex == 2
+    page = admin_client.post(url, {"action": "discover_and_apply", "_selected_action": [leaf.pk]}, follow=True)
+    assert "applied" in page.content.decode()
+    assert Port.objects.get(switch__name="leaf-r0", name="Ethernet2").ifindex == 3
+    # an unreachable switch is an error message, not a 500
+    Switch.objects.filter(name="spine0").update(snmp_port=free_udp_port(), timeout_s=0.2, retries=0)
+    spine = Switch.objects.get(name="spine0")
+    page = admin_client.post(url, {"action": "discover_ports", "_selected_action": [spine.pk]}, follow=True)
+    assert page.status_code == 200 and "spine0: timeout" in page.content.decode()
