@@ -58,7 +58,7 @@ class LldpLab:
         for agent in self.snmpd.values():
             agent.stop()
         for ns in self.namespaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True, timeout=10)
         shutil.rmtree(self.sockets, ignore_errors=True)
 
     def logs(self) -> str:
