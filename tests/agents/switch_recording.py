@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.netsnmp import Snmpd, start_snmpd
+from tests.agents.netsnmp import Snmpd, V3User, start_snmpd
 
 CELLS_SCRIPT = Path(__file__).with_name("pass_persist_cells.py")
 ROOTS = ("1.3.6.1.2.1.1", "1.3.6.1.2.1.2.2.1", "1.3.6.1.2.1.31.1.1.1", "1.0.8802.1.1.2.1")
@@ -98,13 +98,15 @@ def write_cells(path: Path, cells: list[Cell]) -> None:
     tmp.replace(path)
 
 
-def start_recorded_snmpd(workdir: Path, cells: list[Cell], *, community: str = "public") -> tuple[Snmpd, Path]:
+def start_recorded_snmpd(
+    workdir: Path, cells: list[Cell], *, community: str = "public", v3_users: tuple[V3User, ...] = ()
+) -> tuple[Snmpd, Path]:
     """snmpd serving ``cells``; returns it and the cells file (rewrite with :func:`write_cells`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "cells.json"
     write_cells(path, cells)
     lines = tuple(f"pass_persist -p 1 .{root} {sys.executable} {CELLS_SCRIPT} --root {root} --cells {path}"
                   for root in ROOTS)  # fmt: skip
-    agent = start_snmpd(workdir, community=community, extra_config=lines,
+    agent = start_snmpd(workdir, community=community, v3_users=v3_users, extra_config=lines,
                         extra_args=("-I", "-system_mib,sysORTable,ifTable,ifXTable,interface"))  # fmt: skip
     return agent, path

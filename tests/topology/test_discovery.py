@@ -25,10 +25,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
+from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.topology.discovery import discover_switch
 from fabricmon.topology.models import Fabric, Link, Nic, Port, Switch
 from fabricmon.topology.services import import_fabric
-from tests.agents.netsnmp import Snmpd, free_udp_port
+from tests.agents.netsnmp import Snmpd, V3User, free_udp_port
 from tests.agents.switch_recording import (
     RecordedNeighbour,
     RecordedPort,
@@ -169,3 +170,24 @@ def test_admin_actions_show_the_diff_and_apply(agent: tuple[Snmpd, Path], admin_
     spine = Switch.objects.get(name="spine0")
     page = admin_client.post(url, {"action": "discover_ports", "_selected_action": [spine.pk]}, follow=True)
     assert page.status_code == 200 and "spine0: timeout" in page.content.decode()
+
+
+def test_v3_switch_is_discovered_through_pysnmp(tmp_path: Path) -> None:
+    """An SNMPv3 (authPriv SHA/AES) switch: the same walk over pysnmp; a wrong key is an auth error."""
+    user = V3User("fmuser")
+    snmpd, _cells = start_recorded_snmpd(tmp_path / "v3", switch_cells("leaf-r0", REBOOTED, NEIGHBOURS),
+                                         v3_users=(user,))  # fmt: skip
+    try:
+        spec = two_leaf_one_spine("disc", servers=2)
+        v3 = SnmpSettings(version="3", port=snmpd.port, v3_user=user.name, v3_auth_key=user.auth_key,
+                          v3_priv_key=user.priv_key, interval_s=10.0, timeout_s=2.0)  # fmt: skip
+        switches = tuple(dataclasses.replace(sw, snmp=v3) if sw.name == "leaf-r0" else sw for sw in spec.switches)
+        import_fabric(dataclasses.replace(spec, switches=switches))
+        diff = discover_switch("disc", "leaf-r0")
+        assert {(c.action, c.name) for c in diff.changes} >= {("renumber", "Ethernet2"), ("add", "Port-Channel1")}
+        assert diff.neighbours == 4
+        Switch.objects.filter(name="leaf-r0").update(v3_auth_key="not-the-key")
+        with pytest.raises(CommandError, match="leaf-r0: SNMP walk failed: auth"):
+            run("disc", "leaf-r0")
+    finally:
+        snmpd.stop()
