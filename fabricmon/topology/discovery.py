@@ -26,7 +26,7 @@ from collectors.snmp.discovery import DiscoveredInterface, SwitchInventory, disc
 from fabricmon.core.topology.cabling import short_name
 from fabricmon.core.topology.spec import FabricSpec, Facing, PortSpec, SwitchSpec
 from fabricmon.topology.models import Fabric, Switch
-from fabricmon.topology.services import fabric_spec, import_fabric, snmp_settings
+from fabricmon.topology.services import fabric_spec, import_fabric
 
 Action = Literal["add", "renumber", "speed", "missing"]
 
@@ -204,12 +204,12 @@ def merged_spec(
     return replace(spec, switches=switches, hosts=hosts, links=links), tuple(removed)
 
 
-def walk_switch(switch: Switch) -> SwitchInventory:
-    """Run the SNMP walk of one stored switch (its own event loop; sockets closed after)."""
+def walk_switch(sw: SwitchSpec) -> SwitchInventory:
+    """Run the SNMP walk of one switch (its own event loop; sockets closed after)."""
 
     async def run() -> SwitchInventory:
         try:
-            return await discover(switch.name, switch.mgmt_address, snmp_settings(switch))
+            return await discover(sw.name, sw.mgmt_address, sw.snmp)
         finally:
             close_loop_context()
 
@@ -217,23 +217,29 @@ def walk_switch(switch: Switch) -> SwitchInventory:
 
 
 def discover_switch(
-    fabric: Fabric | str, switch: str, *, apply: bool = False, prune: bool = False, all_types: bool = False
-) -> PortDiff:
+    fabric: Fabric | str, switch: str, *, apply: bool = False, prune: bool = False, all_types: bool = False,
+    new: SwitchSpec | None = None,
+) -> PortDiff:  # fmt: skip
     """Walk ``switch`` of ``fabric`` and return the diff; with ``apply`` store it (a new topology
-    version). Raises ``Switch.DoesNotExist``, :class:`DiscoveryError` or ``SnmpPollError``."""
+    version). A switch the fabric does not have yet is walked and added as ``new`` says (its name,
+    role, rail, address and SNMP settings; no ports). Raises ``Switch.DoesNotExist`` (unknown and
+    no ``new``), :class:`DiscoveryError` or ``SnmpPollError``."""
     fabric_row = fabric if isinstance(fabric, Fabric) else Fabric.objects.get(name=fabric)
-    row = Switch.objects.get(fabric=fabric_row, name=switch)
     spec = fabric_spec(fabric_row)
-    diff = diff_ports(
-        fabric_row.name,
-        spec.switch(switch),
-        walk_switch(row),
-        all_types=all_types,
-        switch_names=[s.name for s in spec.switches],
-    )
+    known = {s.name for s in spec.switches}
+    if switch in known:
+        if new is not None:
+            raise DiscoveryError(f"{fabric_row.name} already has a switch {switch!r} (drop --address)")
+        sw = spec.switch(switch)
+    elif new is None:
+        raise Switch.DoesNotExist(f"fabric {fabric_row.name!r} has no switch {switch!r}")
+    else:
+        sw = replace(new, name=switch, ports=())
+        spec = replace(spec, switches=(*spec.switches, sw))
+    diff = diff_ports(fabric_row.name, sw, walk_switch(sw), all_types=all_types, switch_names=known)
     if not apply:
         return diff
     new_spec, removed = merged_spec(spec, diff, prune=prune)
-    if new_spec != spec:
+    if switch not in known or new_spec != spec:
         import_fabric(new_spec)
     return replace(diff, applied=True, removed=removed)

@@ -191,3 +191,22 @@ def test_v3_switch_is_discovered_through_pysnmp(tmp_path: Path) -> None:
             run("disc", "leaf-r0")
     finally:
         snmpd.stop()
+
+
+def test_a_new_switch_is_walked_and_added(agent: tuple[Snmpd, Path]) -> None:
+    """A switch the fabric does not have: walked at the given address, all its fabric ports added."""
+    _fabric(free_udp_port())
+    new = ["leaf-r7", "--address", "127.0.0.1", "--snmp-port", str(agent[0].port)]
+    with pytest.raises(CommandError, match="a new leaf needs --rail"):
+        run("disc", *new)
+    text = run("disc", *new, "--rail", "7")
+    assert "warning: the agent at 127.0.0.1" in text and "calls itself 'leaf-r0'" in text
+    assert "+ Ethernet1: ifIndex 1, 400 Gb/s, host-facing" in text and "dry run" in text
+    assert not Switch.objects.filter(name="leaf-r7").exists()
+    run("disc", *new, "--rail", "7", "--apply")
+    sw = Switch.objects.get(name="leaf-r7")
+    assert (sw.role, sw.rail, sw.snmp_port) == ("leaf", 7, agent[0].port)
+    assert sorted(Port.objects.filter(switch=sw).values_list("name", flat=True)) == [
+        "Ethernet1", "Ethernet2", "Ethernet3", "Ethernet5", "Port-Channel1"]
+    with pytest.raises(CommandError, match="already has a switch 'leaf-r7'"):
+        run("disc", *new, "--rail", "7")
