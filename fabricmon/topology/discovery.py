@@ -46,10 +46,12 @@ class PortChange:
     speed_bps: int = 0
     old_speed_bps: int | None = None
     facing: Facing = "host"
+    note: str = ""  # what else the switch says about a new port: alias, oper status, LLDP neighbour
 
     def __str__(self) -> str:
         if self.action == "add":
-            return f"+ {self.name}: ifIndex {self.ifindex}, {_speed(self.speed_bps)}, {self.facing}-facing"
+            line = f"+ {self.name}: ifIndex {self.ifindex}, {_speed(self.speed_bps)}, {self.facing}-facing"
+            return f"{line} ({self.note})" if self.note else line
         if self.action == "renumber":
             return f"~ {self.name}: ifIndex {self.old_ifindex} → {self.ifindex}"
         if self.action == "speed":
@@ -107,6 +109,7 @@ def diff_ports(
     A new port whose LLDP neighbour is one of ``switch_names`` is fabric-facing."""
     stored = {p.name: p for p in sw.ports}
     peers = {short_name(s) for s in switch_names}
+    neighbour_of = {n.local_port: n.label() for n in inv.neighbours}
     seen_switches = {
         n.local_port for n in inv.neighbours if n.system_name and short_name(n.system_name) in peers
     }
@@ -133,7 +136,8 @@ def diff_ports(
                 warnings.append(f"{i.name} (ifIndex {i.ifindex}): no speed reported; not proposed")
                 continue
             facing: Facing = "fabric" if (i.name in seen_switches or sw.role == "spine") else "host"
-            changes.append(PortChange("add", i.name, i.ifindex, speed_bps=i.speed_bps, facing=facing))
+            changes.append(PortChange("add", i.name, i.ifindex, speed_bps=i.speed_bps, facing=facing,
+                                      note=_note(i, neighbour_of.get(i.name, ""))))  # fmt: skip
             continue
         if old.ifindex != i.ifindex:
             changes.append(PortChange("renumber", i.name, i.ifindex, old_ifindex=old.ifindex))
@@ -154,6 +158,13 @@ def diff_ports(
         tuple(warnings),
         len(inv.neighbours),
     )
+
+
+def _note(i: DiscoveredInterface, neighbour: str) -> str:
+    parts = [f"alias {i.alias!r}"] if i.alias else []
+    parts += [] if i.oper_up else ["oper down"]
+    parts += [f"LLDP: {neighbour}"] if neighbour else []
+    return ", ".join(parts)
 
 
 def merged_spec(

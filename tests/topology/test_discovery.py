@@ -201,7 +201,8 @@ def test_a_new_switch_is_walked_and_added(agent: tuple[Snmpd, Path]) -> None:
         run("disc", *new)
     text = run("disc", *new, "--rail", "7")
     assert "warning: the agent at 127.0.0.1" in text and "calls itself 'leaf-r0'" in text
-    assert "+ Ethernet1: ifIndex 1, 400 Gb/s, host-facing" in text and "dry run" in text
+    assert "+ Ethernet1: ifIndex 1, 400 Gb/s, host-facing (LLDP: node001.cluster.local port mlx5_0)" in text
+    assert "dry run" in text
     assert not Switch.objects.filter(name="leaf-r7").exists()
     run("disc", *new, "--rail", "7", "--apply")
     sw = Switch.objects.get(name="leaf-r7")
