@@ -9,11 +9,16 @@ are never alerts; ``check_rail_plan --lldp`` lists them.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
+import redis
+
 from fabricmon.alerts import services
 from fabricmon.alerts.models import AlertTransition
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
 from fabricmon.core.detection.conditions import Condition
 from fabricmon.core.topology.cabling import CablingFinding, CablingReport
 from fabricmon.topology.cabling import CablingCheck, check_cabling
@@ -49,13 +54,26 @@ def record_cabling(check: CablingCheck, *, now: datetime | None = None) -> list[
     return services.record_check(check.fabric, KIND, conditions(check.report), geo, now=now)
 
 
-def check_fabric(fabric: str, *, now: datetime | None = None) -> CablingCheck:
+def check_fabric(fabric: str, *, now: datetime | None = None, r: redis.Redis | None = None) -> CablingCheck:
     """Read the fabric's LLDP, record the alerts, log what could not be read; returns the check."""
     check = check_cabling(fabric)
-    for sw, why in sorted(check.errors.items()):
-        log.warning("cabling check %s: %s: LLDP not read: %s", fabric, sw, why)
+    _log_changes(fabric, check.errors, r or connect())
     record_cabling(check, now=now)
     return check
+
+
+def _log_changes(fabric: str, errors: dict[str, str], r: redis.Redis) -> None:
+    """Log a switch whose LLDP cannot be read once when that starts or its reason changes, and once
+    when it is readable again — not at every check (the previous errors live in Redis)."""
+    key = keys.cabling_errors(fabric)
+    raw = r.get(key)
+    before: dict[str, str] = json.loads(raw) if raw else {}
+    for sw, why in sorted(errors.items()):
+        if before.get(sw) != why:
+            log.warning("cabling check %s: switch %s: LLDP not read: %s", fabric, sw, why)
+    for sw in sorted(set(before) - set(errors)):
+        log.info("cabling check %s: switch %s: LLDP read again", fabric, sw)
+    r.set(key, json.dumps(errors))
 
 
 def check_all() -> int:

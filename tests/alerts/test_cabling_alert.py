@@ -15,6 +15,7 @@ Twin fabric ``two_leaf_one_spine``-like (4 servers × 2 GPUs, 1 spine)::
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,8 @@ from django.core.management import CommandError, call_command
 
 from fabricmon.alerts.cabling import check_fabric
 from fabricmon.alerts.models import Alert, AlertTransition
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
 from fabricmon.topology.models import Fabric, Switch
 from fabricmon.topology.services import import_fabric, set_gnmi_collector
 from twin.cluster import Twin
@@ -90,15 +93,27 @@ def test_one_miscabled_nic_is_found_alone_and_alerts(twin: Twin, fabric: Fabric)
 
 
 @pytest.mark.parametrize("fabric", ["snmp"], indirect=True)
-def test_an_unreachable_switch_is_an_error_not_findings(twin: Twin, fabric: Fabric) -> None:
+def test_an_unreachable_switch_is_an_error_logged_once(twin: Twin, fabric: Fabric,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    r = connect()
+    r.delete(keys.cabling_errors("cab"))
+    Switch.objects.filter(name="leaf-r1").update(timeout_s=0.2, retries=0)
     twin.set_unreachable("leaf-r1", True)
     try:
-        Switch.objects.filter(name="leaf-r1").update(timeout_s=0.2, retries=0)
-        check = check_fabric("cab", now=T0)
+        with caplog.at_level(logging.INFO, logger="fabricmon.alerts.cabling"):
+            checks = [check_fabric("cab", now=T0 + timedelta(seconds=k), r=r) for k in (0, 60)]
+            twin.set_unreachable("leaf-r1", False)
+            check_fabric("cab", now=T0 + timedelta(seconds=120), r=r)
+            check_fabric("cab", now=T0 + timedelta(seconds=180), r=r)
     finally:
         twin.set_unreachable("leaf-r1", False)
+    check = checks[0]
     assert list(check.errors) == ["leaf-r1"] and "timeout" in check.errors["leaf-r1"]
     assert check.report.findings == () and check.report.silent_switches == ("leaf-r1",)
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert len(lines) == 2, lines  # one when it started, one when it ended: not one per check
+    assert "switch leaf-r1: LLDP not read: timeout" in lines[0] and "LLDP read again" in lines[1]
+    r.delete(keys.cabling_errors("cab"))
 
 
 def test_control_api_lldp_and_miscable_bad_input(twin: Twin) -> None:
