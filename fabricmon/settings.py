@@ -241,6 +241,15 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
     "options": {"expires": FABRICMON_ALERTS_EVALUATE_S},
 }
 
+# The rail-plan check reads every switch's LLDP neighbours and raises rail_plan_violation alerts
+# this often (an SNMP walk of LLDP-MIB or a gNMI Get per switch: small next to a poll).
+FABRICMON_CABLING_CHECK_S = env_float("FABRICMON_CABLING_CHECK_S", 60.0)
+CELERY_BEAT_SCHEDULE["alerts-check-cabling"] = {
+    "task": "alerts.check_cabling",
+    "schedule": FABRICMON_CABLING_CHECK_S,
+    "options": {"expires": FABRICMON_CABLING_CHECK_S},
+}
+
 # --- Jobs: trace uploads ------------------------------------------------------------------------
 # Uploads up to this size are imported inside the request (the answer carries the result); larger
 # ones are saved under FABRICMON_UPLOAD_DIR and imported by a Celery task whose progress the API

@@ -45,6 +45,7 @@ from twin.fabric_queues import FabricQueues, peer_positions
 from twin.faults import TwinFaults
 from twin.gnmi_sources import TwinSwitchSource
 from twin.gnmi_target import GnmiFabric
+from twin.lldp import TwinLldp
 from twin.mib import build_switch_mib
 from twin.moe import MoeTraffic
 from twin.reporter_process import ReporterProcess
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 NS = 1_000_000_000
 
 
-class Twin(TwinFaults, TwinTruth):
+class Twin(TwinFaults, TwinTruth, TwinLldp):
     """A simulated rail-optimized cluster running an MoE job, served over SNMP on loopback."""
 
     def __init__(self, cfg: TwinConfig | None = None, fabric: FabricSpec | None = None) -> None:
@@ -82,6 +83,7 @@ class Twin(TwinFaults, TwinTruth):
             snmp_base_port=cfg.snmp_port_base or 16100,
         )
         self.ports = build_port_index(self.fabric)
+        self._init_lldp()
         self.wiring = Wiring(self.fabric, self.ports)
         self.router = Router(self.wiring, cfg.routing, seed=cfg.seed)
         self._thread: threading.Thread | None = None
@@ -138,8 +140,9 @@ class Twin(TwinFaults, TwinTruth):
             local = [self._port_spec(sw.name, int(i)) for i in self.ports.ifindex[sl]]
             self.agents[sw.name] = SwitchAgentState(
                 name=sw.name,
-                entries=build_switch_mib(sw.name, local, self.wiring.peer[sl], len(METRICS),
-                                         f"fabricmon twin {sw.role} {sw.name}"),
+                entries=sorted([*build_switch_mib(sw.name, local, self.wiring.peer[sl], len(METRICS),
+                                                  f"fabricmon twin {sw.role} {sw.name}"),
+                                *self.lldp_mib(sw.name)], key=lambda e: e.oid),
                 read_counters=lambda t, sl=sl: self.clock.values_at(t, sl),
                 boot_ns=self.t0_ns,
                 discontinuity_ticks=[0] * len(local),
@@ -183,7 +186,10 @@ class Twin(TwinFaults, TwinTruth):
             )
         base = self.cfg.gnmi_port_base
         ports = {sw.name: base + k for k, sw in enumerate(self.fabric.switches)} if base else None
-        self.gnmi = GnmiFabric(sources, ports=ports).start()
+        self.gnmi = GnmiFabric(sources, ports=ports)
+        for name, servicer in self.gnmi.servicers.items():
+            servicer.lldp = lambda name=name: self.lldp_neighbours(name)
+        self.gnmi.start()
         self.gnmi_ports = dict(self.gnmi.ports)
         # the fabric names its targets (topology YAML, collectors), like the SNMP ports above
         self.fabric = replace(self.fabric, switches=tuple(

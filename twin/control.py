@@ -12,6 +12,9 @@
     POST /fault/restart?switch=…
     POST /fault/unreachable?switch=…&on=1|0
     POST /fault/wrap?switch=…&seconds=2
+    GET  /lldp?switch=leaf-r0                         the LLDP neighbours the switch reports now
+    POST /fault/miscable?host=node002&nic=mlx5_1&switch=leaf-r0&port=Ethernet3
+                                                      plug that NIC into switch:port instead
 
 Bad input → 400 with ``{"error": "..."}`` naming the parameter; unknown switch → 404.
 """
@@ -117,10 +120,22 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return {**_port_labels(tw, sw), "t_ns": t, **{k: [int(x) for x in v] for k, v in values.items()}}
+    if method == "GET" and path == "/lldp":
+        sw = _switch(tw, p)
+        assert sw is not None
+        return {"switch": sw, "neighbours": [asdict(n) for n in tw.lldp_neighbours(sw)]}
     if method == "POST" and path.startswith("/fault/"):
         sw = _switch(tw, p)
         assert sw is not None
         kind = path.removeprefix("/fault/")
+        if kind == "miscable":  # plug host's nic into switch:port
+            missing = [k for k in ("host", "nic", "port") if not p.get(k)]
+            if missing:
+                raise ApiError(400, f"miscable needs {', '.join(missing)} (and switch)")
+            try:
+                return {"ok": True, "fault": kind, **tw.miscable(p["host"], p["nic"], sw, p["port"])}
+            except ValueError as exc:
+                raise ApiError(400, str(exc)) from None
         if kind == "restart":
             tw.restart(sw)
         elif kind == "unreachable":
@@ -134,7 +149,7 @@ def handle(tw: Twin, method: str, path: str, p: dict[str, str]) -> Any:
                 raise ApiError(400, "seconds must be > 0")
             tw.wrap(sw, seconds_to_wrap=seconds)
         else:
-            raise ApiError(404, f"unknown fault {kind!r} (restart, unreachable, wrap)")
+            raise ApiError(404, f"unknown fault {kind!r} (restart, unreachable, wrap, miscable)")
         return {"ok": True, "fault": kind, "switch": sw}
     raise ApiError(404, f"no route {method} {path}")
 

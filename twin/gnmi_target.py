@@ -30,7 +30,9 @@ import numpy.typing as npt
 from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pbg
 
+from collectors.gnmi.lldp import is_lldp_request, neighbour_notification
 from collectors.gnmi.paths import LEAVES, PORT, Leaf, leaf_path
+from fabricmon.core.topology.cabling import LldpNeighbour
 
 Snapshot = tuple[int, Mapping[str, npt.NDArray[Any]]]
 Mangle = Callable[[pb.SubscribeResponse], Sequence[pb.SubscribeResponse]]
@@ -155,6 +157,7 @@ class SwitchServicer(pbg.gNMIServicer):
         self.name = name
         self.source = source
         self.mangle: Mangle | None = None
+        self.lldp: Callable[[], Sequence[LldpNeighbour]] | None = None  # OpenConfig LLDP (Get)
         self.active_streams = 0
         self.max_active_streams = 0
         self.subscribes = 0
@@ -177,12 +180,16 @@ class SwitchServicer(pbg.gNMIServicer):
             ),
             pb.ModelData(name="openconfig-qos", organization="OpenConfig working group", version="2.2.0"),
             pb.ModelData(name="openconfig-qos-ext", organization="SONiC", version="0.1.0"),
+            *([pb.ModelData(name="openconfig-lldp", organization="OpenConfig working group", version="0.2.1")]
+              if self.lldp is not None else []),
         ]
         return pb.CapabilityResponse(
             supported_models=models, supported_encodings=[pb.JSON, pb.PROTO], gNMI_version="0.8.0"
         )
 
     async def Get(self, request: pb.GetRequest, context: Any) -> pb.GetResponse:  # noqa: N802
+        if self.lldp is not None and any(is_lldp_request(p, request.prefix) for p in request.path):
+            return pb.GetResponse(notification=[neighbour_notification(self.lldp(), time.time_ns())])
         sel = self._selection(request.path, request.prefix)
         if not sel.parts:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no leaf under the requested paths")

@@ -24,6 +24,7 @@ KINDS = [
     ("pfc_storm", "PFC storm"),
     ("ecmp_imbalance", "ECMP imbalance"),
     ("rail_violation", "Rail-plan violation"),
+    ("rail_plan_violation", "Cabling off the rail plan (LLDP)"),
     ("target_down", "Target down"),
 ]
 

@@ -110,6 +110,33 @@ def record_window(
     return stored
 
 
+@transaction.atomic
+def record_check(
+    fabric: str, kind: str, conds: list[Condition], geo: FabricGeometry, *, now: datetime | None = None,
+    link_base: str = "",
+) -> list[AlertTransition]:
+    """Alerts of one ``kind`` judged by a periodic check rather than per window (the LLDP cabling
+    check): only that kind's open alerts advance, with ``conds`` as everything the check found —
+    the same lifecycle, rows, episodes, silences and outbox as :func:`record_window`."""
+    now = now or timezone.now()
+    config, off = lifecycle_config(fabric)
+    conds = [c for c in conds if c.kind == kind and kind not in off]
+    rows = {fp: a for fp, a in _open_alerts(fabric, "").items() if a.kind == kind}
+    slots = {fp: _slot(a) for fp, a in rows.items()}
+    new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, config=config)
+    window = _Window(fabric, "", None, geo, now, link_base)
+    window.episodes = {e.family: e for e in Episode.objects.filter(fabric=fabric, run_name="", closed_at=None,
+                                                                   family=family_of(kind))}
+    stored = [_apply(window, rows, ch) for ch in changes]
+    still = [fp for fp, s in new_slots.items() if s.last_true_ns == _ns(now) and fp in rows]
+    Alert.objects.filter(fingerprint__in=still).update(last_true=now)
+    for episode in window.episodes.values():
+        if not episode.alerts.filter(state=Alert.State.FIRING).exists():
+            episode.closed_at = now
+            episode.save(update_fields=["closed_at"])
+    return stored
+
+
 # A window in which no port had data says nothing about congestion: incast alerts keep their state
 # over it, and their keep-firing time counts from its end (a poll round every switch missed must not
 # end an episode while the hotspot moves) — for this many blind windows in a row at most, after

@@ -5,7 +5,7 @@ with its own worker, so a receiver that answers slowly holds only delivery proce
 
 from celery import shared_task
 
-from fabricmon.alerts import delivery, evaluation, retention
+from fabricmon.alerts import cabling, delivery, evaluation, retention
 
 
 @shared_task(name="alerts.deliver_due", ignore_result=True, acks_late=True)
@@ -32,3 +32,9 @@ def evaluate() -> int:
 def prune_history() -> str:
     """Alert history retention (beat: every FABRICMON_PRUNE_EVERY_S)."""
     return retention.prune_history().line()
+
+
+@shared_task(name="alerts.check_cabling", ignore_result=True)
+def check_cabling() -> int:
+    """Compare every fabric's LLDP neighbours with its topology (beat: every FABRICMON_CABLING_CHECK_S)."""
+    return cabling.check_all()

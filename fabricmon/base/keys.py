@@ -16,6 +16,7 @@ everything::
     fm:hist:{fabric}:{start_ns}   string  history step written (NX)    telemetry.shard_loop
     fm:alerts:cursor:{fabric}     string  last frame evaluated         alerts.evaluation
     fm:alerts:state:{fabric}      string  moving-incast state (JSON)   alerts.evaluation
+    fm:cabling:errors:{fabric}    string  switch → unreadable LLDP     alerts.cabling
     fabricmon:jobs:rate:{token}   hash    ingest token bucket          jobs.ratelimit
 """
 
@@ -79,6 +80,10 @@ def alerts_cursor(fabric: str) -> str:
 
 def alerts_state(fabric: str) -> str:
     return f"fm:alerts:state:{fabric}"
+
+
+def cabling_errors(fabric: str) -> str:
+    return f"fm:cabling:errors:{fabric}"
 
 
 def rate_bucket(token: str) -> str:

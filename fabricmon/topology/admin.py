@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
+from collectors.snmp import SnmpPollError
+from fabricmon.topology.discovery import DiscoveryError, discover_switch
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
 SECRET_FIELDS = ("snmp_community", "v3_auth_key", "v3_priv_key")
@@ -90,6 +94,7 @@ class SwitchAdmin(admin.ModelAdmin):
     search_fields = ("name", "mgmt_address")
     list_select_related = ("fabric",)
     inlines = [PortInline]
+    actions = ("discover_ports", "discover_and_apply")
     fieldsets = (
         (None, {"fields": ("fabric", "name", "role", "rail", "mgmt_address", "collector")}),
         ("SNMP", {"fields": ("snmp_version", "snmp_port", "snmp_community", "clear_snmp_community",
@@ -99,6 +104,25 @@ class SwitchAdmin(admin.ModelAdmin):
                                       "v3_context")}),
         ("gNMI", {"fields": ("gnmi_port", "gnmi_sample_interval_s")}),
     )
+
+    @admin.action(description="Discover ports over SNMP (dry run: show the diff)")
+    def discover_ports(self, request: HttpRequest, queryset: QuerySet[Switch]) -> None:
+        self._discover(request, queryset, apply=False)
+
+    @admin.action(description="Discover ports over SNMP and apply them to the topology")
+    def discover_and_apply(self, request: HttpRequest, queryset: QuerySet[Switch]) -> None:
+        self._discover(request, queryset, apply=True)
+
+    def _discover(self, request: HttpRequest, queryset: QuerySet[Switch], *, apply: bool) -> None:
+        """One message per switch: its diff (``manage.py discover_switch``'s lines) or why not."""
+        for sw in queryset.select_related("fabric").order_by("fabric__name", "name"):
+            try:
+                diff = discover_switch(sw.fabric, sw.name, apply=apply)
+            except (SnmpPollError, DiscoveryError) as exc:
+                self.message_user(request, f"{sw.fabric.name}/{sw.name}: {exc}", messages.ERROR)
+                continue
+            text = format_html_join(mark_safe("<br>"), "{}", ((line,) for line in diff.lines()))
+            self.message_user(request, text, messages.SUCCESS if apply else messages.INFO)
 
 
 @admin.register(Port)

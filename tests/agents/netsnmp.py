@@ -69,9 +69,12 @@ def start_snmpd(
     iftable_ports: int | None = None,
     iftable_state: Path | None = None,
     timeout_s: float = 10.0,
+    extra_config: tuple[str, ...] = (),
+    extra_args: tuple[str, ...] = (),
 ) -> Snmpd:
     """Start snmpd in ``workdir``. With ``iftable_ports`` the host's own IF-MIB is switched off and
-    :mod:`pass_persist_iftable` serves that many synthetic ports instead."""
+    :mod:`pass_persist_iftable` serves that many synthetic ports instead. ``extra_config`` lines
+    (other ``pass_persist`` tables, ``master agentx`` …) and ``extra_args`` go to snmpd as given."""
     binary = shutil.which("snmpd") or "/usr/sbin/snmpd"
     workdir.mkdir(parents=True, exist_ok=True)
     lines = [f"rocommunity {community} 127.0.0.1"]
@@ -86,6 +89,8 @@ def start_snmpd(
         lines += [f"pass_persist -p 1 {root} {cmd}" for root in IF_ROOTS]
         # Without this the built-in handlers still answer some columns for the host's interfaces.
         args = ["-I", "-ifTable,-ifXTable,-interfaces"]
+    lines += extra_config
+    args += extra_args
     env = {**os.environ, "SNMP_PERSISTENT_DIR": str(workdir / "persist"), "MIBS": ""}
     last_error = ""
     for _attempt in range(5):  # a free port can be taken between probing and binding

@@ -61,6 +61,7 @@ class Condition:
     """
 
     kind: str  # incast | moving_incast | pfc_storm | ecmp_imbalance | rail_violation | target_down
+    # | rail_plan_violation (from the LLDP cabling check, fabricmon/alerts/cabling.py)
     key: str
     summary: str
     value: float = 0.0

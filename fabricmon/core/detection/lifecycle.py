@@ -44,6 +44,9 @@ DEFAULT_LIFECYCLE: Mapping[str, LifecycleConfig] = {
     # with DetectConfig.down_windows: down after 3 windows without data and 2 s more; up again only
     # after 10 s of data — one alert per outage, never a flap per slow poll
     "target_down": LifecycleConfig(for_s=2.0, keep_firing_s=10.0),
+    # judged by the periodic LLDP cabling check, not per window: a cable seen where it must not be
+    # fires at the check that sees it, and resolves at the first check that no longer does
+    "rail_plan_violation": LifecycleConfig(for_s=0.0, keep_firing_s=0.0),
 }
 
 
