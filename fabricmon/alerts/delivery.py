@@ -22,6 +22,7 @@ from fabricmon.alerts.models import (
 from fabricmon.alerts.netguard import Policy
 from fabricmon.alerts.services import log
 from fabricmon.alerts.transports import Message, Target, TransportError, transport_for
+from fabricmon.base.sealed import SecretUnreadableError, reveal
 
 BACKOFF_BASE_S = 5.0
 BACKOFF_MAX_S = 300.0
@@ -63,15 +64,21 @@ def deliver(outbox_id: int, now: datetime | None = None) -> str:
         Outbox.objects.filter(id=row.id).update(status=Outbox.Status.FAILED, last_error="receiver disabled")
         return Outbox.Status.FAILED
     try:
-        transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy()).notify(
-            Message(**row.payload)
-        )
+        transport_for(rcv.kind, target(rcv), policy()).notify(Message(**row.payload))
     except TransportError as exc:
         return _failed(row, rcv, exc, now)
     Outbox.objects.filter(id=row.id).update(status=Outbox.Status.SENT, sent_at=now, last_error="")
     if rcv.last_error:
         Receiver.objects.filter(id=rcv.id).update(last_error="")
     return Outbox.Status.SENT
+
+
+def target(rcv: Receiver) -> Target:
+    """The receiver's URL and secret, decrypted here and only here (they are credentials)."""
+    try:
+        return Target(rcv.name, reveal(rcv.url), reveal(rcv.secret))
+    except SecretUnreadableError as exc:  # no retry brings a dropped key back: fail, and say why
+        raise TransportError(f"{rcv.name}: {exc}", permanent=True) from None
 
 
 def _failed(row: Outbox, rcv: Receiver, exc: TransportError, now: datetime) -> str:

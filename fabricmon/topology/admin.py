@@ -1,5 +1,6 @@
-"""Admin for the topology. SNMP secrets are write-only: the form never renders them, and an empty
-field on save keeps the stored value (type a new value to change it, tick "clear" to empty it)."""
+"""Admin for the topology. SNMP secrets are write-only: the form never renders them (it says
+"set" or ``••••`` + the last 4), and an empty field on save keeps the stored value (type a new
+value to change it, tick "clear" to empty it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from fabricmon.base.sealed import shown
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
 SECRET_FIELDS = ("snmp_community", "v3_auth_key", "v3_priv_key")
@@ -37,8 +39,8 @@ class SwitchForm(forms.ModelForm):
         for name in SECRET_FIELDS:
             field = self.fields[name]
             field.required = False
-            stored = bool(getattr(self.instance, name, "")) if self.instance.pk else False
-            field.help_text = "a value is stored; leave empty to keep it" if stored else "not set"
+            stored = getattr(self.instance, name, "") if self.instance.pk else ""
+            field.help_text = f"stored: {shown(stored)}; leave empty to keep it" if stored else "not set"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
