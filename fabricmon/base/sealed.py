@@ -155,7 +155,11 @@ class SealedField(models.TextField):
         return Sealed(value) if value else ""
 
     def to_python(self, value: Any) -> Any:
-        return value  # a Sealed, "" or a fresh plain string: the attribute seals it
+        # loaddata hands back what dumpdata wrote (a token): keep it sealed, never seal it twice.
+        # Anything else (a Sealed, "", a plain string) the attribute takes as it is.
+        if isinstance(value, str) and value and _readable(value) is not None:
+            return Sealed(value)
+        return value
 
     def get_prep_value(self, value: Any) -> str:
         sealed = _as_sealed(value)

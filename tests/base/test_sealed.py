@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
@@ -126,3 +127,14 @@ def test_a_secret_no_key_reads_fails_the_delivery_for_good() -> None:
     row.refresh_from_db()
     assert row.status == Outbox.Status.FAILED and "cannot be decrypted" in row.last_error
     assert HOOK not in row.last_error
+
+
+def test_dumpdata_writes_tokens_and_loaddata_keeps_them(tmp_path: Path) -> None:
+    Receiver.objects.create(name="hook", kind="webhook", url=HOOK, secret=WHSEC)
+    dump = tmp_path / "receivers.json"
+    call_command("dumpdata", "alerts.receiver", output=str(dump))
+    assert HOOK not in dump.read_text() and WHSEC not in dump.read_text()
+    Receiver.objects.all().delete()
+    call_command("loaddata", str(dump), stdout=io.StringIO())
+    got = Receiver.objects.get()
+    assert (reveal(got.url), reveal(got.secret)) == (HOOK, WHSEC)  # not sealed twice
