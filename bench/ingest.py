@@ -102,6 +102,9 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
     """One measured ingest into a fresh database; prints one JSON line."""
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
+    from tests import secret_env
+
+    secret_env.apply(os.environ)  # a bench database: the test keys unless keys are configured
     import django
 
     django.setup()

@@ -46,6 +46,7 @@ from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.telemetry import live_window
+from tests import secret_env
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 USER, PASSWORD = "bench", "bench-password"
@@ -65,6 +66,7 @@ class Stack:
         self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
                     "DATABASE_URL": f"sqlite:///{workdir / 'db.sqlite3'}", "REDIS_URL": redis_url,
                     "FABRICMON_VAR_DIR": str(workdir), "PYTHONUNBUFFERED": "1"}
+        secret_env.apply(self.env)  # a bench stack: the test keys unless keys are configured
         self.manage("migrate", "--noinput")
         self.manage("create_demo_user", "--username", USER, "--password", PASSWORD)
         sock = socket.socket()

@@ -29,6 +29,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fabricmon-timeline-")
+    from tests import secret_env
+
+    secret_env.apply(os.environ)  # a bench database: the test keys unless keys are configured
     os.environ.update({"DJANGO_SETTINGS_MODULE": "fabricmon.settings",
                        "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "FABRICMON_VAR_DIR": tmp})
     import django

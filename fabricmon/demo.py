@@ -11,7 +11,9 @@ Runs, as child processes with logs under ``var/log/``:
     beat       celery -A fabricmon.celery beat
     web        python -m fabricmon.serve fabricmon.asgi:application  (Daphne, body limits first)
 
-and before them ``migrate``, a demo login with an API token (``var/twin-api-token``, 0600) with
+and before them ``migrate``, the demo's keys (``SECRET_KEY`` and ``FABRICMON_SECRETS_KEY`` unless
+set: generated once into ``var/secret-key`` and ``var/secrets-key``, 0600, and reused, so sessions
+and stored secrets survive a restart), a demo login with an API token (``var/twin-api-token``, 0600) with
 which the twin reports its MoE job's phase events to the jobs API, and ``load_topology`` of the
 twin's fabric. The service
 commands live in :data:`SERVICE_COMMANDS`; ``docker-compose.yml`` runs the same ones (a test
@@ -22,6 +24,7 @@ environment this module prepares.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,7 +229,29 @@ def supervisor(var_dir: Path) -> Supervisor:
     env.setdefault("FABRICMON_VAR_DIR", str(var_dir))
     env.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
     env["PYTHONUNBUFFERED"] = "1"
+    demo_keys(env, var_dir)
     return Supervisor(log_dir, env)
+
+
+# name → (key file under var/, how to make a new key). Fernet keys are 32 random bytes, url-safe base64.
+DEMO_KEYS: dict[str, tuple[str, Callable[[], str]]] = {
+    "SECRET_KEY": ("secret-key", lambda: secrets.token_urlsafe(50)),
+    "FABRICMON_SECRETS_KEY": ("secrets-key", lambda: base64.urlsafe_b64encode(os.urandom(32)).decode()),
+}
+
+
+def demo_keys(env: dict[str, str], var_dir: Path) -> None:
+    """Point every child at the demo's key files (``NAME_FILE``) unless ``NAME`` is configured: the
+    product refuses to start without a SECRET_KEY. A file is made once (0600) and reused."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    for name, (file_name, make) in DEMO_KEYS.items():
+        if env.get(name) or env.get(f"{name}_FILE"):
+            continue
+        path = var_dir / file_name
+        if not path.exists() or not path.read_text().strip():
+            write_secret(path, make())
+        path.chmod(0o600)  # a file an older demo left wider
+        env[f"{name}_FILE"] = str(path)
 
 
 def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,

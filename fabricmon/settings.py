@@ -7,9 +7,13 @@ configuration table in README.md is the whole story. Secrets may be given as
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FABRICMON_VAR_DIR", BASE_DIR / "var"))
@@ -41,10 +45,58 @@ def env_float(name: str, default: float) -> float:
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
-    raw = os.environ.get(name)
+    raw = env_str(name) if os.environ.get(f"{name}_FILE") else os.environ.get(name)
     if raw is None:
         return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
+    return [item.strip() for item in raw.replace("\n", ",").split(",") if item.strip()]
+
+
+def secret_key(debug: bool) -> str:
+    """``SECRET_KEY``: required unless debugging. A public default would sign every session and
+    CSRF token with a key anyone can read in this file, so without one we refuse to start."""
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    if debug:
+        return "dev-only-not-secret-change-me"
+    raise ImproperlyConfigured(
+        "SECRET_KEY is not set: give the SECRET_KEY environment variable (or SECRET_KEY_FILE, a path) "
+        "a long random value, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))' "
+        "(DEBUG=true runs with a development key)"
+    )
+
+
+def fernet_keys(name: str) -> list[str]:
+    """``name`` as a list of Fernet keys (comma-separated, first one encrypts). Checked here, so a
+    typo stops every process at start instead of failing the first delivery or poll."""
+    keys = env_list(name, [])
+    for i, key in enumerate(keys, 1):
+        try:
+            ok = len(base64.urlsafe_b64decode(key.encode())) == 32
+        except (binascii.Error, ValueError):
+            ok = False
+        if not ok:  # never echo the key itself
+            raise ImproperlyConfigured(
+                f"{name}: key {i} of {len(keys)} is not a Fernet key (32 url-safe base64-encoded bytes; "
+                "make one with python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())')"
+            )
+    return keys
+
+
+def proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto,https`` (or Django's ``HTTP_X_FORWARDED_PROTO,https``) → the tuple
+    Django's SECURE_PROXY_SSL_HEADER takes; unset → None (no proxy is trusted)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = (part.strip() for part in raw.partition(","))
+    if not sep or not header or not value:
+        raise ImproperlyConfigured(
+            f"{name}: expected 'HEADER,VALUE' such as 'X-Forwarded-Proto,https', got {raw!r}"
+        )
+    meta = header.upper().replace("-", "_")
+    return (meta if meta.startswith("HTTP_") else f"HTTP_{meta}", value)
 
 
 # Concurrent writers (ASGI threads, Celery) on SQLite: take the write lock at BEGIN and wait for it,
@@ -59,16 +111,24 @@ SQLITE_OPTIONS = {
 }
 
 
+# Django's SQLite backend with the database file and its -wal/-shm kept owner-only (0600): the file
+# holds password hashes, API token digests and sealed secrets (fabricmon/base/sqlite/base.py).
+SQLITE_ENGINE = "fabricmon.base.sqlite"
+# Test databases in memory, as Django does for its own SQLite engine (said explicitly: pytest-django
+# recognises SQLite by the stock ENGINE name only, and would give each xdist worker a file instead).
+SQLITE_TEST = {"NAME": ":memory:"}
+
+
 def database_from_url(url: str) -> dict[str, object]:
     """``sqlite:///path`` or ``postgres://user:pass@host:port/name`` → a Django DATABASES entry."""
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "fabricmon.sqlite3",
-                "OPTIONS": SQLITE_OPTIONS}
+        return {"ENGINE": SQLITE_ENGINE, "NAME": VAR_DIR / "fabricmon.sqlite3", "OPTIONS": SQLITE_OPTIONS,
+                "TEST": SQLITE_TEST}
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path) or ":memory:",
-                "OPTIONS": SQLITE_OPTIONS}
+        return {"ENGINE": SQLITE_ENGINE, "NAME": unquote(parsed.path) or ":memory:",
+                "OPTIONS": SQLITE_OPTIONS, "TEST": SQLITE_TEST}
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
         return {
             "ENGINE": "django.db.backends.postgresql",
@@ -83,9 +143,27 @@ def database_from_url(url: str) -> dict[str, object]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "dev-only-not-secret-change-me")
+SECRET_KEY = secret_key(DEBUG)
+# Old keys still accepted for signatures (sessions, password resets) while a new SECRET_KEY rolls out;
+# secrets at rest sealed with a key derived from one of them stay readable too (fabricmon/base/sealed.py).
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS behind a TLS-terminating proxy (what `manage.py check --deploy` asks for) -------------
+# All off by default so `make demo` works on plain http://127.0.0.1; README lists the production set.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+
+# --- Secrets at rest (SNMP communities and v3 keys, receiver URLs and webhook secrets) -----------
+# Fernet keys, newest first: the first encrypts, all decrypt (rotate: put a new key in front, run
+# `manage.py rotate_secrets`, then drop the old one). Empty: a key derived from SECRET_KEY.
+FABRICMON_SECRETS_KEYS = fernet_keys("FABRICMON_SECRETS_KEY")
 
 INSTALLED_APPS = [
     "daphne",

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import secret_env  # tests/secret_env.py (this folder is on sys.path wherever this module is imported)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -83,6 +85,7 @@ def server_env(tmp: Path, redis_url: str, **extra: str) -> dict[str, str]:
             **extra,
         }
     )
+    secret_env.apply(env)  # the product refuses to start without a SECRET_KEY (DEBUG off)
     return env
 
 

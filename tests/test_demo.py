@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricmon.demo import SERVICE_COMMANDS
+from fabricmon.demo import SERVICE_COMMANDS, demo_keys
+from fabricmon.settings import fernet_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 PLACEHOLDER = re.compile(r"^\{\w+\}$")
@@ -47,6 +48,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_demo_makes_its_keys_once_owner_only_and_reuses_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env: dict[str, str] = {}
+    demo_keys(env, tmp_path)
+    files = {name: Path(env[f"{name}_FILE"]) for name in ("SECRET_KEY", "FABRICMON_SECRETS_KEY")}
+    first = {name: path.read_text() for name, path in files.items()}
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in files.values())
+    assert len(first["SECRET_KEY"].strip()) >= 50
+    monkeypatch.setenv("FABRICMON_SECRETS_KEY_FILE", str(files["FABRICMON_SECRETS_KEY"]))
+    assert len(fernet_keys("FABRICMON_SECRETS_KEY")) == 1  # a key the product accepts
+    again: dict[str, str] = {}
+    demo_keys(again, tmp_path)  # a second demo: the same keys (sessions and stored secrets survive)
+    assert again == env and {n: p.read_text() for n, p in files.items()} == first
+    configured = {"SECRET_KEY": "set-by-the-operator"}
+    demo_keys(configured, tmp_path)
+    assert "SECRET_KEY_FILE" not in configured and "FABRICMON_SECRETS_KEY_FILE" in configured
 
 
 @pytest.mark.integration

@@ -34,6 +34,7 @@ from fabricmon.alerts.models import (
 from fabricmon.alerts.netguard import Policy
 from fabricmon.alerts.services import log
 from fabricmon.alerts.transports import Message, Target, TransportError, transport_for
+from fabricmon.base.sealed import SecretUnreadableError, reveal
 
 BACKOFF_BASE_S = 5.0
 BACKOFF_MAX_S = 300.0
@@ -109,8 +110,7 @@ def deliver(outbox_id: int, now: datetime | None = None) -> str:
         _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error="receiver disabled")
         return Outbox.Status.FAILED
     try:
-        transport = transport_for(rcv.kind, Target(rcv.name, rcv.url, rcv.secret), policy())
-        transport.notify(Message(**row.payload))
+        transport_for(rcv.kind, target(rcv), policy()).notify(Message(**row.payload))
     except TransportError as exc:
         return _failed(row, attempt, rcv, exc, now)
     except ValueError as exc:  # transport_for: a receiver kind this version does not know
@@ -124,6 +124,14 @@ def deliver(outbox_id: int, now: datetime | None = None) -> str:
     if rcv.last_error:
         Receiver.objects.filter(id=rcv.id).update(last_error="")
     return Outbox.Status.SENT
+
+
+def target(rcv: Receiver) -> Target:
+    """The receiver's URL and secret, decrypted here and only here (they are credentials)."""
+    try:
+        return Target(rcv.name, reveal(rcv.url), reveal(rcv.secret))
+    except SecretUnreadableError as exc:  # no retry brings a dropped key back: fail, and say why
+        raise TransportError(f"{rcv.name}: {exc}", permanent=True) from None
 
 
 def _failed(row: Outbox, attempt: int, rcv: Receiver, exc: TransportError, now: datetime) -> str:

@@ -10,6 +10,8 @@ class ReceiverForm(forms.ModelForm):
     class Meta:
         model = Receiver
         fields = ("name", "kind", "url", "secret", "fabric", "kinds", "send_resolved")
+        # a signing secret is never echoed back into the page (not even after a form error)
+        widgets = {"secret": forms.PasswordInput(render_value=False)}
 
 
 class RuleForm(forms.ModelForm):

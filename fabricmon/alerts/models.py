@@ -18,6 +18,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from fabricmon.base.sealed import SealedField
+
 KINDS = [
     ("incast", "Incast"),
     ("moving_incast", "Moving incast"),
@@ -152,7 +154,8 @@ class Silence(models.Model):
 
 
 class Receiver(models.Model):
-    """Where notifications go. The URL is a credential (Slack/Teams/… hooks): never logged."""
+    """Where notifications go. The URL is a credential (Slack/Teams/… hooks): never logged, and
+    stored encrypted like the webhook secret (revealed only by ``delivery``)."""
 
     class Kind(models.TextChoices):
         SLACK = "slack"
@@ -164,8 +167,9 @@ class Receiver(models.Model):
 
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=200, blank=True, default="", help_text="whsec_… for signed webhooks")
+    # forms check the URL (ReceiverForm); the column holds a token, so no URL validator here
+    url = SealedField(max_length=500)
+    secret = SealedField(max_length=200, blank=True, default="", help_text="whsec_… for signed webhooks")
     fabric = models.CharField(max_length=100, blank=True, default="", help_text="blank = every fabric")
     kinds = models.JSONField(default=list, blank=True, help_text="alert kinds; empty = all")
     owner = models.ForeignKey(

@@ -33,19 +33,21 @@ from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardRepo
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
 from fabricmon.topology.fabric_view import fabric_view
 from fabricmon.topology.models import Fabric
-from fabricmon.topology.services import collector_protocols, fabric_spec
+from fabricmon.topology.services import Secrets, collector_protocols, fabric_spec
 
 log = logging.getLogger(__name__)
 MAX_WALK_INTERVALS = 3  # a walk slower than this many intervals is abandoned as a timeout
 
 
-def load_fabrics() -> list[FabricSpec]:
-    """Every fabric in the database, as specs (what the collectors poll)."""
-    return [fabric_spec(f) for f in Fabric.objects.all()]
+def load_fabrics(secrets: Secrets = "reveal") -> list[FabricSpec]:
+    """Every fabric in the database, as specs (what the collectors poll, SNMP secrets decrypted)."""
+    return [fabric_spec(f, secrets=secrets) for f in Fabric.objects.all()]
 
 
 def all_shards(fabrics: Sequence[FabricSpec] | None = None) -> list[Shard]:
-    return plan_shards(load_fabrics() if fabrics is None else fabrics, settings.FABRICMON_SHARD_SIZE)
+    # planning needs names and intervals only: beat runs this every few seconds, decrypting nothing
+    specs = load_fabrics(secrets="omit") if fabrics is None else fabrics
+    return plan_shards(specs, settings.FABRICMON_SHARD_SIZE)
 
 
 # --- the shard loop -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Admin for the topology. SNMP secrets are write-only: the form never renders them, and an empty
-field on save keeps the stored value (type a new value to change it, tick "clear" to empty it)."""
+"""Admin for the topology. SNMP secrets are write-only: the form never renders them (it says
+"set" or ``••••`` + the last 4), and an empty field on save keeps the stored value (type a new
+value to change it, tick "clear" to empty it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
 from collectors.snmp import SnmpPollError
+from fabricmon.base.sealed import shown
 from fabricmon.topology.discovery import DiscoveryError, discover_switch
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
@@ -41,8 +43,8 @@ class SwitchForm(forms.ModelForm):
         for name in SECRET_FIELDS:
             field = self.fields[name]
             field.required = False
-            stored = bool(getattr(self.instance, name, "")) if self.instance.pk else False
-            field.help_text = "a value is stored; leave empty to keep it" if stored else "not set"
+            stored = getattr(self.instance, name, "") if self.instance.pk else ""
+            field.help_text = f"stored: {shown(stored)}; leave empty to keep it" if stored else "not set"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

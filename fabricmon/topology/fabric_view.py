@@ -88,7 +88,7 @@ def fabric_view(fabric: Fabric | str) -> FabricView:
         if hit is not None:
             _VIEWS.move_to_end(key)
             return hit
-    spec = fabric_spec(row)
+    spec = fabric_spec(row, secrets="omit")  # cached in every web process: no SNMP secrets
     view = FabricView(row.name, row.topology_version, spec, build_port_index(spec), tuple(port_peers(row)))
     with _LOCK:
         _VIEWS[key] = view

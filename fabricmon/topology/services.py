@@ -8,10 +8,14 @@ detection geometry, projection layout) are ``fabric_view.fabric_view(fabric)``.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from django.db import transaction
 
+from fabricmon.base.sealed import SecretValue, masked, reveal
+from fabricmon.core.masking import is_masked
 from fabricmon.core.topology.port_index import PortIndex, build_port_index
 from fabricmon.core.topology.spec import (
     FabricSpec,
@@ -23,12 +27,20 @@ from fabricmon.core.topology.spec import (
     SnmpSettings,
     SwitchSpec,
 )
+from fabricmon.core.topology.yaml_fields import TopologyError
 from fabricmon.core.topology.yaml_load import check_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 
 
 class FabricExistsError(ValueError):
     """``import_fabric(..., replace=False)`` for a name that is already taken."""
+
+
+# How a spec read back from the database carries the SNMP secrets: decrypted (the collectors),
+# masked (an export: ``••••`` + last 4), or left out as "" (every view that only draws the fabric).
+Secrets = Literal["reveal", "mask", "omit"]
+# spec field → Switch column
+SECRET_COLUMNS = {"community": "snmp_community", "v3_auth_key": "v3_auth_key", "v3_priv_key": "v3_priv_key"}
 
 
 @transaction.atomic
@@ -38,6 +50,9 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
     Re-importing an existing name keeps the :class:`Fabric` row (and its version history and
     whatever other apps hang off it) and replaces everything below it. Records the port layout
     as a :class:`TopologyVersion` and numbers ``Port.index`` by ``build_port_index``.
+
+    A masked secret (``••••abcd`` from an export) keeps the switch's stored secret if it matches
+    that secret's mask; otherwise the import is refused (a :class:`TopologyError`), never stored.
     """
     if validate:  # the topology file's rules, for specs built in code (railgen, twin)
         check_fabric(spec)
@@ -46,11 +61,13 @@ def import_fabric(spec: FabricSpec, *, replace: bool = True, validate: bool = Tr
         name=spec.name, defaults={"description": spec.description}
     )
     collectors: dict[str, str] = {}
+    stored: dict[str, dict[str, SecretValue]] = {}
     if not created:
         if not replace:
             raise FabricExistsError(f"fabric {spec.name!r} exists (use replace=True to re-import it)")
+        stored = _stored_secrets(fabric)
         collectors = _clear(fabric)
-    port_rows, port_id = _write_switches(fabric, spec, index, collectors)
+    port_rows, port_id = _write_switches(fabric, spec, index, collectors, stored)
     _write_hosts(fabric, spec, port_id)
     fabric.description = spec.description
     fabric.topology_version = index.version
@@ -81,13 +98,41 @@ def _clear(fabric: Fabric) -> dict[str, str]:
     return collectors
 
 
+def _stored_secrets(fabric: Fabric) -> dict[str, dict[str, SecretValue]]:
+    """Switch name → its sealed secrets by column (still sealed: only compared, never shown)."""
+    columns = tuple(SECRET_COLUMNS.values())
+    return {
+        name: dict(zip(columns, values, strict=True))
+        for name, *values in Switch.objects.filter(fabric=fabric).values_list("name", *columns)
+    }
+
+
+def _secrets_of(sw: SwitchSpec, stored: Mapping[str, SecretValue]) -> dict[str, SecretValue]:
+    """The switch's secret columns: the spec's values, a masked one resolved to the stored secret."""
+    out: dict[str, SecretValue] = {}
+    for attr, column in SECRET_COLUMNS.items():
+        value: SecretValue = getattr(sw.snmp, attr)
+        if isinstance(value, str) and is_masked(value):
+            kept = stored.get(column, "")
+            if not kept or masked(kept) != value:
+                raise TopologyError([
+                    f"switch {sw.name!r}: field {attr!r} is a masked value from an export ({value}) and this "
+                    f"switch has no stored secret it stands for: give the secret itself or {attr}_env"
+                ])
+            value = kept
+        out[column] = value
+    return out
+
+
 def _write_switches(
-    fabric: Fabric, spec: FabricSpec, index: PortIndex, collectors: dict[str, str]
+    fabric: Fabric, spec: FabricSpec, index: PortIndex, collectors: dict[str, str],
+    stored: Mapping[str, Mapping[str, SecretValue]],
 ) -> tuple[list[Port], dict[tuple[str, str], int]]:
     """Switches, their ports (numbered by the port index, with their peers) and the links between
     them, in bulk. Returns the port rows and their ids by (switch, port name)."""
     switches = Switch.objects.bulk_create(
-        [_switch_row(fabric, sw, collectors.get(sw.name, Switch.Collector.SNMP)) for sw in spec.switches]
+        [_switch_row(fabric, sw, collectors.get(sw.name, Switch.Collector.SNMP), stored.get(sw.name, {}))
+         for sw in spec.switches]
     )
     switch_id = {sw.name: row.pk for sw, row in zip(spec.switches, switches, strict=True)}
     position = {
@@ -124,14 +169,14 @@ def _write_hosts(fabric: Fabric, spec: FabricSpec, port_id: dict[tuple[str, str]
     )
 
 
-def _switch_row(fabric: Fabric, sw: SwitchSpec, collector: str) -> Switch:
+def _switch_row(fabric: Fabric, sw: SwitchSpec, collector: str, stored: Mapping[str, SecretValue]) -> Switch:
     s = sw.snmp
     return Switch(
         fabric=fabric, name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
         collector=collector,
-        snmp_version=s.version, snmp_port=s.port, snmp_community=s.community, v3_user=s.v3_user,
-        v3_auth_protocol=s.v3_auth_protocol, v3_auth_key=s.v3_auth_key,
-        v3_priv_protocol=s.v3_priv_protocol, v3_priv_key=s.v3_priv_key, v3_context=s.v3_context,
+        snmp_version=s.version, snmp_port=s.port, v3_user=s.v3_user,
+        v3_auth_protocol=s.v3_auth_protocol, v3_priv_protocol=s.v3_priv_protocol, v3_context=s.v3_context,
+        **_secrets_of(sw, stored),
         interval_s=s.interval_s, timeout_s=s.timeout_s, retries=s.retries,
         gnmi_port=sw.gnmi.port if sw.gnmi is not None else None,
         gnmi_sample_interval_s=sw.gnmi.sample_interval_s if sw.gnmi is not None else 1.0,
@@ -154,10 +199,12 @@ def _fabric(fabric: Fabric | str) -> Fabric:
     return fabric if isinstance(fabric, Fabric) else Fabric.objects.get(name=fabric)
 
 
-def fabric_spec(fabric: Fabric | str) -> FabricSpec:
+def fabric_spec(fabric: Fabric | str, *, secrets: Secrets = "reveal") -> FabricSpec:
     """The stored fabric as a core :class:`FabricSpec` (SNMP settings included), in import order.
 
-    Six queries whatever the fabric's size.
+    ``secrets``: decrypted for the collectors (the default, what the spec always held), ``"mask"``
+    for an export, ``"omit"`` where nothing reads them (views, shard planning). Six queries
+    whatever the fabric's size.
     """
     fabric = _fabric(fabric)
     switches = list(Switch.objects.filter(fabric=fabric).order_by("id"))
@@ -190,7 +237,8 @@ def fabric_spec(fabric: Fabric | str) -> FabricSpec:
         description=fabric.description,
         switches=tuple(
             SwitchSpec(name=sw.name, role=sw.role, rail=sw.rail, mgmt_address=sw.mgmt_address,
-                       snmp=snmp_settings(sw), ports=tuple(ports_of[sw.pk]), gnmi=gnmi_settings(sw))
+                       snmp=snmp_settings(sw, secrets=secrets), ports=tuple(ports_of[sw.pk]),
+                       gnmi=gnmi_settings(sw))
             for sw in switches
         ),
         hosts=hosts,
@@ -198,13 +246,14 @@ def fabric_spec(fabric: Fabric | str) -> FabricSpec:
     )
 
 
-def snmp_settings(switch: Switch) -> SnmpSettings:
-    """The collector's view of one switch's SNMP settings."""
+def snmp_settings(switch: Switch, *, secrets: Secrets = "reveal") -> SnmpSettings:
+    """The collector's view of one switch's SNMP settings: the one place its secrets are decrypted."""
+    show = {"reveal": reveal, "mask": masked, "omit": lambda _v: ""}[secrets]
     return SnmpSettings(
         version=switch.snmp_version,
-        port=switch.snmp_port, community=switch.snmp_community, v3_user=switch.v3_user,
-        v3_auth_protocol=switch.v3_auth_protocol, v3_auth_key=switch.v3_auth_key,
-        v3_priv_protocol=switch.v3_priv_protocol, v3_priv_key=switch.v3_priv_key,
+        port=switch.snmp_port, community=show(switch.snmp_community), v3_user=switch.v3_user,
+        v3_auth_protocol=switch.v3_auth_protocol, v3_auth_key=show(switch.v3_auth_key),
+        v3_priv_protocol=switch.v3_priv_protocol, v3_priv_key=show(switch.v3_priv_key),
         v3_context=switch.v3_context, interval_s=switch.interval_s, timeout_s=switch.timeout_s,
         retries=switch.retries,
     )

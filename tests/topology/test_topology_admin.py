@@ -16,6 +16,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from fabricmon.base.sealed import reveal
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import import_fabric
@@ -81,11 +82,16 @@ def test_secrets_are_write_only(admin_client: Client, tiny: Fabric) -> None:
     resp = admin_client.post(url, _switch_post(sw, mgmt_address="10.0.0.1"))
     assert resp.status_code == 302, resp.content.decode()[:2000]
     sw.refresh_from_db()
-    assert (sw.mgmt_address, sw.v3_auth_key, sw.v3_priv_key, sw.snmp_community) == (
+    assert (sw.mgmt_address, *map(reveal, (sw.v3_auth_key, sw.v3_priv_key, sw.snmp_community))) == (
         "10.0.0.1", AUTH_KEY, PRIV_KEY, COMMUNITY)
     # A typed value replaces; "clear" empties.
     resp = admin_client.post(url, _switch_post(sw, v3_auth_key="new-auth-key", clear_v3_priv_key="on"))
     assert resp.status_code == 302
     sw.refresh_from_db()
-    assert (sw.v3_auth_key, sw.v3_priv_key, sw.snmp_community) == ("new-auth-key", "", COMMUNITY)
-    assert "new-auth-key" not in admin_client.get(url).content.decode()
+    assert tuple(map(reveal, (sw.v3_auth_key, sw.v3_priv_key, sw.snmp_community))) == (
+        "new-auth-key", "", COMMUNITY)
+    page = admin_client.get(url).content.decode()
+    assert "new-auth-key" not in page
+    # shown masked (the last 4 of a secret of 12 characters or more), "not set" for an empty one
+    assert "stored: ••••-key; leave empty" in page and "stored: ••••-789; leave empty" in page
+    assert "not set" in page

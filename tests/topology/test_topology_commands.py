@@ -25,6 +25,7 @@ from fabricmon.core.topology.yaml_dump import dump_fabric
 from fabricmon.core.topology.yaml_load import load_fabric
 from fabricmon.topology.models import Fabric, Gpu, Host, Link, Nic, Port, Switch, TopologyVersion
 from fabricmon.topology.services import fabric_spec
+from tests.secret_env import TEST_SECRET_KEY, TEST_SECRETS_KEY
 from tests.topologies import one_su_256_gpus, two_leaf_one_spine
 
 pytestmark = pytest.mark.django_db
@@ -37,9 +38,14 @@ def row_counts() -> dict[str, int]:
     return {m.__name__: m.objects.count() for m in MODELS}
 
 
-def run(*args: str) -> str:
+def run(*args: str, stdin: str | None = None) -> str:
     out = io.StringIO()
-    call_command(*args, stdout=out)
+    if stdin is None:
+        call_command(*args, stdout=out)
+    else:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("sys.stdin", io.StringIO(stdin))
+            call_command(*args, stdout=out)
     return out.getvalue()
 
 
@@ -51,10 +57,16 @@ def test_generate_load_export_round_trip(tmp_path: Path) -> None:
     msg = run("load_topology", str(path))
     assert "loaded fabric 'su1': 12 switches, 768 ports, 32 hosts, 256 GPUs, 256 links" in msg
     assert fabric_spec("su1") == one_su_256_gpus()
-    assert run("export_topology", "su1") == path.read_text()
+    assert run("export_topology", "su1", "--with-secrets") == path.read_text()
     out = tmp_path / "back.yaml"
-    run("export_topology", "su1", "-o", str(out))
+    run("export_topology", "su1", "--with-secrets", "-o", str(out))
     assert out.read_text() == path.read_text()
+    assert oct(out.stat().st_mode & 0o777) == "0o600"  # a file with secrets in clear: owner-only
+    # without --with-secrets the community ("public") is masked, and the file still loads back
+    masked = run("export_topology", "su1")
+    assert masked == path.read_text().replace("port: 16100}", "port: 16100, community: ••••}", 1)
+    run("load_topology", "-", stdin=masked)
+    assert fabric_spec("su1") == one_su_256_gpus()
 
 
 def test_bad_file_names_file_entry_and_field_and_stores_nothing(tmp_path: Path) -> None:
@@ -122,6 +134,7 @@ def test_load_topology_exits_non_zero_from_the_shell(tmp_path: Path) -> None:
         [sys.executable, "manage.py", "load_topology", str(bad)],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin", "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+             "SECRET_KEY": TEST_SECRET_KEY, "FABRICMON_SECRETS_KEY": TEST_SECRETS_KEY,
              "FABRICMON_VAR_DIR": str(tmp_path)},
     )
     assert proc.returncode == 1, proc.stderr

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import yaml
 
+from fabricmon.core.masking import is_masked
 from fabricmon.core.topology.spec import (
     FabricSpec,
     GnmiSettings,
@@ -311,7 +312,8 @@ def _check_v3(r: _Reader, v: Mapping[str, Any], at: Callable[[str], str]) -> Non
     if not v["v3_user"]:
         r.error(at("v3_user"), "SNMP v3 needs a user (v3_user)", "v3_user")
     auth, priv = v["v3_auth_protocol"], v["v3_priv_protocol"]
-    if auth != "NONE" and len(v["v3_auth_key"]) < MIN_V3_KEY_LEN:
+    # A masked key (an export, "••••…") stands for the stored one: the import keeps that or refuses.
+    if auth != "NONE" and len(v["v3_auth_key"]) < MIN_V3_KEY_LEN and not is_masked(v["v3_auth_key"]):
         what = "missing" if not v["v3_auth_key"] else f"shorter than {MIN_V3_KEY_LEN} characters"
         r.error(at("v3_auth_key"), f"SNMP v3 with auth {auth} needs an auth key: {what} "
                 "(give v3_auth_key or v3_auth_key_env)", "v3_auth_key")
@@ -319,7 +321,7 @@ def _check_v3(r: _Reader, v: Mapping[str, Any], at: Callable[[str], str]) -> Non
         if auth == "NONE":
             r.error(at("v3_priv_protocol"), "privacy without authentication is not allowed in SNMP v3 "
                     "(set v3_auth_protocol)", "v3_priv_protocol")
-        if len(v["v3_priv_key"]) < MIN_V3_KEY_LEN:
+        if len(v["v3_priv_key"]) < MIN_V3_KEY_LEN and not is_masked(v["v3_priv_key"]):
             what = "missing" if not v["v3_priv_key"] else f"shorter than {MIN_V3_KEY_LEN} characters"
             r.error(at("v3_priv_key"), f"SNMP v3 with privacy {priv} needs a priv key: {what} "
                     "(give v3_priv_key or v3_priv_key_env)", "v3_priv_key")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from fabricmon.base.sealed import SealedField
 from fabricmon.topology.models.fabric import Fabric
 
 
@@ -19,8 +20,9 @@ class Switch(models.Model):
            |  |  |      |  |  |
         node001/nic0  node001/nic1 …
 
-    SNMP secrets (community, v3 keys) are stored here for the collectors; they never appear in
-    ``__str__``/``repr`` or logs, and the admin shows them masked and write-only.
+    SNMP secrets (community, v3 keys) are stored here for the collectors, encrypted
+    (:class:`~fabricmon.base.sealed.SealedField`; revealed only by ``services.snmp_settings``); they
+    never appear in ``__str__``/``repr`` or logs, and the admin shows them masked and write-only.
     """
 
     class Role(models.TextChoices):
@@ -45,12 +47,12 @@ class Switch(models.Model):
 
     snmp_version = models.CharField(max_length=2, choices=SnmpVersion.choices, default=SnmpVersion.V2C)
     snmp_port = models.PositiveIntegerField(default=161)
-    snmp_community = models.CharField(max_length=255, blank=True, default="public")
+    snmp_community = SealedField(max_length=255, blank=True, default="public")
     v3_user = models.CharField(max_length=100, blank=True, default="")
     v3_auth_protocol = models.CharField(max_length=8, default="SHA")
-    v3_auth_key = models.CharField(max_length=255, blank=True, default="")
+    v3_auth_key = SealedField(max_length=255, blank=True, default="")
     v3_priv_protocol = models.CharField(max_length=8, default="AES")
-    v3_priv_key = models.CharField(max_length=255, blank=True, default="")
+    v3_priv_key = SealedField(max_length=255, blank=True, default="")
     v3_context = models.CharField(max_length=100, blank=True, default="")
     interval_s = models.FloatField(default=1.0, help_text="poll interval")
     timeout_s = models.FloatField(default=0.3, help_text="timeout x (retries + 1) must be < interval")
