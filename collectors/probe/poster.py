@@ -135,6 +135,12 @@ class EventPoster:
     def error(self) -> str:
         return self.stats.error
 
+    @property
+    def spooled(self) -> tuple[int, int]:
+        """(events, bytes) in the spool now, waiting or in flight."""
+        with self._cond:
+            return len(self._spool), self._spool.size_bytes
+
     # --- the training side ------------------------------------------------------------------------
     def submit(self, event: dict[str, Any]) -> None:
         """Queue one event; never blocks on the network, never raises."""
