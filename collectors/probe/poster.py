@@ -180,6 +180,8 @@ class EventPoster:
         server does (a request still hanging then is left to the daemon thread)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._cond:
+            if self._stopped and self._closing:  # closed before: its report stands
+                return self.stats
             if self._deadline is None or deadline < self._deadline:
                 self._deadline = deadline
             self._closing = True

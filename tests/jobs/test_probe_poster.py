@@ -95,6 +95,7 @@ def test_unreachable_server_keeps_what_fits_and_counts_the_rest() -> None:
     assert stats.posted == 0
     assert (stats.dropped, stats.unsent, stats.lost) == (75, 25, 100)  # overflow + not sent by the deadline
     assert stats.failed_posts >= 1
+    assert poster.close(timeout_s=0).lost == 100  # a second close repeats the report, counts nothing twice
 
 
 def test_a_closed_poster_refuses_new_events_without_raising() -> None:
