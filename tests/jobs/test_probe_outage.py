@@ -1,6 +1,6 @@
 """The probe across a restart of the real server during a real gloo run: nothing lost, nothing
 stored twice; what a too-small spool had to drop is counted, reported and shown on the run page;
-a wrong token or run is refused once, with one message. (The 2-minute outage of issue 13 is
+a wrong token, another user's run or no such run is refused once, with one message. (The 2-minute outage of issue 13 is
 ``bench/probe_outage.py``; here 15 s.)
 
 Scenario (``probe_outage.py``)::
@@ -91,7 +91,9 @@ def test_a_wrong_token_or_run_is_refused_once_with_one_message(
 ) -> None:
     good = IngestClient(stack.base, stack.token)
     run_id = good.create_run("refusals")
+    other = IngestClient(stack.base, stack.server.manage("create_api_token", "someone-else", "--create-user").strip())
     cases = [(IngestClient(stack.base, "fmj_wrong_token"), run_id, "401 invalid or revoked API token"),
+             (other, run_id, f"403 run {run_id} belongs to another user"),
              (good, 10**9, f"404 no run {10**9}")]  # fmt: skip
     for client, run, error in cases:
         caplog.clear()
