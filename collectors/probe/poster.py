@@ -24,8 +24,10 @@ an outage shorter than the spool.
   abandoned to the daemon thread.
 
 Bounds come from the arguments, else ``FABRICMON_PROBE_SPOOL_EVENTS`` / ``FABRICMON_PROBE_SPOOL_BYTES``
-in the training process's environment. The spool is memory only: a probe process that dies loses
-what it held (the job's own traces, uploaded later, are the durable record).
+in the training process's environment. The spool is in memory; with ``spool_dir`` (one directory
+per poster, e.g. per rank) every kept event is also journalled to local NDJSON files and a poster
+started later on the same directory posts what an earlier one left (``journal.py``: its fsync
+policy and bounds).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 import msgspec
 
 from collectors.probe.client import IngestClient, measure_clock_offset
+from collectors.probe.journal import Journal
 from collectors.probe.retry import Backoff, refusal, retry_after_s, retryable
 from collectors.probe.spool import Spool
 
@@ -51,6 +54,7 @@ _ENCODE = msgspec.json.Encoder().encode
 DEFAULT_SPOOL_EVENTS = 100_000
 DEFAULT_SPOOL_BYTES = 64 << 20  # a 2-minute outage of a 4-peer probe is ~0.5 MB; a 256-peer twin ~60 MB
 MAX_BATCH_BYTES = 4 << 20  # well under the server's FABRICMON_INGEST_MAX_BYTES (32 MiB)
+FSYNC_EVERY_S = 1.0  # the journal's fsync policy (journal.py)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -74,6 +78,7 @@ class PosterStats:
     rejected: int = 0  # lines the server rejected (listed in its answer; the server knows them)
     dropped: int = 0
     unsent: int = 0
+    replayed: int = 0  # events an earlier poster left in spool_dir, taken into this one's spool
     failed_posts: int = 0  # attempts that failed (unreachable, timeout, 5xx) and were retried
     rate_limited: int = 0  # 429 answers: the batch waited Retry-After and was posted again
     error: str = ""  # the server refused this probe (401/403/404): posting is disabled
@@ -101,6 +106,7 @@ class EventPoster:
         min_backoff_s: float = 0.1,
         max_backoff_s: float = 5.0,
         max_retry_after_s: float = 60.0,
+        spool_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.client, self.run_id = client, run_id
         self.batch_size, self.max_batch_bytes = batch_size, max_batch_bytes
@@ -117,7 +123,13 @@ class EventPoster:
             max_buffer = _env_int("FABRICMON_PROBE_SPOOL_EVENTS", DEFAULT_SPOOL_EVENTS)
         if max_buffer_bytes is None:
             max_buffer_bytes = _env_int("FABRICMON_PROBE_SPOOL_BYTES", DEFAULT_SPOOL_BYTES)
+        # ValueError at once (not in the thread) when the directory is another poster's
+        self._journal = Journal(spool_dir) if spool_dir is not None else None
         self._spool = Spool(max_buffer, max_buffer_bytes)
+        if self._journal is not None:
+            self._spool.release = self._journal.release
+        self._synced_at = time.monotonic()
+        self._replay()
         self._backoff = Backoff(base_s=min_backoff_s, cap_s=max_backoff_s)
         self._down_since: float | None = None  # first failure of the current outage (for the log)
         self._cond = threading.Condition()
@@ -141,6 +153,24 @@ class EventPoster:
         with self._cond:
             return len(self._spool), self._spool.size_bytes
 
+    def _replay(self) -> None:
+        """What an earlier poster left in ``spool_dir``, oldest first, ahead of anything new."""
+        if self._journal is None:
+            return
+        for line, seg in self._journal.replayed:
+            dropped, fits = self._spool.make_room(len(line))
+            self.stats.dropped += dropped
+            if fits:
+                self._spool.push(line, seg)
+                self.stats.replayed += 1
+            else:
+                self._journal.release([seg])
+                self.stats.dropped += 1
+        if self._journal.replayed:
+            log.warning("probe: posting %d events an earlier poster left in %s", self.stats.replayed,
+                        self._journal.dir)  # fmt: skip
+        self._journal.replayed = []
+
     # --- the training side ------------------------------------------------------------------------
     def submit(self, event: dict[str, Any]) -> None:
         """Queue one event; never blocks on the network, never raises."""
@@ -154,12 +184,27 @@ class EventPoster:
             if self._closing or self._stopped:
                 self.stats.dropped += 1
                 return
-            self.stats.dropped += self._spool.add(line)
+            dropped, fits = self._spool.make_room(len(line))
+            self.stats.dropped += dropped + (not fits)
+            if not fits:
+                return
+            self._spool.push(line, self._journal_append(line))
             self.stats.queued += 1
             if self._spool.waiting >= self.batch_size:
                 self._cond.notify()
 
     __call__ = submit
+
+    def _journal_append(self, line: bytes) -> int:
+        if self._journal is None:
+            return -1
+        try:
+            return self._journal.append(line)
+        except OSError as exc:  # disk full, directory gone: keep posting from memory
+            log.error("probe: spool directory %s failed (%s); spooling in memory only",
+                      self._journal.dir, exc)  # fmt: skip
+            self._journal = None
+            return -1
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything spooled has been answered (or dropped); True if it got there."""
@@ -198,7 +243,11 @@ class EventPoster:
                     "probe: closed with %d events not confirmed stored (run %s, server %s)",
                     self.stats.unsent, self.run_id, self.client.base_url,
                 )
-            self._spool.clear()
+            self._spool.clear(release=False)  # (their journal lines stay for the next poster)
+            if self._journal is not None:
+                kept = self._journal.close()
+                if kept:
+                    log.warning("probe: %d events kept in %s for the next poster", kept, self._journal.dir)
             self._cond.notify_all()
         self._thread.join(max(deadline - time.monotonic(), 0.0))
         return self.stats
@@ -221,10 +270,32 @@ class EventPoster:
                 headers = self._dropped_headers()
                 timeout_s = self._request_timeout_s()
             self._sync_clock()
+            self._sync_journal()
             delay = self._post(body, headers, timeout_s)
-            if delay:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._stopped, timeout=delay)
+            self._pause(delay)
+
+    def _pause(self, delay_s: float) -> None:
+        """Wait before the next attempt (close's deadline ends it), keeping the journal's fsync
+        policy meanwhile."""
+        end = time.monotonic() + delay_s
+        while (left := end - time.monotonic()) > 0:
+            with self._cond:
+                if self._cond.wait_for(lambda: self._stopped, timeout=min(left, FSYNC_EVERY_S)):
+                    return
+            self._sync_journal()
+
+    def _sync_journal(self) -> None:
+        """fsync the journal at most every FSYNC_EVERY_S, outside the lock (submit never waits)."""
+        if self._journal is None or time.monotonic() - self._synced_at < FSYNC_EVERY_S:
+            return
+        self._synced_at = time.monotonic()
+        with self._cond:
+            fd = self._journal.sync_fd() if self._journal is not None and not self._journal.closed else None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _dropped_headers(self) -> dict[str, str]:
         if not self.stats.dropped:

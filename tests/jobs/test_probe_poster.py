@@ -257,3 +257,70 @@ def test_the_spool_is_bounded_in_bytes_and_never_drops_what_is_in_flight() -> No
     assert spool.add(b"y" * 10) == 1  # the oldest waiting went, the in-flight two stayed
     assert spool.add(b"z" * 40) == 2  # nothing waiting is left to drop: 1 dropped + this one
     assert (len(spool), spool.size_bytes, spool.inflight) == (2, 20, [b"x" * 10] * 2)
+
+
+# --- the file spool (spool_dir) ---------------------------------------------------------------------
+
+def _segments(path) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(p.name for p in path.iterdir() if p.name.startswith("seg-"))
+
+
+def test_a_spool_dir_keeps_what_close_could_not_send_for_the_next_poster(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first = _poster(f"http://127.0.0.1:{_closed_port()}", spool_dir=tmp_path)
+    with pytest.raises(ValueError, match="in use by another poster"):
+        _poster(f"http://127.0.0.1:{_closed_port()}", spool_dir=tmp_path)
+    for i in range(30):
+        first.submit({"id": str(i), "rank": 0})
+    assert first.close(timeout_s=0.3).unsent == 30
+    assert _segments(tmp_path)
+    with ingest_server(lambda n, post: _taken(post)) as (base, posts):
+        second = _poster(base, spool_dir=tmp_path)
+        second.submit({"id": "new", "rank": 0})
+        assert second.flush(timeout_s=20)
+        stats = second.close()
+    assert [i for p in posts for i in p.ids] == [*(str(i) for i in range(30)), "new"]  # oldest first
+    assert (stats.replayed, stats.posted, stats.lost) == (30, 31, 0)
+    assert _segments(tmp_path) == []  # everything answered: nothing left to replay
+
+
+def test_a_killed_training_process_loses_nothing_it_had_spooled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL (as the OOM killer sends) while the server is down: the next poster posts all 50."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import sys, time\n"
+        "from collectors.probe import EventPoster, IngestClient\n"
+        f"p = EventPoster(IngestClient('http://127.0.0.1:{_closed_port()}', 't'), 1, measure_clock=False, "
+        f"spool_dir={str(tmp_path)!r})\n"
+        "for i in range(50):\n    p.submit({'id': str(i), 'rank': 0})\n"
+        "print('spooled', flush=True)\ntime.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    job = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "spooled"
+    finally:
+        job.kill()
+        job.wait()
+    with ingest_server(lambda n, post: _taken(post)) as (base, posts):
+        poster = _poster(base, spool_dir=tmp_path)
+        assert poster.flush(timeout_s=20)
+        stats = poster.close()
+    assert [i for p in posts for i in p.ids] == [str(i) for i in range(50)]
+    assert (stats.replayed, stats.posted) == (50, 50)
+
+
+def test_journal_segments_go_once_every_line_in_them_is_answered(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from collectors.probe.journal import Journal
+
+    journal = Journal(tmp_path, segment_bytes=25)
+    segs = [journal.append(b'{"id": "%d"}' % i) for i in range(6)]  # 11 bytes each: 2 per segment
+    assert segs == [0, 0, 1, 1, 2, 2] and len(_segments(tmp_path)) == 3
+    journal.release(segs[:3])
+    assert _segments(tmp_path) == ["seg-000001.ndjson", "seg-000002.ndjson"]  # seg 0 done, seg 1 half
+    assert journal.close() == 3
+    again = Journal(tmp_path)  # a segment goes whole: line 2 (answered) comes back, a duplicate for the server
+    assert [line for line, _ in again.replayed] == [b'{"id": "%d"}' % i for i in range(2, 6)]
+    again.close()
