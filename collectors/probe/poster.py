@@ -245,7 +245,11 @@ class EventPoster:
                 )
             self._spool.clear(release=False)  # (their journal lines stay for the next poster)
             if self._journal is not None:
-                kept = self._journal.close()
+                try:
+                    kept = self._journal.close()
+                except OSError as exc:
+                    log.error("probe: closing spool directory %s failed: %s", self._journal.dir, exc)
+                    kept = 0
                 if kept:
                     log.warning("probe: %d events kept in %s for the next poster", kept, self._journal.dir)
             self._cond.notify_all()
@@ -294,6 +298,8 @@ class EventPoster:
         if fd is not None:
             try:
                 os.fsync(fd)
+            except OSError as exc:  # the thread must live on: the lines are still in the OS's cache
+                log.warning("probe: fsync of the spool journal failed: %s", exc)
             finally:
                 os.close(fd)
 
