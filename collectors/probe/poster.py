@@ -52,7 +52,7 @@ log = logging.getLogger("collectors.probe.client")  # the name users already con
 _ENCODE = msgspec.json.Encoder().encode
 
 DEFAULT_SPOOL_EVENTS = 100_000
-DEFAULT_SPOOL_BYTES = 64 << 20  # a 2-minute outage of a 4-peer probe is ~0.5 MB; a 256-peer twin ~60 MB
+DEFAULT_SPOOL_BYTES = 64 << 20  # a 2-minute outage of a 4-peer probe: 0.3 MB (bench/probe_outage.py)
 MAX_BATCH_BYTES = 4 << 20  # well under the server's FABRICMON_INGEST_MAX_BYTES (32 MiB)
 FSYNC_EVERY_S = 1.0  # the journal's fsync policy (journal.py)
 
