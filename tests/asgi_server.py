@@ -89,10 +89,11 @@ def server_env(tmp: Path, redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_daphne(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_daphne(env: dict[str, str], log: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+    """Daphne on a free loopback port (or ``port``: a restart where clients already point)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     proc = subprocess.Popen(

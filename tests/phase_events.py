@@ -55,7 +55,8 @@ def post_through_probe(client, run_id: int, events) -> None:  # type: ignore[no-
     and insist every one of them was taken."""
     from collectors.probe import EventPoster
 
-    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
+    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
+                         measure_clock=True)
     for ev in events:
         poster.submit(ev)
     stats = poster.close(timeout_s=300)

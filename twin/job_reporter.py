@@ -156,7 +156,8 @@ class TwinJobRecording:
         status, body = client.post_rank_map(run_id, self.rank_map(coverage))
         if status >= 300:
             raise RuntimeError(f"rank map rejected: {status} {body}")
-        poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22,
+        # the whole recording is submitted at once: bounded by its events, not by the spool's bytes
+        poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
                              measure_clock=measure_clock)
         for ev in self.events(skew_ns_by_host=skew_ns_by_host):
             poster.submit(ev)

@@ -135,6 +135,7 @@ class LiveJobReporter:
             "events_queued": st.queued if st else 0, "events_posted": st.posted if st else 0,
             "events_rejected": st.rejected if st else 0,
             "events_dropped": (st.dropped if st else 0) + self.events_dropped_no_run,
+            "events_unsent": st.unsent if st else 0,  # still spooled when stop()'s deadline passed
             "failed_posts": st.failed_posts if st else 0,
             "clock_offset_ns": self.poster.clock_offset_ns if self.poster else None,
         }

@@ -1,30 +1,28 @@
-"""HTTP side of the probe: the ingest client, the clock-offset exchange and a background poster.
+"""HTTP side of the probe: the ingest client and the clock-offset exchange (the background poster
+is ``poster.EventPoster``).
 
-Stdlib only (urllib) so a training image needs nothing extra. The poster never blocks or raises
-into the training loop: events go into a bounded buffer; when it is full, or the server is
-unreachable, events are dropped and *counted* (``PosterStats``).
+Stdlib only (urllib) so a training image needs nothing extra.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import msgspec
 
-log = logging.getLogger(__name__)
-_ENCODE = msgspec.json.Encoder().encode
+class Answer(NamedTuple):
+    """One HTTP answer: status, the body decoded as JSON (or text, or None) and the headers."""
+
+    status: int
+    body: Any
+    headers: dict[str, str]
 
 
 class IngestClient:
@@ -45,6 +43,21 @@ class IngestClient:
     ) -> tuple[int, Any]:
         """(status, decoded JSON body) — HTTP errors are returned, network errors raise OSError.
         An iterable body is sent as it comes (urllib streams it; give its Content-Length)."""
+        answer = self.send(method, path, body, content_type, headers)
+        return answer.status, answer.body
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | Iterable[bytes] | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> Answer:
+        """``request`` with the answer's headers (Retry-After) and an optional per-call timeout
+        (each socket operation's, as urllib's)."""
         req = urllib.request.Request(self.base_url + path, data=body, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         if body is not None:
@@ -52,14 +65,16 @@ class IngestClient:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                status, raw = resp.status, resp.read()
+            timeout = self.timeout_s if timeout_s is None else timeout_s
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                status, raw, got = resp.status, resp.read(), dict(resp.headers.items())
         except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
+            status, raw, got = exc.code, exc.read(), dict(exc.headers.items())
         try:
-            return status, json.loads(raw) if raw else None
+            decoded = json.loads(raw) if raw else None
         except ValueError:
-            return status, raw.decode(errors="replace")
+            decoded = raw.decode(errors="replace")
+        return Answer(status, decoded, got)
 
     def create_run(self, name: str, tags: list[str] | None = None, **extra: Any) -> int:
         status, body = self.request(
@@ -70,12 +85,26 @@ class IngestClient:
         return int(body["id"])
 
     def post_events(self, run_id: int, ndjson: bytes, clock_offset_ns: int = 0) -> tuple[int, Any]:
-        return self.request(
+        answer = self.send_events(run_id, ndjson, clock_offset_ns)
+        return answer.status, answer.body
+
+    def send_events(
+        self,
+        run_id: int,
+        ndjson: bytes,
+        clock_offset_ns: int = 0,
+        headers: dict[str, str] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> Answer:
+        """POST one NDJSON batch; ``headers`` adds e.g. the poster's ``X-Probe-Dropped``."""
+        return self.send(
             "POST",
             f"/jobs/api/runs/{run_id}/events",
             ndjson,
             "application/x-ndjson",
-            {"X-Clock-Offset-Ns": str(clock_offset_ns)},
+            {"X-Clock-Offset-Ns": str(clock_offset_ns), **(headers or {})},
+            timeout_s=timeout_s,
         )
 
     def post_rank_map(self, run_id: int, entries: list[dict[str, Any]]) -> tuple[int, Any]:
@@ -145,159 +174,3 @@ def measure_clock_offset(base_url: str, samples: int = 5, timeout_s: float = 2.0
             best = (offset, rtt)
     assert best is not None
     return best
-
-
-@dataclass
-class PosterStats:
-    """What the poster did; ``dropped`` counts events lost to a full buffer or a failed post."""
-
-    queued: int = 0
-    posted: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    failed_posts: int = 0
-    rate_limited: int = 0  # 429 answers: the batch went back to the buffer, posting paused
-
-
-class EventPoster:
-    """Posts event dicts as NDJSON batches from a daemon thread; bounded, never blocking."""
-
-    def __init__(
-        self,
-        client: IngestClient,
-        run_id: int,
-        *,
-        batch_size: int = 1_000,
-        max_buffer: int = 100_000,
-        flush_interval_s: float = 1.0,
-        clock_resync_s: float = 60.0,
-        measure_clock: bool = True,
-        max_backoff_s: float = 30.0,
-    ) -> None:
-        self.client, self.run_id = client, run_id
-        self.max_backoff_s = max_backoff_s
-        self.batch_size, self.max_buffer = batch_size, max_buffer
-        self.flush_interval_s, self.clock_resync_s = flush_interval_s, clock_resync_s
-        self.stats = PosterStats()
-        self.clock_offset_ns = 0
-        self.clock_rtt_ns: int | None = None
-        self._measure_clock = measure_clock
-        self._clock_at = 0.0
-        self._buf: deque[dict[str, Any]] = deque()
-        self._cond = threading.Condition()
-        self._inflight = 0
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="fabricmon-probe-poster", daemon=True)
-        self._thread.start()
-
-    def submit(self, event: dict[str, Any]) -> None:
-        """Queue one event; O(1), never blocks on the network."""
-        with self._cond:
-            if len(self._buf) >= self.max_buffer or self._closed:
-                self.stats.dropped += 1
-                return
-            self._buf.append(event)
-            self.stats.queued += 1
-            if len(self._buf) >= self.batch_size:
-                self._cond.notify()
-
-    __call__ = submit
-
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until everything queued has been posted (or dropped); True if it got there."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            self._cond.notify()
-            while self._buf or self._inflight:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
-                self._cond.notify()
-        return True
-
-    def close(self, timeout_s: float = 10.0) -> PosterStats:
-        self.flush(timeout_s)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout_s)
-        return self.stats
-
-    def _sync_clock(self) -> None:
-        if not self._measure_clock or (
-            time.monotonic() - self._clock_at < self.clock_resync_s and self._clock_at
-        ):
-            return
-        self._clock_at = time.monotonic()
-        try:
-            self.clock_offset_ns, self.clock_rtt_ns = measure_clock_offset(
-                self.client.base_url, timeout_s=2.0
-            )
-        except (OSError, ValueError, KeyError) as exc:  # keep the last offset; never crash training
-            log.warning("probe: clock offset exchange failed: %s", exc)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._buf and not self._closed:
-                    self._cond.wait(self.flush_interval_s)
-                if self._closed and not self._buf:
-                    return
-                batch = [self._buf.popleft() for _ in range(min(self.batch_size, len(self._buf)))]
-                self._inflight = len(batch)
-            if batch:
-                self._sync_clock()
-                self._post(batch)
-            with self._cond:
-                self._inflight = 0
-                self._cond.notify_all()
-
-    def _back_off(self, batch: list[dict[str, Any]], answer: dict[str, Any]) -> None:
-        """Rate limited: put the batch back in front (what does not fit is dropped and counted)
-        and pause posting for the server's Retry-After, at most ``max_backoff_s``. Only this
-        thread waits; ``submit`` keeps queueing (bounded) and never blocks."""
-        self.stats.rate_limited += 1
-        if self._closed:  # closing: no more waiting, what is left is dropped and counted
-            self.stats.dropped += len(batch)
-            return
-        try:
-            wait = min(max(float(answer.get("retry_after_s", 1)), 0.05), self.max_backoff_s)
-        except (TypeError, ValueError):
-            wait = 1.0
-        with self._cond:
-            room = max(self.max_buffer - len(self._buf), 0)
-            keep = batch[:room]
-            self.stats.dropped += len(batch) - len(keep)
-            self._buf.extendleft(reversed(keep))
-        log.warning("probe: rate limited by the server, posting again in %.1f s", wait)
-        deadline = time.monotonic() + wait
-        while not self._closed and time.monotonic() < deadline:
-            time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
-
-    def _post(self, batch: list[dict[str, Any]]) -> None:
-        # msgspec: the same compact JSON, ~6x faster than json.dumps on 256-peer maps (this runs in
-        # the training process, and in the twin beside its agents)
-        body = b"\n".join(_ENCODE(e) for e in batch)
-        try:
-            status, answer = self.client.post_events(self.run_id, body, self.clock_offset_ns)
-        except (TimeoutError, OSError) as exc:
-            self.stats.dropped += len(batch)
-            self.stats.failed_posts += 1
-            log.warning("probe: server unreachable, dropped %d events: %s", len(batch), exc)
-            return
-        if status == 429 and isinstance(answer, dict):
-            self._back_off(batch, answer)
-            return
-        if status >= 500 or not isinstance(answer, dict) or "accepted" not in answer:
-            # a server error, or a refusal of the whole batch (token, run, size): counted, not kept
-            self.stats.dropped += len(batch)
-            self.stats.failed_posts += 1
-            log.warning("probe: server answered %s, dropped %d events: %s", status, len(batch), answer)
-            return
-        self.stats.posted += int(answer.get("accepted", 0))
-        self.stats.rejected += int(answer.get("rejected_count", 0))
-        if answer.get("rejected"):
-            log.warning(
-                "probe: %s events rejected, first: %s", answer.get("rejected_count"), answer["rejected"][0]
-            )

@@ -112,6 +112,7 @@ def _run_json(run: Run) -> dict[str, Any]:
         "world_size": run.world_size,
         "started_at": run.started_at.isoformat(),
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+        "probe_dropped": run.probe_dropped_total,
     }
 
 
@@ -225,11 +226,16 @@ def events(request: HttpRequest, run: Run) -> HttpResponse:
         request.headers.get("X-Clock-Offset-Ns"), "X-Clock-Offset-Ns", minimum=-MAX_OFFSET_NS,
         maximum=MAX_OFFSET_NS, empty_ok=False,
     ) or 0
+    dropped = run_verbs.parse_probe_dropped(
+        request.headers.get("X-Probe-Session"), request.headers.get("X-Probe-Dropped")
+    )
     body = request.read(MAX_BATCH_BYTES + 1)
     if len(body) > MAX_BATCH_BYTES:
         return _error(413, f"batch larger than the limit of {MAX_BATCH_BYTES} bytes", "body")
     if not body.strip():  # (split, an empty body is one blank line: it answered 200 {"lines": 1})
         return _error(400, "empty batch: send one JSON event per line", "body")
+    if dropped is not None:  # the poster's count of events lost before they got here
+        run_verbs.note_probe_dropped(run, *dropped)
     result = ingest.ingest_ndjson(run, body, offset, MAX_BATCH_LINES)
     if result.stored:
         sockets.run_changed(run.pk)  # wake the run's phase sockets now, not at their next tick

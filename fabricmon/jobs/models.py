@@ -50,12 +50,20 @@ class Run(models.Model):
     stored_at = models.DateTimeField(null=True, blank=True)
     pruned_below_step = models.BigIntegerField(null=True, blank=True)  # steps below it: pruned
     pruned_note = models.CharField(max_length=300, blank=True, default="")
+    # Events the job's probe posters dropped before they reached the server (spool full, a batch
+    # refused): {poster session: its running total}, from the X-Probe-Dropped header. Totals, not
+    # increments, so a batch posted twice or lost cannot skew it (``runs.note_probe_dropped``).
+    probe_dropped = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ("-started_at",)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.owner})"
+
+    @property
+    def probe_dropped_total(self) -> int:
+        return sum(self.probe_dropped.values()) if isinstance(self.probe_dropped, dict) else 0
 
 
 class RankMapEntry(models.Model):

@@ -1,8 +1,10 @@
-"""Runs and what their owners say about them: create, tag and end a run; store its rank map.
+"""Runs and what their owners say about them: create, tag and end a run; store its rank map; note
+what the job's probe dropped.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,6 +61,47 @@ def end_run(run: Run, state: str = Run.State.FINISHED) -> Run:
     run.state, run.ended_at = state, timezone.now()
     run.save(update_fields=["state", "ended_at"])
     return run
+
+
+# --- what the probe dropped --------------------------------------------------------------------
+
+PROBE_SESSION = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+MAX_PROBE_SESSIONS = 4_096  # posters per run remembered (one per rank); a row stays small
+MAX_PROBE_DROPPED = 1 << 53  # JSON's exact integers
+
+
+def parse_probe_dropped(session: str | None, total: str | None) -> tuple[str, int] | None:
+    """The ``X-Probe-Session`` / ``X-Probe-Dropped`` headers as (session, running total); None when
+    no total was sent (a session alone says nothing), ``InputError`` naming the header when one is
+    malformed. A total without a session counts under the session "" (one anonymous poster)."""
+    if session is not None and not PROBE_SESSION.fullmatch(session):
+        raise InputError("X-Probe-Session", f"1 to 64 of A-Z a-z 0-9 _ . : -, got {brief(session)}")
+    if total is None:
+        return None
+    text = total.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 16 or int(text) > MAX_PROBE_DROPPED:
+        raise InputError(
+            "X-Probe-Dropped", f"must be an integer from 0 to {MAX_PROBE_DROPPED}, got {brief(total)}"
+        )
+    return session or "", int(text)
+
+
+def note_probe_dropped(run: Run, session: str, total: int) -> bool:
+    """Keep the largest running total a poster reported (a repeated or late batch carries an older,
+    smaller one). Writes only when it grows; False when nothing changed (or the run already holds
+    ``MAX_PROBE_SESSIONS`` other sessions: their sum still shows, this one is not added)."""
+    if total <= int(run.probe_dropped.get(session, 0)):  # the common case: no write, no lock
+        return False
+    with transaction.atomic():  # SQLite: BEGIN IMMEDIATE; PostgreSQL: the row lock
+        fresh = Run.objects.select_for_update().only("probe_dropped").get(pk=run.pk).probe_dropped
+        if not isinstance(fresh, dict):
+            fresh = {}
+        if total <= int(fresh.get(session, 0)) or (session not in fresh and len(fresh) >= MAX_PROBE_SESSIONS):
+            return False
+        fresh[session] = total
+        Run.objects.filter(pk=run.pk).update(probe_dropped=fresh)
+    run.probe_dropped = fresh
+    return True
 
 
 # --- rank maps ----------------------------------------------------------------------------------

@@ -126,9 +126,12 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def spawn_ranks(rank_main: Callable[[int, argparse.Namespace], None]) -> None:
-    """Both gloo jobs' command line (OUT_DIR BASE_URL TOKEN RUN_ID [--world --layers --steps]),
-    then ``rank_main`` in one process per rank."""
+def spawn_ranks(
+    rank_main: Callable[[int, argparse.Namespace], None],
+    more_args: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """The gloo jobs' command line (OUT_DIR BASE_URL TOKEN RUN_ID [--world --layers --steps], and
+    what ``more_args`` adds), then ``rank_main`` in one process per rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("base_url")
@@ -137,6 +140,8 @@ def spawn_ranks(rank_main: Callable[[int, argparse.Namespace], None]) -> None:
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2)
+    if more_args is not None:
+        more_args(parser)
     args = parser.parse_args()
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     torch.set_num_threads(1)

@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def post(client: IngestClient, run_id: int, events) -> None:  # type: ignore[no-untyped-def]
-    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, measure_clock=True)
+    poster = EventPoster(client, run_id, batch_size=2_000, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
+                         measure_clock=True)
     for ev in events:
         poster.submit(ev)
     stats = poster.close(timeout_s=300)
