@@ -27,10 +27,9 @@ from fabricmon.jobs.tokens import issue_token, revoke_token
 MATRIX_STEPS = 64  # the run page's matrix: summed over at most this many (the newest) steps
 
 
-def _own_run(request: HttpRequest, run_id: int) -> Run:
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None or not access.can_see_run(request.user, run):
-        raise Http404("no such run")
+def _own_run(request: HttpRequest, run_id: int, *, change: bool = False) -> Run:
+    """The run if the user may see it (and change it): 404 if not seen, 403 if seen only."""
+    run: Run = access.check_run(request.user, Run.objects.filter(pk=run_id).first(), change=change)
     return run
 
 
@@ -80,7 +79,7 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
 
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _own_run(request, run_id)
+    run = _own_run(request, run_id, change=request.method == "POST")
     if request.method == "POST":
         try:
             run_verbs.set_tags(run, _tags(request.POST.get("tags", "")))
@@ -98,6 +97,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "jobs/run.html",
         {
             "run": run,
+            "can_change": access.can_change_run(request.user, run),
             "ranks": run.ranks.all()[:1024],
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
@@ -111,7 +111,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
     """Rank map (JSON list) or trace file from the page's XHR upload (progress shown client-side)."""
-    run = _own_run(request, run_id)
+    run = _own_run(request, run_id, change=True)
     upload = request.FILES.get("file")
     kind = request.POST.get("kind", "")
     if upload is None:
