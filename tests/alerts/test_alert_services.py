@@ -192,7 +192,9 @@ def test_a_long_episode_page_is_as_big_as_a_short_one(geo, client, django_user_m
     the older pages are reachable."""
     from fabricmon.alerts.models import AlertTransition
 
-    client.force_login(django_user_model.objects.create_user("ops-long", password="pw"))
+    viewer = django_user_model.objects.create_user("ops-long", password="pw")
+    viewer.groups.add(Group.objects.get(name="viewers"))  # reading episodes is a viewer's
+    client.force_login(viewer)
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     windows(geo, [[host[0]], [host[0]], [host[5]], [host[2]]])
     ep = Episode.objects.get()
