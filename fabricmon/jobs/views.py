@@ -51,7 +51,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
             return redirect("jobs:runs")
         return redirect("jobs:run", run_id=run.pk)
-    runs = Run.objects.filter(owner=request.user).order_by("-started_at")[:200]
+    # a job owner's own runs; an operator's list is every run (they may see them all)
+    runs = access.runs_visible_to(request.user, Run.objects.select_related("owner"))
+    runs = runs.order_by("-started_at")[:200]
     tokens = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).order_by("-created_at")
     return render(
         request,

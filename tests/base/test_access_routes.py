@@ -416,6 +416,13 @@ def test_a_viewer_lists_only_their_own_runs_beside_the_heatmap(world: World) -> 
     assert {"run-of-acc-viewer", "run-of-acc-stranger"} <= names
 
 
+def test_the_runs_page_lists_what_the_user_may_see(world: World) -> None:
+    for role_name, sees_strangers in (("norole", False), ("viewer", False), ("operator", True)):
+        page = client_for(world, role_name).get("/jobs/").content.decode()
+        assert f"run-of-acc-{role_name}" in page
+        assert ("run-of-acc-stranger" in page) == sees_strangers, role_name
+
+
 def test_tokens_stay_their_users(world: World) -> None:
     """Revoking a stranger's token through the page leaves it working."""
     stranger_spare = ApiToken.objects.get(pk=world.stranger.token_id)
