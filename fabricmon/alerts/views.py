@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
@@ -118,7 +117,7 @@ def create_silence(request: HttpRequest) -> HttpResponse:
     return redirect("alerts:list")
 
 
-@login_required
+@access.logged_in
 def receivers(request: HttpRequest) -> HttpResponse:
     form = ReceiverForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -131,7 +130,7 @@ def receivers(request: HttpRequest) -> HttpResponse:
     return render(request, "alerts/receivers.html", {"receivers": visible, "form": form})
 
 
-@login_required
+@access.logged_in
 @require_POST
 def send_test(request: HttpRequest, pk: int) -> HttpResponse:
     rcv = get_object_or_404(Receiver, pk=pk)

@@ -150,6 +150,10 @@ def receivers_visible_to(user: User, receivers: QuerySet[Any]) -> QuerySet[Any]:
 
 # -- decorators (pages and session JSON) --------------------------------------------------------------
 
+# Any logged-in user (a job owner's own pages; the run rule is then asked with ``check_run``).
+# Re-exported so every view's rule is spelled here: grep ``access.`` to see them all.
+logged_in = login_required
+
 
 def role_required(needed: Role) -> Callable[[View], View]:
     """Login (else the login redirect), then ``needed`` or above (else 403 with the reason)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import orjson
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -37,7 +36,7 @@ def _tags(text: str) -> list[str]:
     return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
 
 
-@login_required
+@access.logged_in
 def run_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
@@ -62,7 +61,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@access.logged_in
 @require_POST
 def token_create(request: HttpRequest) -> HttpResponse:
     _, token = issue_token(request.user, request.POST.get("name", "")[:100])
@@ -70,7 +69,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
     return redirect("jobs:runs")
 
 
-@login_required
+@access.logged_in
 @require_POST
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     row = ApiToken.objects.filter(pk=token_id, user=request.user).first()
@@ -79,7 +78,7 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     return redirect("jobs:runs")
 
 
-@login_required
+@access.logged_in
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id, change=request.method == "POST")
     if request.method == "POST":
@@ -109,7 +108,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
-@login_required
+@access.logged_in
 @require_POST
 def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
     """Rank map (JSON list) or trace file from the page's XHR upload (progress shown client-side)."""
@@ -149,7 +148,7 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
     return JsonResponse(body, status=422 if result.rejected else 200)
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> HttpResponse:
     """One upload's import progress, polled by the run page after a queued upload."""
@@ -160,7 +159,7 @@ def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> Http
     return JsonResponse(row.as_dict())
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run's ranks × time, aggregated on the server (``jobs.timeline``): bounded by the asked
@@ -189,7 +188,7 @@ def _opt_int(request: HttpRequest, name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw[:40]!r}") from None
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)

@@ -3,7 +3,6 @@ operators see them (``base.access.check_run``)."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
@@ -37,7 +36,7 @@ def _window(request: HttpRequest) -> StepWindow | None:
     return StepWindow.page(a, b)
 
 
-@login_required
+@access.logged_in
 def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
     routing = _routing(request)
@@ -60,7 +59,7 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     return JsonResponse(data, status=200)
 
 
-@login_required
+@access.logged_in
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
     return render(request, "phases/run.html", {"run": run, "modes": ROUTING_MODES})
