@@ -15,7 +15,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import condition
 
 from fabricmon.base import access
-from fabricmon.base.access import viewer_required
 from fabricmon.base.connections import connect
 from fabricmon.jobs.models import Run
 from fabricmon.live import services
@@ -28,7 +27,7 @@ def _redis() -> Any:
     return connect()
 
 
-@viewer_required
+@access.viewer_required
 def index(request: HttpRequest) -> HttpResponse:
     stored, live_only = services.known_fabrics(_redis())
     if len(stored) == 1:  # the usual case (and `make demo`): straight to the heatmap
@@ -36,7 +35,7 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "live/index.html", {"fabrics": stored, "live_only": live_only})
 
 
-@viewer_required
+@access.viewer_required
 def fabric(request: HttpRequest, fabric: str) -> HttpResponse:
     return render(request, "live/fabric.html", {"fabric": fabric})
 
@@ -46,7 +45,7 @@ def _layout_etag(request: HttpRequest, fabric: str) -> str | None:
     return layout["topology_version"] if layout else None
 
 
-@viewer_required
+@access.viewer_required
 @condition(etag_func=_layout_etag)
 def layout_json(request: HttpRequest, fabric: str) -> HttpResponse:
     layout = services.layout_for(fabric)
@@ -55,7 +54,7 @@ def layout_json(request: HttpRequest, fabric: str) -> HttpResponse:
     return JsonResponse(layout)
 
 
-@viewer_required
+@access.viewer_required
 def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     layout = services.layout_for(fabric)
     info: dict[str, Any] = {"position": position}
@@ -74,7 +73,7 @@ def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     return render(request, "live/port.html", {"fabric": fabric, "port": info})
 
 
-@viewer_required
+@access.viewer_required
 def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     window_s = min(float(request.GET.get("window_s", services.DEFAULT_WINDOW_S)), 3600.0)
     r = _redis()
@@ -84,12 +83,12 @@ def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     return JsonResponse(data)
 
 
-@viewer_required
+@access.viewer_required
 def switches(request: HttpRequest, fabric: str) -> HttpResponse:
     return render(request, "live/switches.html", {"fabric": fabric})
 
 
-@viewer_required
+@access.viewer_required
 def health_json(request: HttpRequest, fabric: str) -> HttpResponse:
     layout = services.layout_for(fabric)
     names = layout["switches"] if layout else []
@@ -103,7 +102,7 @@ def static(request: HttpRequest, path: str) -> HttpResponse:
     return serve(request, path, insecure=True)
 
 
-@viewer_required
+@access.viewer_required
 def runs_json(request: HttpRequest, fabric: str) -> HttpResponse:
     """Runs of this fabric that are active or recent: the run selector beside the heatmap."""
     runs = markers.fabric_runs(fabric)
@@ -114,7 +113,7 @@ def runs_json(request: HttpRequest, fabric: str) -> HttpResponse:
     return JsonResponse({"runs": runs})
 
 
-@viewer_required
+@access.viewer_required
 def markers_json(request: HttpRequest, fabric: str, run_id: int) -> HttpResponse:
     """Phase markers of one run for the heatmap's time axis, from ``since_ns`` on (the browser
     passes its window start, then the newest marker it holds minus a look-back)."""
