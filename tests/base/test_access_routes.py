@@ -13,8 +13,9 @@ names its rule (who may) and the requests that probe it (GET, and POST where the
 
 Roles: anonymous, no role (a logged-in job owner), viewer, operator, admin (the ``admins`` group,
 not Django staff), superuser. Run routes are asked twice: for the user's own run and for a
-stranger's. Through Django's test client (the real URLconf, middleware and views); the sockets are
-asked through the real ASGI server in ``test_access_sockets.py``.
+stranger's. Twice: through Django's test client (the real URLconf, middleware and views; the
+Django admin's routes too), and through the real ASGI server (``python -m fabricmon.serve``, its
+body guard, real sessions, CSRF enforced). The sockets are asked in ``test_access_sockets.py``.
 """
 
 from __future__ import annotations
