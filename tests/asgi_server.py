@@ -222,9 +222,11 @@ class WebSocket:
             data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
         return bool(b0 & 0x80), b0 & 0x0F, data
 
-    async def receive(self, timeout: float = 60) -> dict[str, Any]:
-        """The next text message as JSON (pings answered, a close raised)."""
+    async def receive(self, timeout: float = 60, *, skip_binary: bool = False) -> dict[str, Any]:
+        """The next text message as JSON (pings answered, a close raised; binary messages, e.g.
+        the fabric socket's columns, passed over with ``skip_binary``)."""
         parts: list[bytes] = []
+        binary = False
         while True:
             try:
                 fin, op, data = await asyncio.wait_for(self._frame(), timeout)
@@ -236,10 +238,15 @@ class WebSocket:
                 self.writer.write(bytes([0x8A, 0x80 | len(data)]) + b"\0\0\0\0" + data)
                 continue
             if op in (0x1, 0x2, 0x0):
+                if op != 0x0:
+                    binary = op == 0x2
                 parts.append(data)
                 if fin:
                     payload = b"".join(parts)
                     self.received_bytes.append(len(payload))
+                    parts = []
+                    if binary and skip_binary:
+                        continue
                     return json.loads(payload)
 
     async def close(self) -> None:

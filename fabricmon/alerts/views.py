@@ -1,12 +1,17 @@
 """Alert pages: list, episode detail (trajectory over the port × time grid), silence and
-acknowledge, receivers (with "send test") and rules. Views only read and call services."""
+acknowledge, receivers (with "send test") and rules. Views only read and call services.
+
+Access (``base.access``): viewers read alerts, episodes and rules; operators silence and
+acknowledge; admins change rules and fabric-wide receivers; any logged-in job owner keeps
+receivers of their own (routing their runs' alerts), seen and tested only by them and admins.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -18,7 +23,7 @@ from fabricmon.alerts.models import Alert, AlertTransition, Episode, Receiver, R
 from fabricmon.base import access
 
 
-@login_required
+@access.viewer_required
 def alert_list(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "")
     alerts = Alert.objects.select_related("episode", "acknowledged_by").exclude(state=Alert.State.INACTIVE)
@@ -33,6 +38,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             "silences": Silence.objects.all()[:50],
             "silence_form": SilenceForm(),
             "episodes": Episode.objects.all()[:20],
+            "may_act": access.is_operator(request.user),
         },
     )
 
@@ -67,7 +73,7 @@ def _page(request: HttpRequest, name: str, items: Any, per_page: int) -> Any:
     return Paginator(items, per_page).get_page(request.GET.get(name))
 
 
-@login_required
+@access.viewer_required
 def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One episode, every part paged: the trajectory (newest steps first), its alerts and their
     state changes — so a day-long episode answers as fast as a minute-long one."""
@@ -92,14 +98,14 @@ def episode_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
+@access.operator_required
 @require_POST
 def acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
     services.acknowledge(get_object_or_404(Alert, pk=pk), request.user)
     return redirect(request.POST.get("next") or "alerts:list")
 
 
-@login_required
+@access.operator_required
 @require_POST
 def create_silence(request: HttpRequest) -> HttpResponse:
     form = SilenceForm(request.POST)
@@ -111,25 +117,25 @@ def create_silence(request: HttpRequest) -> HttpResponse:
     return redirect("alerts:list")
 
 
-@login_required
+@access.logged_in
 def receivers(request: HttpRequest) -> HttpResponse:
     form = ReceiverForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         rcv = form.save(commit=False)
-        rcv.owner = None if access.is_staff(request.user) else request.user  # job owners route their own runs
+        # an admin's receiver is fabric-wide; anyone else's routes their own runs' alerts
+        rcv.owner = None if access.is_admin(request.user) else request.user
         rcv.save()
         return redirect("alerts:receivers")
-    staff = access.is_staff(request.user)
-    visible = Receiver.objects.all() if staff else Receiver.objects.filter(owner=request.user)
+    visible = access.receivers_visible_to(request.user, Receiver.objects.all())
     return render(request, "alerts/receivers.html", {"receivers": visible, "form": form})
 
 
-@login_required
+@access.logged_in
 @require_POST
 def send_test(request: HttpRequest, pk: int) -> HttpResponse:
     rcv = get_object_or_404(Receiver, pk=pk)
-    if not access.is_staff(request.user) and rcv.owner_id != request.user.pk:
-        return HttpResponse("not your receiver", status=403)
+    if not access.can_manage_receiver(request.user, rcv):
+        raise PermissionDenied("a receiver is tested by its owner or an admin")
     error = delivery.send_test(rcv)
     if error:
         messages.error(request, f"Test to {rcv.name} failed: {error}")
@@ -138,13 +144,15 @@ def send_test(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("alerts:receivers")
 
 
-@login_required
+@access.viewer_required
 def rules(request: HttpRequest) -> HttpResponse:
     form = RuleForm(request.POST or None)
     if request.method == "POST":
-        if not access.is_staff(request.user):
-            return HttpResponse("only staff manage rules", status=403)
+        access.require_role(request.user, access.Role.ADMIN)
         if form.is_valid():
             form.save()
             return redirect("alerts:rules")
-    return render(request, "alerts/rules.html", {"rules": Rule.objects.all(), "form": form})
+    return render(
+        request, "alerts/rules.html",
+        {"rules": Rule.objects.all(), "form": form, "may_change": access.is_admin(request.user)},
+    )

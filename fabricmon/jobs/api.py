@@ -22,13 +22,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from collectors.traces.schema import PHASES, SOURCES
-from fabricmon.base import sockets
+from fabricmon.base import access, sockets
 from fabricmon.jobs import blocks, imports, ingest, matrices, ratelimit, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
 
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # read-only: seeing the run is enough
 MAX_BATCH_BYTES = settings.FABRICMON_INGEST_MAX_BYTES
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
 MAX_JSON_BYTES = settings.FABRICMON_API_MAX_JSON_BYTES
@@ -58,7 +59,7 @@ def _rate_limited(wait_s: float) -> JsonResponse:
 
 def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Bearer-token auth and the token's rate limit; a ``run_id`` URL argument is resolved to a run
-    the token's user owns."""
+    the token's user may see (and, for a method that writes, change)."""
 
     @csrf_exempt
     @functools.wraps(view)
@@ -75,11 +76,14 @@ def token_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
             return _rate_limited(wait)
         request.user = row.user
         if run_id is not None:
+            # base.access decides, as for the pages: a run the token's user may not see is a 404
+            # like a missing one; one they may see (an operator's) but not change is a 403.
             run = Run.objects.filter(pk=run_id).first()
-            if run is None:
+            if run is None or not access.can_see_run(row.user, run):
                 return _error(404, f"no run {run_id}", "run")
-            if run.owner_id != row.user.pk:
-                return _error(403, f"run {run_id} belongs to another user", "run")
+            if request.method not in SAFE_METHODS and not access.can_change_run(row.user, run):
+                why = f"run {run_id} belongs to another user: only its owner or an admin changes it"
+                return _error(403, why, "run")
             kwargs["run"] = run
         return view(request, *args, **kwargs)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import orjson
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -27,10 +26,9 @@ from fabricmon.jobs.tokens import issue_token, revoke_token
 MATRIX_STEPS = 64  # the run page's matrix: summed over at most this many (the newest) steps
 
 
-def _own_run(request: HttpRequest, run_id: int) -> Run:
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None or not access.can_see_run(request.user, run):
-        raise Http404("no such run")
+def _own_run(request: HttpRequest, run_id: int, *, change: bool = False) -> Run:
+    """The run if the user may see it (and change it): 404 if not seen, 403 if seen only."""
+    run: Run = access.check_run(request.user, Run.objects.filter(pk=run_id).first(), change=change)
     return run
 
 
@@ -38,7 +36,7 @@ def _tags(text: str) -> list[str]:
     return [t.strip() for t in text.replace("\n", ",").split(",") if t.strip()]
 
 
-@login_required
+@access.logged_in
 def run_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
@@ -52,7 +50,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
             return redirect("jobs:runs")
         return redirect("jobs:run", run_id=run.pk)
-    runs = Run.objects.filter(owner=request.user).order_by("-started_at")[:200]
+    # a job owner's own runs; an operator's list is every run (they may see them all)
+    runs = access.runs_visible_to(request.user, Run.objects.select_related("owner"))
+    runs = runs.order_by("-started_at")[:200]
     tokens = ApiToken.objects.filter(user=request.user, revoked_at__isnull=True).order_by("-created_at")
     return render(
         request,
@@ -61,7 +61,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@access.logged_in
 @require_POST
 def token_create(request: HttpRequest) -> HttpResponse:
     _, token = issue_token(request.user, request.POST.get("name", "")[:100])
@@ -69,7 +69,7 @@ def token_create(request: HttpRequest) -> HttpResponse:
     return redirect("jobs:runs")
 
 
-@login_required
+@access.logged_in
 @require_POST
 def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     row = ApiToken.objects.filter(pk=token_id, user=request.user).first()
@@ -78,9 +78,9 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     return redirect("jobs:runs")
 
 
-@login_required
+@access.logged_in
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _own_run(request, run_id)
+    run = _own_run(request, run_id, change=request.method == "POST")
     if request.method == "POST":
         try:
             run_verbs.set_tags(run, _tags(request.POST.get("tags", "")))
@@ -98,6 +98,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "jobs/run.html",
         {
             "run": run,
+            "can_change": access.can_change_run(request.user, run),
             "ranks": run.ranks.all()[:1024],
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
@@ -107,11 +108,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
-@login_required
+@access.logged_in
 @require_POST
 def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
     """Rank map (JSON list) or trace file from the page's XHR upload (progress shown client-side)."""
-    run = _own_run(request, run_id)
+    run = _own_run(request, run_id, change=True)
     upload = request.FILES.get("file")
     kind = request.POST.get("kind", "")
     if upload is None:
@@ -147,7 +148,7 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
     return JsonResponse(body, status=422 if result.rejected else 200)
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> HttpResponse:
     """One upload's import progress, polled by the run page after a queued upload."""
@@ -158,7 +159,7 @@ def run_upload_status(request: HttpRequest, run_id: int, upload_id: int) -> Http
     return JsonResponse(row.as_dict())
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run's ranks × time, aggregated on the server (``jobs.timeline``): bounded by the asked
@@ -187,7 +188,7 @@ def _opt_int(request: HttpRequest, name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw[:40]!r}") from None
 
 
-@login_required
+@access.logged_in
 @require_GET
 def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)

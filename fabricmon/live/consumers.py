@@ -1,7 +1,9 @@
 """The fabric heatmap WebSocket: a thin shell over :class:`fabricmon.live.stream.FabricStream`.
 
-Origin is checked by ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``; here the user must be
-logged in and an operator or admin, else the socket is closed before it is accepted.
+Origin is checked by ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``; here ``base.access``
+decides: a refused socket is accepted, then closed with 4401 (log in) or 4403 (no role), because a
+handshake refused before accept reaches the browser as a bare 1006 and the page could not tell
+"log in" from "retry". A run's markers are sent only to a user who may see that run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from django.conf import settings
 
 from fabricmon.base import access
 from fabricmon.base.connections import connect_async
-from fabricmon.base.sockets import CLOSE_FORBIDDEN, CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED
+from fabricmon.base.sockets import CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW
+from fabricmon.jobs.models import Run
 from fabricmon.live import wire
 from fabricmon.live.incidents import IncidentFeed
 from fabricmon.live.services import DEFAULT_WINDOW_S
@@ -41,11 +44,10 @@ class FabricConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await database_sync_to_async(access.is_operator)(user):
-            await self.close(code=CLOSE_FORBIDDEN)
+        refusal = await database_sync_to_async(access.socket_refusal)(user, access.Role.VIEWER)
+        if refusal is not None:
+            await self.accept()
+            await self.close(code=refusal)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         metric = query.get("metric", [wire.DEFAULT_METRIC])[0]
@@ -103,6 +105,9 @@ class FabricConsumer(AsyncWebsocketConsumer):
         self.markers = None
         if run_id is None or self.stream is None:
             return
+        if not await database_sync_to_async(self._may_see_run)(run_id):
+            await self.send(text_data=json.dumps({"type": "error", "message": f"no run {run_id}"}))
+            return
         stream = self.stream
         feed = MarkerFeed(
             run_id,
@@ -112,6 +117,10 @@ class FabricConsumer(AsyncWebsocketConsumer):
             tick_s=settings.FABRICMON_PHASES_TICK_S,
         )
         self.markers = asyncio.create_task(self._overlay(feed.follow(), f"phase markers of run {run_id}"))
+
+    def _may_see_run(self, run_id: int) -> bool:
+        run = Run.objects.filter(pk=run_id).first()
+        return run is not None and access.can_see_run(self.scope["user"], run)
 
     async def _overlay(self, follow: Coroutine[Any, Any, None], what: str) -> None:
         try:

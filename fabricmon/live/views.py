@@ -1,4 +1,4 @@
-"""Pages of the live dashboard (login + operator or admin role) and the JSON they fetch.
+"""Pages of the live dashboard (login + the viewer role or above) and the JSON they fetch.
 
 The fabric heatmap itself streams over the WebSocket (consumers.py); these views serve the page
 shells, the row layout (once per topology version), one port's series and switch health.
@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import condition
 
-from fabricmon.base.access import operator_required
+from fabricmon.base import access
 from fabricmon.base.connections import connect
 from fabricmon.jobs.models import Run
 from fabricmon.live import services
@@ -27,7 +27,7 @@ def _redis() -> Any:
     return connect()
 
 
-@operator_required
+@access.viewer_required
 def index(request: HttpRequest) -> HttpResponse:
     stored, live_only = services.known_fabrics(_redis())
     if len(stored) == 1:  # the usual case (and `make demo`): straight to the heatmap
@@ -35,7 +35,7 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "live/index.html", {"fabrics": stored, "live_only": live_only})
 
 
-@operator_required
+@access.viewer_required
 def fabric(request: HttpRequest, fabric: str) -> HttpResponse:
     return render(request, "live/fabric.html", {"fabric": fabric})
 
@@ -45,7 +45,7 @@ def _layout_etag(request: HttpRequest, fabric: str) -> str | None:
     return layout["topology_version"] if layout else None
 
 
-@operator_required
+@access.viewer_required
 @condition(etag_func=_layout_etag)
 def layout_json(request: HttpRequest, fabric: str) -> HttpResponse:
     layout = services.layout_for(fabric)
@@ -54,7 +54,7 @@ def layout_json(request: HttpRequest, fabric: str) -> HttpResponse:
     return JsonResponse(layout)
 
 
-@operator_required
+@access.viewer_required
 def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     layout = services.layout_for(fabric)
     info: dict[str, Any] = {"position": position}
@@ -73,7 +73,7 @@ def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     return render(request, "live/port.html", {"fabric": fabric, "port": info})
 
 
-@operator_required
+@access.viewer_required
 def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     window_s = min(float(request.GET.get("window_s", services.DEFAULT_WINDOW_S)), 3600.0)
     r = _redis()
@@ -83,12 +83,12 @@ def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
     return JsonResponse(data)
 
 
-@operator_required
+@access.viewer_required
 def switches(request: HttpRequest, fabric: str) -> HttpResponse:
     return render(request, "live/switches.html", {"fabric": fabric})
 
 
-@operator_required
+@access.viewer_required
 def health_json(request: HttpRequest, fabric: str) -> HttpResponse:
     layout = services.layout_for(fabric)
     names = layout["switches"] if layout else []
@@ -97,22 +97,28 @@ def health_json(request: HttpRequest, fabric: str) -> HttpResponse:
 
 def static(request: HttpRequest, path: str) -> HttpResponse:
     """Static files from the finders, so ``daphne`` alone serves a working dashboard (a deployment
-    behind a web server would ``collectstatic`` and serve STATIC_ROOT there instead)."""
+    behind a web server would ``collectstatic`` and serve STATIC_ROOT there instead). Public: the
+    login page needs its style sheet, and nothing here is private."""
     return serve(request, path, insecure=True)
 
 
-@operator_required
+@access.viewer_required
 def runs_json(request: HttpRequest, fabric: str) -> HttpResponse:
     """Runs of this fabric that are active or recent: the run selector beside the heatmap."""
-    return JsonResponse({"runs": markers.fabric_runs(fabric)})
+    runs = markers.fabric_runs(fabric)
+    if not access.is_operator(request.user):  # a viewer's selector lists only their own runs
+        visible = access.runs_visible_to(request.user, Run.objects.filter(fabric=fabric))
+        mine = set(visible.values_list("pk", flat=True))
+        runs = [r for r in runs if r["id"] in mine]
+    return JsonResponse({"runs": runs})
 
 
-@operator_required
+@access.viewer_required
 def markers_json(request: HttpRequest, fabric: str, run_id: int) -> HttpResponse:
     """Phase markers of one run for the heatmap's time axis, from ``since_ns`` on (the browser
     passes its window start, then the newest marker it holds minus a look-back)."""
-    run = Run.objects.filter(pk=run_id, fabric=fabric).first()
-    if run is None:
+    run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
+    if run.fabric != fabric:
         raise Http404(f"no run {run_id} on fabric {fabric!r}")
     try:
         since_ns = int(request.GET.get("since_ns", "0"))

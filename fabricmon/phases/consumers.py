@@ -1,6 +1,7 @@
 """A run's phase-view WebSocket: a thin shell over :class:`fabricmon.phases.stream.PhaseStream`.
 
-Same rules as the JSON API (``views.run_api``): a logged-in user; Origin is checked by
+Same rule as the JSON API (``views.run_api``), asked of ``base.access``: the run's owner or an
+operator; anyone else gets 4404 as for a run that does not exist, 4401 if not logged in. Origin is checked by
 ``AllowedHostsOriginValidator`` in ``fabricmon/asgi.py``. The socket joins the run's channel-layer
 group, so ingest's ``base.sockets.run_changed`` wakes it at once; its own tick covers the rest.
 """
@@ -18,7 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from fabricmon.base import access
-from fabricmon.base.sockets import CLOSE_NO_SUCH_RUN, CLOSE_SERVER_ERROR, CLOSE_UNAUTHENTICATED, run_group
+from fabricmon.base.sockets import CLOSE_SERVER_ERROR, run_group
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
 from fabricmon.phases.state import StepWindow
@@ -35,16 +36,11 @@ class PhaseConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         # Refusals are accepted, then closed with the code: a handshake refused before accept
         # reaches the browser as a bare 1006, and the page could not tell "log in" from "retry".
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.accept()
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        run = await database_sync_to_async(Run.objects.filter(pk=run_id).first)()
-        if run is None or not access.can_see_phase_views(user, run):
+        refusal = await database_sync_to_async(self._refusal)(run_id)
+        if refusal is not None:
             await self.accept()
-            await self.close(code=CLOSE_NO_SUCH_RUN)
+            await self.close(code=refusal)
             return
         self.stream = PhaseStream(
             run_id,
@@ -56,6 +52,11 @@ class PhaseConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.pump = asyncio.create_task(self._follow())
+
+    def _refusal(self, run_id: int) -> int | None:
+        user = self.scope.get("user")
+        run = Run.objects.filter(pk=run_id).first() if user is not None and user.is_authenticated else None
+        return access.run_socket_refusal(user, run)
 
     async def _follow(self) -> None:
         assert self.stream is not None

@@ -1,10 +1,10 @@
-"""Phase-aligned heatmap page and its JSON API (thin shells over ``services``)."""
+"""Phase-aligned heatmap page and its JSON API (thin shells over ``services``): a run's owner and
+operators see them (``base.access.check_run``)."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 
 from fabricmon.base import access
 from fabricmon.base.responses import json_response
@@ -37,11 +37,9 @@ def _window(request: HttpRequest) -> StepWindow | None:
     return StepWindow.page(a, b)
 
 
-@login_required
+@access.logged_in
 def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
-    if not access.can_see_phase_views(request.user, run):
-        raise Http404("no such run")
+    run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
     routing = _routing(request)
     if routing is None:
         return JsonResponse(
@@ -62,9 +60,7 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     return json_response(data)
 
 
-@login_required
+@access.logged_in
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
-    if not access.can_see_phase_views(request.user, run):
-        raise Http404("no such run")
+    run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
     return render(request, "phases/run.html", {"run": run, "modes": ROUTING_MODES})

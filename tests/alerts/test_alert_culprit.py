@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.contrib.auth.models import Group
 
 from fabricmon.alerts import delivery
 from fabricmon.alerts.culprit import culprit_of_port, received_by_layer_phase
@@ -158,7 +159,9 @@ def test_only_blocks_near_the_window_are_read(run_on_port) -> None:
 
 def test_list_and_episode_pages_show_the_attribution(geo, run_on_port, client, django_user_model) -> None:  # noqa: F811
     _run, port = run_on_port
-    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    viewer = django_user_model.objects.create_user("ops", password="pw")
+    viewer.groups.add(Group.objects.get(name="viewers"))  # reading alerts is a viewer's
+    client.force_login(viewer)
     windows(geo, [[port]] * 3, fabric="su1", run_name="moe-7b")
     line = "run moe-7b · layer 3 dispatch · rank 5 (node003 gpu1)"
     assert line in client.get("/alerts/").content.decode()

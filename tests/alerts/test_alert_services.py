@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from django.contrib.auth.models import Group
 
 from fabricmon.alerts import services
 from fabricmon.alerts.models import Alert, AlertTransition, Episode, Outbox, Receiver, Rule
@@ -148,7 +149,8 @@ def test_rules_from_database_disable_kinds_and_set_thresholds(geo) -> None:
 def test_pages_list_episode_ack_silence_receivers(
     geo, client, django_user_model, receiver, allow_loopback
 ) -> None:
-    admin = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    admin = django_user_model.objects.create_user("ops", password="pw")
+    admin.groups.add(Group.objects.get(name="admins"))  # (the data migration's role group)
     client.force_login(admin)
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     windows(geo, [[host[0]], [host[0]], [host[5]], [host[2]]])
@@ -190,7 +192,9 @@ def test_a_long_episode_page_is_as_big_as_a_short_one(geo, client, django_user_m
     the older pages are reachable."""
     from fabricmon.alerts.models import AlertTransition
 
-    client.force_login(django_user_model.objects.create_user("ops-long", password="pw"))
+    viewer = django_user_model.objects.create_user("ops-long", password="pw")
+    viewer.groups.add(Group.objects.get(name="viewers"))  # reading episodes is a viewer's
+    client.force_login(viewer)
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     windows(geo, [[host[0]], [host[0]], [host[5]], [host[2]]])
     ep = Episode.objects.get()

@@ -165,7 +165,7 @@ function connect() {
   ws.onclose = (ev) => {
     if (state.ws === ws) state.ws = null;
     if (ev.code === CLOSE_UNAUTHENTICATED) { location.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`; return; }
-    if (ev.code === CLOSE_FORBIDDEN) { setStatus("not allowed: the dashboard is for operators and admins", "bad"); return; }
+    if (ev.code === CLOSE_FORBIDDEN) { setStatus("not allowed: the dashboard is for viewers, operators and admins", "bad"); return; }
     if (state.paused) return;
     // Exponential backoff with jitter, so a restarted server is not hit by every tab at once.
     const delay = Math.min(15000, 500 * 2 ** state.retries++) * (0.75 + Math.random() / 2);

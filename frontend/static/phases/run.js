@@ -22,7 +22,8 @@ function connect() {
   ws.onclose = (ev) => {
     if (live.ws === ws) live.ws = null;
     if (ev.code === 4401) { location.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`; return; }
-    if (ev.code === 4404) { $("live").textContent = "no such run"; return; }
+    if (ev.code === 4404) { $("live").textContent = "no such run (or not one you may see)"; return; }
+    if (ev.code === 4403) { $("live").textContent = "not allowed"; return; }
     if (document.hidden) return;
     const delay = Math.min(15000, 500 * 2 ** live.retries++) * (0.75 + Math.random() / 2);
     $("live").textContent = `disconnected — reconnecting in ${(delay / 1000).toFixed(1)} s`;

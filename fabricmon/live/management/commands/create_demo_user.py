@@ -1,4 +1,4 @@
-"""``manage.py create_demo_user [--username U --password P --role operators|admins]``.
+"""``manage.py create_demo_user [--username U --password P --role viewers|operators|admins]``.
 
 Idempotent: creates or updates the user and puts it in the role's group (admins also get the
 Django admin site). Used by ``make demo`` and the browser tests.
@@ -16,12 +16,12 @@ from fabricmon.base.access import ROLE_GROUPS
 
 
 class Command(BaseCommand):
-    help = "Create (or reset) a dashboard user in the operators or admins group."
+    help = "Create (or reset) a dashboard user in the viewers, operators or admins group."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="operator")
         parser.add_argument("--password", default="operator")
-        parser.add_argument("--role", choices=ROLE_GROUPS, default="operators")
+        parser.add_argument("--role", choices=list(ROLE_GROUPS), default="operators")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         user_model = get_user_model()
