@@ -232,16 +232,13 @@ class UsmSession:
             if not authentic or self.priv == "NONE":
                 raise SnmpPollError("auth", f"{name}: an encrypted message we cannot decrypt")
             scoped, s, e = self._decrypt(data, m, name)
-        tag, cs, ce = read_tlv(scoped, s, e)
-        if tag != SEQUENCE:
-            raise SnmpPollError("auth" if m.flags & FLAG_PRIV else "malformed",
-                                f"{name}: scoped PDU has tag 0x{tag:02x}" +
-                                (" (wrong priv key?)" if m.flags & FLAG_PRIV else ""))  # fmt: skip
-        tag, _s, pos = read_tlv(scoped, cs, ce)  # contextEngineID
-        tag2, _s, pos = read_tlv(scoped, pos, ce)  # contextName
-        if tag != OCTET_STRING or tag2 != OCTET_STRING:
-            raise malformed("scoped PDU context fields are not OCTET STRINGs", cs)
-        header = parse_pdu(scoped, pos, ce, version=3, community=b"")
+            try:
+                header = _scoped_pdu(scoped, s, e)
+            except SnmpPollError as exc:  # authentic, yet not BER once decrypted: not our priv key
+                raise SnmpPollError("auth", f"{name}: decrypted PDU is not BER ({exc.message}): wrong priv "
+                                            "key or priv protocol") from None  # fmt: skip
+        else:
+            header = _scoped_pdu(scoped, s, e)
         if header.pdu == REPORT:
             self._take_report(m, authentic, scoped, header)
             return scoped, header
@@ -278,6 +275,18 @@ class UsmSession:
         elif m.boots < self.boots or m.time < ours - TIME_WINDOW_S:
             raise SnmpPollError("auth", f"{name}: response outside the time window (boots {m.boots}, "
                                         f"time {m.time}; expected {self.boots}, ~{ours})")  # fmt: skip
+
+
+def _scoped_pdu(scoped: bytes, start: int, end: int) -> ResponseHeader:
+    """The PDU inside a ScopedPDU (contextEngineID, contextName, PDU), read like a v2c one."""
+    tag, cs, ce = read_tlv(scoped, start, end)
+    if tag != SEQUENCE or ce != end:
+        raise malformed(f"scoped PDU has tag 0x{tag:02x} or does not end the message", start)
+    tag, _s, pos = read_tlv(scoped, cs, ce)  # contextEngineID
+    tag2, _s, pos = read_tlv(scoped, pos, ce)  # contextName
+    if tag != OCTET_STRING or tag2 != OCTET_STRING:
+        raise malformed("scoped PDU context fields are not OCTET STRINGs", cs)
+    return parse_pdu(scoped, pos, ce, version=3, community=b"")
 
 
 def report_name(scoped: bytes, header: ResponseHeader) -> str:
