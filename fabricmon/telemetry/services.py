@@ -168,7 +168,7 @@ def keep_collecting(
 
 
 def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
-    poller = SnmpPoller()
+    poller = SnmpPoller(engine=settings.FABRICMON_SNMP_ENGINE)
 
     async def poll(sw: SwitchSpec) -> Any:
         target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
