@@ -133,6 +133,9 @@ class UsmSession:
     _priv_key: bytes = field(default=b"", repr=False)
     _hmac: crypto_hmac.HMAC | None = field(default=None, repr=False)
     _salt: int = field(default_factory=lambda: int.from_bytes(os.urandom(8), "big"))
+    # An authentic, decrypted Response came back since the engine id was learnt: the keys are
+    # right, so a later silence is the agent's or the network's, not a wrong priv key.
+    verified: bool = False
 
     @classmethod
     def from_settings(cls, settings: SnmpSettings) -> UsmSession:
@@ -158,6 +161,7 @@ class UsmSession:
         """Take the agent's engine id, boots and time (discovery, or an authentic message)."""
         if engine_id != self.engine_id:
             self.engine_id = engine_id
+            self.verified = False
             if self.auth != "NONE":
                 self._auth_key = localize_key(password_to_key(self.auth_password, self.auth), engine_id,
                                               self.auth)  # fmt: skip
@@ -246,6 +250,7 @@ class UsmSession:
             raise SnmpPollError("auth", f"{name}: unauthenticated response to an authenticated request")
         if authentic:
             self._check_time(m, name)
+            self.verified = True
         return scoped, header
 
     def _decrypt(self, data: bytes, m: _Incoming, name: str) -> tuple[bytes, int, int]:

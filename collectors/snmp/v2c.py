@@ -40,7 +40,7 @@ try:
     import fcntl
 except ImportError:  # not POSIX: receipt = when the loop reads the datagram
     fcntl = None  # type: ignore[assignment]
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -416,22 +416,25 @@ class _Exchange:
 
     async def getbulk(self, oids: list[bytes], non_repeaters: int, max_repetitions: int) -> Answer:
         rid = self.client.next_request_id()
-        pdu = encode_pdu(GETBULK, request_id=rid, non_repeaters=non_repeaters,
-                         max_repetitions=max_repetitions, oids=oids)  # fmt: skip
         if self.session is None:
             payload = encode_request(1, self.community, GETBULK, request_id=rid, non_repeaters=non_repeaters,
                                      max_repetitions=max_repetitions, oids=oids)  # fmt: skip
             return await self._send(payload, rid, 1)
         s = self.session
+
+        def pdu(rid: int) -> bytes:
+            return encode_pdu(GETBULK, request_id=rid, non_repeaters=non_repeaters,
+                              max_repetitions=max_repetitions, oids=oids)  # fmt: skip
+
         for attempt in range(3):
             if not s.discovered:
                 await self._discover()
             try:
-                answer = await self._send(s.request(rid, pdu), rid, 3)
+                answer = await self._send(s.request(rid, pdu(rid)), rid, 3)
             except SnmpPollError as exc:
-                if exc.kind == "timeout" and s.priv != "NONE":
-                    await self._explain_silence(exc)
-                raise
+                if exc.kind != "timeout" or s.priv == "NONE" or s.verified:
+                    raise
+                answer = await self._explain_silence(exc, pdu)
             data, h, _t = answer
             if h.pdu != REPORT:
                 return answer
@@ -441,8 +444,6 @@ class _Exchange:
                 user = s.user.decode(errors="replace")
                 raise SnmpPollError("auth", f"{self.name}: agent reports {word} for user {user!r}{hint}")
             rid = self.client.next_request_id()
-            pdu = encode_pdu(GETBULK, request_id=rid, non_repeaters=non_repeaters,
-                             max_repetitions=max_repetitions, oids=oids)  # fmt: skip
         raise AssertionError("unreachable")
 
     async def _discover(self) -> None:
@@ -456,9 +457,12 @@ class _Exchange:
             what = usm.report_name(data, h) if h.pdu == REPORT else f"PDU 0x{h.pdu:02x}"
             raise SnmpPollError("auth", f"{self.name}: engine-id discovery answered by {what}, no engine id")
 
-    async def _explain_silence(self, timeout: SnmpPollError) -> None:
-        """An agent that cannot decrypt a request drops it without a Report (net-snmp: "error
-        parsing ScopedPDU"): if it still answers discovery, the priv key is what is wrong."""
+    async def _explain_silence(self, timeout: SnmpPollError, pdu: Callable[[int], bytes]) -> Answer:
+        """No answer to authPriv requests of a session whose keys never worked yet. An agent that
+        cannot decrypt a request drops it without a Report (net-snmp: "error parsing ScopedPDU"),
+        but an agent's first authPriv request after start can also be slow (it derives the user's
+        keys then: ~0.4 s seen). So: if the agent answers discovery at once, ask once more with
+        a patient timeout; silent again means the priv key is what is wrong."""
         assert self.session is not None
         rid = self.client.next_request_id()
         probe = self.session.discovery_request(rid, encode_pdu(GET, request_id=rid, oids=[]))
@@ -466,14 +470,24 @@ class _Exchange:
             await self._send(probe, rid, 3)
         except SnmpPollError:
             raise timeout from None  # the agent is silent to everything: a plain timeout
+        rid = self.client.next_request_id()
+        try:
+            return await self._send(self.session.request(rid, pdu(rid)), rid, 3,
+                                    timeout_s=max(1.0, 4 * self.timeout_s), retries=0)  # fmt: skip
+        except SnmpPollError as exc:
+            if exc.kind != "timeout":
+                raise
         raise SnmpPollError("auth", f"{self.name}: the agent answers engine discovery but not authPriv "
                                     f"requests of user {self.session.user.decode(errors='replace')!r} "
                                     "(wrong priv key or priv protocol: it drops what it cannot decrypt)")
 
-    def _send(self, payload: bytes, rid: int, version: int) -> asyncio.Future[Answer]:
-        return self.client.request(self.addr, payload, rid, version=version, community=self.community,
-                                   name=self.name, timeout_s=self.timeout_s, retries=self.retries,
-                                   session=self.session)  # fmt: skip
+    def _send(self, payload: bytes, rid: int, version: int, *, timeout_s: float | None = None,
+              retries: int | None = None) -> asyncio.Future[Answer]:  # fmt: skip
+        return self.client.request(
+            self.addr, payload, rid, version=version, community=self.community, name=self.name,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+            retries=self.retries if retries is None else retries, session=self.session,
+        )  # fmt: skip
 
 
 def _first_varbind(data: bytes, pos: int, end: int) -> tuple[int, tuple[bytes, int, object]]:
