@@ -288,10 +288,15 @@ class ShardCollector:
             # "both": SNMP fills in while gNMI is down, and for a tick its stream left without a sample
             if not self._gnmi_up(sw.name) or self._gnmi_ticks.get(sw.name) != tick:
                 self._deliver(sw.name, tick, part)
-            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late)
+            # Health and the read for the next holder in one round trip, not two (Redis round trips
+            # are a tenth of the shard process's CPU in steady state: bench/snmp_operation.py).
+            pipe = self.r.pipeline(transaction=False)
+            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late,
+                                r=pipe)
             if cur is not None:
                 prev = cur
-                self.r.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+                pipe.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+            pipe.execute()
             if self.observer is not None:
                 self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
                                          kind))
@@ -357,7 +362,7 @@ class ShardCollector:
             self._after_frame(frame)
 
     def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,  # noqa: PLR0917
-                       error: str, part: SwitchSlice, *, late: bool = False) -> None:
+                       error: str, part: SwitchSlice, *, late: bool = False, r: Any = None) -> None:
         h = self.health[switch]
         h.polls += 1
         h.last_poll_ns = started
@@ -375,7 +380,7 @@ class ShardCollector:
             h.consecutive_failures = 0
             h.last_success_ns = cur.ts_ns
             h.dropped.update({k: v for k, v in part.dropped.items() if k not in ("no_baseline",)})
-        live_window.write_health(self.r, self.fabric, switch, h.as_dict())
+        live_window.write_health(self.r if r is None else r, self.fabric, switch, h.as_dict())
 
     # --- frames -------------------------------------------------------------------------------
 
