@@ -53,8 +53,8 @@ DOWN_AFTER_FAILURES = 2
 MAX_GAP_TICKS = 120
 SUPERVISE_WAKE_S = 0.25  # how often the supervisor looks at its stop flag between renewals
 # A holder that is asked to stop hands its shard over at a tick boundary: its polls of the last
-# tick are done and the lease is released this long before the boundary, so the standby (which
-# looks every WATCH_S) polls the next tick itself.
+# tick are done and the lease is released this long before the boundary, so the standby (woken
+# by the release: leases.wait_for_handback) polls the next tick itself.
 HANDBACK_LEAD_NS = 150_000_000
 # A new holder that starts this early into a tick (fraction of the frame interval) still polls that
 # tick; later, it frames the tick with what was reported and polls from the next one.
