@@ -83,7 +83,8 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(REPO), "LOG_LEVEL": "WARNING"}
     argv = [sys.executable, "-m", "tests.telemetry.collector_process", str(topology), f"{spec.name}:0",
             redis_url, str(interval_s)]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)  # fmt: skip
     time.sleep(min(2.0, warmup_s / 2))  # the first one holds the lease, the second stands by
     standby = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cells = cells_per_switch(spec)
@@ -108,9 +109,13 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
             raise SystemExit(f"collector process ended early (rc {proc.returncode}, {standby.returncode})")
         c0, s0, window[0] = proc_cpu_s(proc.pid), proc_cpu_s(standby.pid), time.time()
         if profile_to is not None:
-            spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid), "--duration",
-                                    str(int(window_s)), "--format", "raw", "--output", str(profile_to),
-                                    "--nonblocking", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            # Samples while the GIL is held (≈ CPU), raw stacks (collapse with any flamegraph tool).
+            spy = subprocess.Popen(
+                [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid),
+                 "--duration", str(int(window_s)), "--format", "raw", "--output", str(profile_to),
+                 "--nonblocking", "--gil"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
         time.sleep(window_s)
         c1, s1, window[1] = proc_cpu_s(proc.pid), proc_cpu_s(standby.pid), time.time()
     finally:
@@ -131,7 +136,8 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
 def run_exporter(spec: FabricSpec, exporter_base: str, exporter_pid: int, *, interval_s: float,
                  warmup_s: float, window_s: float) -> Operation:  # fmt: skip
     """Scrape every switch of ``spec`` once per interval (all concurrently), as Prometheus would."""
-    urls = [f"{exporter_base}/snmp?target=127.0.0.1:{sw.snmp.port}&module=fabricmon_if" for sw in spec.switches]
+    url = exporter_base + "/snmp?target=127.0.0.1:{}&module=fabricmon_if"
+    urls = [url.format(sw.snmp.port) for sw in spec.switches]
 
     def scrape(url: str) -> int:
         body = urllib.request.urlopen(url, timeout=30).read().decode()

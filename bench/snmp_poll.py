@@ -259,9 +259,11 @@ def bench_v3(endpoints: Sequence[tuple[str, int]], args: argparse.Namespace, wor
     report("snmpbulkwalk -v3 -Cr25", walk)
     v3_over_v2c = fast.cpu_us_per_varbind / v2c.cpu_us_per_varbind  # type: ignore[operator]
     print(f"    v3 CPU per varbind / v2c (ours-fast): {v3_over_v2c:.2f} (target <= 2); varbinds/s "
-          f"ours-fast/pysnmp {fast.per_s / slow.per_s:.2f}, ours-fast/snmpbulkwalk {fast.per_s / walk.per_s:.2f}")
+          f"ours-fast/pysnmp {fast.per_s / slow.per_s:.2f}, "
+          f"ours-fast/snmpbulkwalk {fast.per_s / walk.per_s:.2f}")
     return {"v3_varbinds_per_s": fast.per_s, "v3_cpu_us_per_varbind": fast.cpu_us_per_varbind or 0.0,
-            "v3_pysnmp_varbinds_per_s": slow.per_s, "v3_pysnmp_cpu_us_per_varbind": slow.cpu_us_per_varbind or 0.0,
+            "v3_pysnmp_varbinds_per_s": slow.per_s,
+            "v3_pysnmp_cpu_us_per_varbind": slow.cpu_us_per_varbind or 0.0,
             "v3_snmpbulkwalk_varbinds_per_s": walk.per_s,
             "v3_snmpbulkwalk_cpu_us_per_varbind": walk.cpu_us_per_varbind or 0.0,
             "v3_cpu_over_v2c": v3_over_v2c}  # fmt: skip
@@ -269,7 +271,8 @@ def bench_v3(endpoints: Sequence[tuple[str, int]], args: argparse.Namespace, wor
 
 def bench_operation(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     """(d) the running shard process against the exporter, both at ``--interval`` on one SU."""
-    agents = [start_snmpd(workdir / f"op{k}", iftable_ports=64, v3_users=(V3,)) for k in range(args.op_agents)]
+    agents = [start_snmpd(workdir / f"op{k}", iftable_ports=64, v3_users=(V3,))
+              for k in range(args.op_agents)]  # fmt: skip
     figures: dict[str, float] = {}
     try:
         ports = [a.port for a in agents]
@@ -278,10 +281,11 @@ def bench_operation(args: argparse.Namespace, workdir: Path) -> dict[str, float]
               f"{args.op_seconds:g} s measured after {args.op_warmup:g} s")
         op_settings = SnmpSettings(interval_s=args.interval, timeout_s=0.2, retries=1)
         spec = snmp_operation.fabric_on(ports, op_settings)
-        ours = snmp_operation.run_collector(spec, workdir, redis_url=args.redis_url, **window)
+        ours = snmp_operation.run_collector(spec, workdir, redis_url=args.redis_url, profile_to=args.op_profile,
+                                            **window)  # fmt: skip
         snmp_operation.report("shard process v2c", ours)
-        v3_spec = snmp_operation.fabric_on(ports, replace(V3_SETTINGS, interval_s=args.interval, timeout_s=0.2,
-                                                          retries=1))  # fmt: skip
+        v3_spec = snmp_operation.fabric_on(ports, replace(V3_SETTINGS, interval_s=args.interval,
+                                                          timeout_s=0.2, retries=1))  # fmt: skip
         ours_v3 = snmp_operation.run_collector(v3_spec, workdir, redis_url=args.redis_url, **window)
         snmp_operation.report("shard process v3 authPriv", ours_v3)
         with running_exporter(workdir) as (base, pid):
@@ -293,7 +297,9 @@ def bench_operation(args: argparse.Namespace, workdir: Path) -> dict[str, float]
         figures = {"op_cpu_us_per_varbind": ours.cpu_us_per_varbind,
                    "op_v3_cpu_us_per_varbind": ours_v3.cpu_us_per_varbind,
                    "op_exporter_cpu_us_per_varbind": theirs.cpu_us_per_varbind, "op_ratio_vs_exporter": ratio,
-                   "op_core_percent": ours.core_fraction * 100, "op_v3_core_percent": ours_v3.core_fraction * 100}
+                   "op_standby_cpu_us_per_varbind": ours.standby_cpu_s / max(1, ours.varbinds) * 1e6,
+                   "op_core_percent": ours.core_fraction * 100,
+                   "op_v3_core_percent": ours_v3.core_fraction * 100}
     finally:
         for a in agents:
             a.stop()
@@ -312,6 +318,8 @@ def main() -> None:
     ap.add_argument("--op-warmup", type=float, default=8.0, help="(d): seconds before the window opens")
     ap.add_argument("--op-agents", type=int, default=4, help="(d): snmpd agents the 12 switches share")
     ap.add_argument("--no-operation", action="store_true", help="skip (d)")
+    ap.add_argument("--op-profile", type=Path, default=None,
+                    help="(d): py-spy raw stacks (GIL samples) of the v2c shard process to this file")
     ap.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
                     help="(d): a Redis database of its own (flushed before and after)")
     args = ap.parse_args()
