@@ -281,8 +281,8 @@ def bench_operation(args: argparse.Namespace, workdir: Path) -> dict[str, float]
               f"{args.op_seconds:g} s measured after {args.op_warmup:g} s")
         op_settings = SnmpSettings(interval_s=args.interval, timeout_s=0.2, retries=1)
         spec = snmp_operation.fabric_on(ports, op_settings)
-        ours = snmp_operation.run_collector(spec, workdir, redis_url=args.redis_url, profile_to=args.op_profile,
-                                            **window)  # fmt: skip
+        ours = snmp_operation.run_collector(spec, workdir, redis_url=args.redis_url,
+                                            profile_to=args.op_profile, **window)  # fmt: skip
         snmp_operation.report("shard process v2c", ours)
         v3_spec = snmp_operation.fabric_on(ports, replace(V3_SETTINGS, interval_s=args.interval,
                                                           timeout_s=0.2, retries=1))  # fmt: skip
