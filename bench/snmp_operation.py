@@ -85,7 +85,7 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
             redis_url, str(interval_s)]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)  # fmt: skip
-    time.sleep(min(2.0, warmup_s / 2))  # the first one holds the lease, the second stands by
+    time.sleep(2.0)  # the first one holds the lease, the second stands by
     standby = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cells = cells_per_switch(spec)
     window: list[float] = [float("inf"), float("inf")]  # [start, end] in time.time_ns()/1e9
@@ -104,7 +104,7 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
     reader.start()
     spy: subprocess.Popen[bytes] | None = None
     try:
-        time.sleep(warmup_s - min(2.0, warmup_s / 2))
+        time.sleep(warmup_s)  # both started (Django, imports) and in their steady state
         if proc.poll() is not None or standby.poll() is not None:
             raise SystemExit(f"collector process ended early (rc {proc.returncode}, {standby.returncode})")
         c0, s0, window[0] = proc_cpu_s(proc.pid), proc_cpu_s(standby.pid), time.time()

@@ -10,7 +10,7 @@ from pyasn1.type.univ import OctetString
 from pysnmp.proto.secmod.rfc3414 import localkey
 
 from collectors.snmp import usm
-from collectors.snmp.ber import GETBULK, RESPONSE, encode_oid, encode_pdu, parse_pdu
+from collectors.snmp.ber import GETBULK, REPORT, RESPONSE, encode_oid, encode_pdu, parse_pdu
 from collectors.snmp.errors import SnmpPollError
 from fabricmon.core.topology.spec import SnmpSettings
 
@@ -97,3 +97,27 @@ def test_the_fast_path_takes_only_what_it_speaks(auth: str, priv: str, ok: bool)
     settings = SnmpSettings(version="3", v3_user="fm", v3_auth_protocol=auth, v3_auth_key="authpass123",
                             v3_priv_protocol=priv, v3_priv_key="privpass123")  # fmt: skip
     assert usm.fast_path_supports(settings) is ok
+
+
+def agent_message(pdu_tag: int, oid: tuple[int, ...], *, boots: int, engine_time: int) -> bytes:
+    agent = session()
+    agent.learn(ENGINE, boots, engine_time)
+    pdu = bytearray(encode_pdu(GETBULK, request_id=5, oids=[encode_oid(oid)]))
+    pdu[0] = pdu_tag
+    return agent.request(5, bytes(pdu))
+
+
+def test_an_authentic_not_in_time_window_report_resyncs_boots_and_time() -> None:
+    ours = session()  # boots 7, time 1000
+    data = agent_message(REPORT, (1, 3, 6, 1, 6, 3, 15, 1, 1, 2, 0), boots=8, engine_time=3)
+    plain, header = ours.open(data, "sw")
+    assert header.pdu == REPORT and usm.report_name(plain, header) == "notInTimeWindow"
+    assert ours.boots == 8 and abs(ours.engine_time() - 3) <= 1
+
+
+def test_a_response_from_an_earlier_boot_or_outside_the_window_is_refused() -> None:
+    for boots, engine_time in ((6, 1000), (7, 1000 - usm.TIME_WINDOW_S - 10)):
+        data = agent_message(RESPONSE, (1, 3, 6, 1, 2, 1, 1, 3, 0), boots=boots, engine_time=engine_time)
+        with pytest.raises(SnmpPollError, match="time window") as err:
+            session().open(data, "sw")
+        assert err.value.kind == "auth"
