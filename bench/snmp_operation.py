@@ -113,7 +113,7 @@ def run_collector(spec: FabricSpec, workdir: Path, *, interval_s: float, warmup_
             spy = subprocess.Popen(
                 [str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(proc.pid),
                  "--duration", str(int(window_s)), "--format", "raw", "--output", str(profile_to),
-                 "--nonblocking", "--gil"],
+                 "--nonblocking", "--gil", "--rate", "400"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
         time.sleep(window_s)

@@ -24,6 +24,8 @@ from collectors.snmp import IfSnapshot, SnmpPoller, SnmpPollError, SnmpTarget, c
 from collectors.snmp.oids import COLUMNS, dotted
 from fabricmon.core.topology.spec import SnmpSettings
 from tests.agents.netsnmp import Snmpd, V3User, start_snmpd
+from twin.cluster import Twin
+from twin.config import TwinConfig
 
 pytestmark = pytest.mark.integration
 USERS = {  # our protocol word → the agent's user (net-snmp spells SHA-256 with the dash)
@@ -160,9 +162,6 @@ def restart(agent: Snmpd) -> None:
 
 def test_the_twins_pysnmp_v3_agent_is_read_alike_by_both_engines() -> None:
     """A second USM implementation on the agent side (pysnmp's command responder, SHA + AES)."""
-    from twin.cluster import Twin
-    from twin.config import TwinConfig
-
     with Twin(TwinConfig(name="v3fast", snmp_version="3", servers=4, gpus_per_server=4, spines=2)) as tw:
         targets = [SnmpTarget(sw.name, "127.0.0.1", sw.snmp.port, sw.snmp) for sw in tw.fabric.switches]
         t0 = time.time_ns()
