@@ -246,8 +246,9 @@ class UsmSession:
         if header.pdu == REPORT:
             self._take_report(m, authentic, scoped, header)
             return scoped, header
-        if not authentic and self.auth != "NONE":
-            raise SnmpPollError("auth", f"{name}: unauthenticated response to an authenticated request")
+        if (not authentic and self.auth != "NONE") or (self.priv != "NONE" and not m.flags & FLAG_PRIV):
+            raise SnmpPollError("auth", f"{name}: a response below the security level of the request "
+                                        f"(flags 0x{m.flags:02x})")  # fmt: skip
         if authentic:
             self._check_time(m, name)
             self.verified = True

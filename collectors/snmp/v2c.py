@@ -383,6 +383,7 @@ async def walk_columns(
 
 
 _sessions: dict[tuple[Address, SnmpSettings], usm.UsmSession] = {}
+_MAX_SESSIONS = 65536  # (agent, user) pairs: far above any fleet; a bound, not a cache policy
 _REPORT_HINTS = {
     "unknownUserName": "the agent has no such user",
     "wrongDigest": "wrong auth key or auth protocol",
@@ -397,6 +398,8 @@ def session_for(addr: Address, settings: SnmpSettings) -> usm.UsmSession:
     key = (addr, settings)
     session = _sessions.get(key)
     if session is None:
+        if len(_sessions) >= _MAX_SESSIONS:  # settings edited many times over: drop the oldest
+            del _sessions[next(iter(_sessions))]
         session = _sessions[key] = usm.UsmSession.from_settings(settings)
     return session
 

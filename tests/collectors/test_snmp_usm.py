@@ -121,3 +121,13 @@ def test_a_response_from_an_earlier_boot_or_outside_the_window_is_refused() -> N
         with pytest.raises(SnmpPollError, match="time window") as err:
             session().open(data, "sw")
         assert err.value.kind == "auth"
+
+
+def test_a_response_below_the_requested_security_level_is_refused() -> None:
+    agent = usm.UsmSession.from_settings(SnmpSettings(
+        version="3", v3_user="fm", v3_auth_protocol="SHA-256", v3_auth_key="authpass123",
+        v3_priv_protocol="NONE"))  # fmt: skip
+    agent.learn(ENGINE, 7, 1000)
+    with pytest.raises(SnmpPollError, match="below the security level") as err:
+        session().open(response_from_agent(agent, 3), "sw")  # authentic, but in clear
+    assert err.value.kind == "auth"
