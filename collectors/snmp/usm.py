@@ -131,6 +131,7 @@ class UsmSession:
     _time_offset_s: float = 0.0  # agent's engine time = monotonic() + this
     _auth_key: bytes = field(default=b"", repr=False)
     _priv_key: bytes = field(default=b"", repr=False)
+    _aes: algorithms.AES | None = field(default=None, repr=False)
     _hmac: crypto_hmac.HMAC | None = field(default=None, repr=False)
     _salt: int = field(default_factory=lambda: int.from_bytes(os.urandom(8), "big"))
     # An authentic, decrypted Response came back since the engine id was learnt: the keys are
@@ -170,6 +171,7 @@ class UsmSession:
                 # RFC 3826 §1.2: the first 16 octets of the priv key localized with the auth hash
                 self._priv_key = localize_key(password_to_key(self.priv_password, self.auth), engine_id,
                                               self.auth)[:16]  # fmt: skip
+                self._aes = algorithms.AES(self._priv_key)  # checked once, not per message
         self.boots = boots
         self._time_offset_s = engine_time - time.monotonic()
 
@@ -193,15 +195,20 @@ class UsmSession:
             self._salt = (self._salt + 1) % 2**64
             salt = self._salt.to_bytes(8, "big")
             iv = boots.to_bytes(4, "big") + now.to_bytes(4, "big") + salt  # RFC 3826 §3.1.2.1
-            enc = Cipher(algorithms.AES(self._priv_key), CFB(iv)).encryptor()
+            enc = self._cipher(iv).encryptor()
             scoped = tlv(OCTET_STRING, enc.update(scoped) + enc.finalize())
         mac_len = AUTH[self.auth][1] if self.auth != "NONE" else 0
         params = _sec_params(self.engine_id, boots, now, self.user, bytes(mac_len), salt)
         msg = _message(msg_id, self.flags | FLAG_REPORTABLE, params, scoped)
         if not mac_len:
             return msg
-        at = _mac_offset(msg)
+        # The MAC's octets end where the salt's TLV begins, right before msgData: no re-parse.
+        at = len(msg) - len(scoped) - len(tlv(OCTET_STRING, salt)) - mac_len
         return msg[:at] + self._mac(msg)[:mac_len] + msg[at + mac_len :]
+
+    def _cipher(self, iv: bytes) -> Cipher[CFB]:
+        assert self._aes is not None  # set with the engine id, before any authPriv message
+        return Cipher(self._aes, CFB(iv))
 
     def _mac(self, msg: bytes) -> bytes:
         assert self._hmac is not None
@@ -259,7 +266,7 @@ class UsmSession:
         if tag != OCTET_STRING or len(m.salt) != 8:
             raise SnmpPollError("malformed", f"{name}: encrypted PDU without an 8-byte salt")
         iv = m.boots.to_bytes(4, "big") + m.time.to_bytes(4, "big") + m.salt
-        dec = Cipher(algorithms.AES(self._priv_key), CFB(iv)).decryptor()
+        dec = self._cipher(iv).decryptor()
         plain = dec.update(data[s:e]) + dec.finalize()
         return plain, 0, len(plain)
 
@@ -315,11 +322,6 @@ def _message(msg_id: int, flags: int, sec_params: bytes, msg_data: bytes) -> byt
     header = tlv(SEQUENCE, encode_int(INTEGER, msg_id) + encode_int(INTEGER, MAX_MESSAGE_SIZE)
                  + tlv(OCTET_STRING, bytes((flags,))) + encode_int(INTEGER, USM_MODEL))  # fmt: skip
     return tlv(SEQUENCE, encode_int(INTEGER, 3) + header + tlv(OCTET_STRING, sec_params) + msg_data)
-
-
-def _mac_offset(msg: bytes) -> int:
-    """Where the authentication parameters' content starts in a message we built."""
-    return _parse_message(msg).mac_start
 
 
 @dataclass(frozen=True, slots=True)
