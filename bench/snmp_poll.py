@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import resource
@@ -257,8 +258,8 @@ def report(name: str, r: Result) -> None:
     print(f"    {name:<26} {r.varbinds:>7} varbinds in {r.wall_s:6.2f} s = {r.per_s:8.0f} varbinds/s, {cpu}")
 
 
-def bench_v3(endpoints: Sequence[tuple[str, int]], args: argparse.Namespace, workdir: Path,
-             v2c: Result) -> dict[str, float]:  # fmt: skip
+def bench_v3(endpoints: Sequence[tuple[str, int]], args: argparse.Namespace,
+             workdir: Path) -> dict[str, float]:  # fmt: skip
     """(c) the same walks as SNMPv3 authPriv (SHA-256 + AES-128) through every client."""
     print(f"(c) SNMPv3 authPriv {V3.auth_protocol}/{V3.priv_protocol}, same agents and rounds")
     fast = bench_ours(endpoints, args.rounds, args.max_repetitions, "fast", V3_SETTINGS)
@@ -267,7 +268,14 @@ def bench_v3(endpoints: Sequence[tuple[str, int]], args: argparse.Namespace, wor
     report("ours-pysnmp v3", slow)
     walk = bench_snmpbulkwalk(endpoints, args.rounds, workdir, auth=V3_CLI)
     report("snmpbulkwalk -v3 -Cr25", walk)
-    v3_over_v2c = fast.cpu_us_per_varbind / v2c.cpu_us_per_varbind  # type: ignore[operator]
+    # The ratio from interleaved single rounds, best of each: the box is shared, and two runs
+    # measured a minute apart differ by up to 2x on their own.
+    pairs = [(bench_ours(endpoints, 1, args.max_repetitions, "fast").cpu_us_per_varbind,
+              bench_ours(endpoints, 1, args.max_repetitions, "fast", V3_SETTINGS).cpu_us_per_varbind)
+             for _ in range(3)]  # fmt: skip
+    best_v2c, best_v3 = min(p[0] or math.inf for p in pairs), min(p[1] or math.inf for p in pairs)
+    v3_over_v2c = best_v3 / best_v2c
+    print(f"    interleaved rounds, best of 3: v2c {best_v2c:.1f}, v3 {best_v3:.1f} CPU-µs/varbind")
     print(f"    v3 CPU per varbind / v2c (ours-fast): {v3_over_v2c:.2f} (target <= 2); varbinds/s "
           f"ours-fast/pysnmp {fast.per_s / slow.per_s:.2f}, "
           f"ours-fast/snmpbulkwalk {fast.per_s / walk.per_s:.2f}")
@@ -361,7 +369,7 @@ def main() -> None:
         )
         print(f"    CPU per varbind, ours-fast/snmpbulkwalk: "
               f"{ours.cpu_us_per_varbind / walk.cpu_us_per_varbind:.2f}")  # type: ignore[operator]  # fmt: skip
-        v3 = bench_v3(endpoints, args, workdir, ours)
+        v3 = bench_v3(endpoints, args, workdir)
     finally:
         for a in agents:
             a.stop()
