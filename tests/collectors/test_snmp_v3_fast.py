@@ -48,7 +48,7 @@ def target(agent: Snmpd, auth: str, *, name: str = "", **kw: Any) -> SnmpTarget:
     settings = SnmpSettings(
         version="3", v3_user=kw.pop("user", u.name), v3_auth_protocol=auth,
         v3_auth_key=kw.pop("auth_key", u.auth_key), v3_priv_protocol="AES",
-        v3_priv_key=kw.pop("priv_key", u.priv_key), timeout_s=kw.pop("timeout_s", 2.0), retries=0,
+        v3_priv_key=kw.pop("priv_key", u.priv_key), timeout_s=kw.pop("timeout_s", 5.0), retries=0,
         interval_s=10.0,
     )  # fmt: skip
     return SnmpTarget(name or f"sw-{auth}", "127.0.0.1", agent.port, settings)
