@@ -260,6 +260,12 @@ FABRICMON_LIVE_WINDOW_S = env_int("FABRICMON_LIVE_WINDOW_S", 600)
 # TTL; a standby takes a dead holder's shard over once it expires. 0: 0.9 of the shard's fastest
 # poll interval (a takeover then costs about two intervals).
 FABRICMON_LEASE_TTL_S = env_float("FABRICMON_LEASE_TTL_S", 0.0)
+# SNMP client of the collectors: "fast" = our own (v2c, and v3 with auth MD5/SHA/SHA-2 + priv
+# AES-128 or none; other v3 protocols through pysnmp), "pysnmp" = pysnmp for every switch (the
+# reference, and the fallback should the fast path misread an agent).
+FABRICMON_SNMP_ENGINE = env_str("FABRICMON_SNMP_ENGINE", "fast")
+if FABRICMON_SNMP_ENGINE not in ("fast", "pysnmp"):
+    raise ValueError(f"FABRICMON_SNMP_ENGINE: {FABRICMON_SNMP_ENGINE!r} is neither fast nor pysnmp")
 # Switches per collector shard (one long-lived Celery task per shard).
 FABRICMON_SHARD_SIZE = env_int("FABRICMON_SHARD_SIZE", 16)
 # Downsampled history kept in the database: one row per port per this many seconds.

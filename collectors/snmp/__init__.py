@@ -1,4 +1,5 @@
-"""SNMP collector: pysnmp 7 asyncio polling of IF-MIB counters into numpy snapshots (no Django)."""
+"""SNMP collector: asyncio polling of IF-MIB counters into numpy snapshots (no Django) — our own
+v2c/v3 client (``v2c``, ``ber``, ``usm``), pysnmp 7 as the reference and fallback (``engine``)."""
 
 from collectors.snmp.engine import close_loop_context, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError

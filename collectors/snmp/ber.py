@@ -1,4 +1,5 @@
-"""A minimal BER codec for SNMP v1/v2c messages: exactly what a table poller sends and reads.
+"""A minimal BER codec for SNMP v1/v2c messages and the PDUs inside SNMPv3 ones (``usm.py``):
+exactly what a table poller sends and reads.
 
 Why not pyasn1: building a pyasn1 object tree per varbind is ~85 % of the pysnmp poller's CPU
 (reference/telemetry.md §1.7). Here a response is read in place, with every length checked::
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from collectors.snmp.errors import SnmpPollError
 
-GET, GETNEXT, RESPONSE, GETBULK = 0xA0, 0xA1, 0xA2, 0xA5
+GET, GETNEXT, RESPONSE, GETBULK, REPORT = 0xA0, 0xA1, 0xA2, 0xA5, 0xA8
 SEQUENCE, INTEGER, OCTET_STRING, NULL, OBJECT_ID = 0x30, 0x02, 0x04, 0x05, 0x06
 IP_ADDRESS, COUNTER32, GAUGE32, TIMETICKS, OPAQUE, COUNTER64 = 0x40, 0x41, 0x42, 0x43, 0x44, 0x46
 NO_SUCH_OBJECT, NO_SUCH_INSTANCE, END_OF_MIB_VIEW = 0x80, 0x81, 0x82
@@ -75,17 +76,35 @@ def encode_oid(oid: Sequence[int]) -> bytes:
     return bytes(out)
 
 
+def _null_varbind(oid: bytes) -> bytes:
+    """SEQUENCE { OID, NULL }; the short-length form directly (every request builds ~10 of these,
+    a few % of the shard process's CPU through :func:`tlv`)."""
+    n = len(oid)
+    if n < 124:
+        return bytes((SEQUENCE, n + 4, OBJECT_ID, n)) + oid + b"\x05\x00"
+    return tlv(SEQUENCE, tlv(OBJECT_ID, oid) + b"\x05\x00")
+
+
+def encode_pdu(
+    pdu: int, *, request_id: int, oids: Sequence[bytes], non_repeaters: int = 0, max_repetitions: int = 0
+) -> bytes:
+    """A GET/GETNEXT/GETBULK PDU asking for ``oids`` (encoded OID contents). For GET/GETNEXT the
+    two GETBULK fields sit where error-status/error-index go, and must stay 0."""
+    varbinds = b"".join(map(_null_varbind, oids))
+    body = encode_int(INTEGER, request_id) + encode_int(INTEGER, non_repeaters)
+    body += encode_int(INTEGER, max_repetitions)
+    body += tlv(SEQUENCE, varbinds)
+    return tlv(pdu, body)
+
+
 def encode_request(
     version: int, community: bytes, pdu: int, *, request_id: int, oids: Sequence[bytes],
     non_repeaters: int = 0, max_repetitions: int = 0,
 ) -> bytes:  # fmt: skip
-    """A GET/GETNEXT/GETBULK message asking for ``oids`` (encoded OID contents). For GET/GETNEXT
-    the two GETBULK fields sit where error-status/error-index go, and must stay 0."""
-    varbinds = b"".join(tlv(SEQUENCE, tlv(OBJECT_ID, o) + b"\x05\x00") for o in oids)
-    body = encode_int(INTEGER, request_id) + encode_int(INTEGER, non_repeaters)
-    body += encode_int(INTEGER, max_repetitions)
-    body += tlv(SEQUENCE, varbinds)
-    return tlv(SEQUENCE, encode_int(INTEGER, version) + tlv(OCTET_STRING, community) + tlv(pdu, body))
+    """A v1/v2c message around :func:`encode_pdu` (SNMPv3 wraps the PDU in ``usm``)."""
+    body = encode_pdu(pdu, request_id=request_id, oids=oids, non_repeaters=non_repeaters,
+                      max_repetitions=max_repetitions)  # fmt: skip
+    return tlv(SEQUENCE, encode_int(INTEGER, version) + tlv(OCTET_STRING, community) + body)
 
 
 # --- generic decoding ----------------------------------------------------------------------------
@@ -148,7 +167,8 @@ def decode_oid(content: bytes, pos: int = 0) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ResponseHeader:
-    """The fields of a v1/v2c message around its varbind list (positions index the datagram)."""
+    """The fields of a v1/v2c message around its varbind list (positions index the datagram; for
+    v3 the decrypted scoped PDU, with ``community`` empty)."""
 
     version: int
     community: bytes
@@ -172,8 +192,14 @@ def parse_header(data: bytes) -> ResponseHeader:
     tag, cs, ce = read_tlv(data, pos, e)
     if tag != OCTET_STRING:
         raise malformed(f"community has tag 0x{tag:02x}", pos)
-    pdu, ps, pe = read_tlv(data, ce, e)
-    if pe != e:
+    return parse_pdu(data, ce, e, version=version, community=data[cs:ce])
+
+
+def parse_pdu(data: bytes, pos: int, end: int, *, version: int, community: bytes) -> ResponseHeader:
+    """The PDU at ``pos``, which must end exactly at ``end`` (v1/v2c: the message's end; v3: the
+    scoped PDU's), and its fields; the caller gives what the message around it said."""
+    pdu, ps, pe = read_tlv(data, pos, end)
+    if pe != end:
         raise malformed("PDU does not end with the message", pe)
     request_id, pos = read_integer(data, ps, pe, "request-id")
     error_status, pos = read_integer(data, pos, pe, "error-status")
@@ -183,7 +209,7 @@ def parse_header(data: bytes) -> ResponseHeader:
         raise malformed(f"varbind list has tag 0x{tag:02x}", pos)
     if ve != pe:
         raise malformed("varbind list does not end with the PDU", ve)
-    return ResponseHeader(version, data[cs:ce], pdu, request_id, error_status, error_index, vs, ve)
+    return ResponseHeader(version, community, pdu, request_id, error_status, error_index, vs, ve)
 
 
 def read_value(data: bytes, tag: int, s: int, e: int, pos: int) -> Value:

@@ -28,7 +28,7 @@ from pyasn1.type.univ import Null
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.proto import errind, rfc1902, rfc1905
 
-from collectors.snmp import v2c
+from collectors.snmp import usm, v2c
 from collectors.snmp.engine import LoopContext, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
@@ -137,9 +137,10 @@ Engine = Literal["fast", "pysnmp"]
 class SnmpPoller:
     """Polls IF-MIB of many switches from one event loop.
 
-    ``engine="fast"`` (default) polls v2c targets with our own client (:mod:`collectors.snmp.v2c`, one UDP
-    endpoint per loop); v3 targets, and every target with ``engine="pysnmp"``, go through that
-    loop's pysnmp engine. Both give the same :class:`IfSnapshot` and the same errors.
+    ``engine="fast"`` (default) polls v2c targets, and v3 ones whose protocols :mod:`~collectors.snmp.usm`
+    speaks, with our own client (:mod:`collectors.snmp.v2c`, one UDP endpoint per loop); other v3
+    targets, and every target with ``engine="pysnmp"``, go through that loop's pysnmp engine.
+    Both give the same :class:`IfSnapshot` and the same errors.
     ``max_repetitions`` rows per column per GETBULK (the agent may return fewer).
     ``deadline_s`` bounds one whole poll (None: only per-request timeout x retries apply).
     """
@@ -191,7 +192,8 @@ class SnmpPoller:
             raise SnmpPollError("malformed", f"{target.name}: {type(exc).__name__}: {exc}") from exc
 
     async def _poll(self, target: SnmpTarget) -> IfSnapshot:
-        if self.engine == "fast" and target.settings.version == "2c":
+        s = target.settings
+        if self.engine == "fast" and (s.version == "2c" or usm.fast_path_supports(s)):
             return await self._poll_fast(target)
         ctx = loop_context()
         try:
@@ -218,7 +220,7 @@ class SnmpPoller:
             target.name, target.address, target.port, community=s.community,
             columns=[c.oid for c in self.columns], kinds=[c.kind for c in self.columns],
             uptime_oid=SYS_UPTIME, max_repetitions=self.max_repetitions, timeout_s=s.timeout_s,
-            retries=s.retries, max_cells=MAX_ROWS,
+            retries=s.retries, max_cells=MAX_ROWS, v3=s if s.version == "3" else None,
         )  # fmt: skip
         t1_ns, t1 = time.time_ns(), time.perf_counter()
         if fast.varbinds and not fast.uptime_ok:

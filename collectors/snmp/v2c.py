@@ -1,4 +1,5 @@
-"""Our own SNMP v2c client over asyncio UDP: the fast path of :class:`~collectors.snmp.SnmpPoller`.
+"""Our own SNMP v2c (and v3, with :mod:`~collectors.snmp.usm`) client over asyncio UDP: the fast
+path of :class:`~collectors.snmp.SnmpPoller`.
 
 One unconnected UDP endpoint per event loop and address family serves every v2c target polled
 from that loop; responses find their request by request-id::
@@ -16,6 +17,11 @@ the kernel's arrival stamp of the datagram (Linux ``SIOCGSTAMPNS``), not when ou
 a loop busy decoding other switches' answers (or a GIL shared with other collector threads)
 otherwise adds its delay to the round trip — measured up to 44 ms on a loaded 2-core box. Decoding is
 :mod:`collectors.snmp.ber`: no pysnmp, no pyasn1 — about a tenth of the CPU per varbind (bench/snmp_poll.py).
+
+SNMPv3 requests go through the same endpoint: their msgID is the request-id, the answer is
+authenticated and decrypted on arrival by the target's :class:`~collectors.snmp.usm.UsmSession`
+and then read like a v2c one; the agent's Reports (unknown engine id, time window, wrong digest…)
+are answered or turned into a named ``auth`` error by :func:`walk_columns`.
 """
 
 from __future__ import annotations
@@ -34,26 +40,31 @@ try:
     import fcntl
 except ImportError:  # not POSIX: receipt = when the loop reads the datagram
     fcntl = None  # type: ignore[assignment]
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from collectors.snmp import usm
 from collectors.snmp.ber import (
+    GET,
     GETBULK,
+    REPORT,
     RESPONSE,
     TIMETICKS,
     ColumnDecoder,
     ResponseHeader,
     encode_oid,
+    encode_pdu,
     encode_request,
     iter_varbinds,
     parse_header,
     read_tlv,
 )
 from collectors.snmp.errors import SnmpPollError
+from fabricmon.core.topology.spec import SnmpSettings
 
 Address = tuple[str, int]
 # (datagram, its header, read time): the read time is the Unix-epoch midpoint of the latest send of
@@ -83,6 +94,7 @@ class _Pending:
     tries_left: int
     timer: asyncio.TimerHandle | None = None
     sent_ns: int = 0  # Unix-epoch ns of the latest (re)send
+    usm: usm.UsmSession | None = None  # SNMPv3: checks and decrypts the answer
 
 
 class V2cClient(asyncio.DatagramProtocol):
@@ -127,13 +139,14 @@ class V2cClient(asyncio.DatagramProtocol):
 
     def request(
         self, addr: Address, payload: bytes, request_id: int, *, version: int, community: bytes,
-        name: str, timeout_s: float, retries: int,
+        name: str, timeout_s: float, retries: int, session: usm.UsmSession | None = None,
     ) -> asyncio.Future[Answer]:  # fmt: skip
-        """Send ``payload`` (which carries ``request_id``); the future gets (datagram, header,
-        read time in Unix-epoch ns)."""
+        """Send ``payload`` (which carries ``request_id``, as msgID for v3); the future gets
+        (datagram or v3 plaintext, header, read time in Unix-epoch ns)."""
         if self.transport is None or self.transport.is_closing():
             raise SnmpPollError("timeout", f"{name}: the client's socket is closed")
-        p = _Pending(self.loop.create_future(), addr, payload, version, community, name, timeout_s, retries)
+        p = _Pending(self.loop.create_future(), addr, payload, version, community, name, timeout_s, retries,
+                     usm=session)  # fmt: skip
         self.pending[request_id] = p
         self.by_addr.setdefault(addr, {})[request_id] = None
         self._send(request_id, p)
@@ -182,6 +195,9 @@ class V2cClient(asyncio.DatagramProtocol):
         if not waiting:
             self.stray += 1  # nobody we are polling (or a late answer after the poll ended)
             return
+        if usm.is_v3(data):
+            self._v3_received(data, source, waiting, received_ns)
+            return
         try:
             header = parse_header(data)
         except SnmpPollError as exc:
@@ -203,6 +219,30 @@ class V2cClient(asyncio.DatagramProtocol):
             self._fail(header.request_id, "response echoes a different community")
         else:
             self._finish(header.request_id, (data, header, (p.sent_ns + received_ns) // 2))
+
+    def _v3_received(self, data: bytes, source: Address, waiting: dict[int, None], received_ns: int) -> None:
+        msg_id = usm.msg_id_of(data)
+        p = None if msg_id is None else self.pending.get(msg_id)
+        if msg_id is None or p is None or p.addr != source:
+            if msg_id is not None and msg_id in self.recent:
+                self.stray += 1
+                return
+            self._fail(next(iter(waiting)), f"SNMPv3 message (msgID {msg_id}) matches no request")
+            return
+        if p.usm is None:
+            self._fail(msg_id, "an SNMPv3 answer to a v2c request")
+            return
+        try:
+            plain, header = p.usm.open(data, p.name)
+        except SnmpPollError as exc:
+            self._finish(msg_id, exc)
+            return
+        if header.pdu not in (RESPONSE, REPORT):
+            self._fail(msg_id, f"PDU type 0x{header.pdu:02x} is not a Response")
+        elif header.pdu == RESPONSE and header.request_id != msg_id:
+            self._fail(msg_id, f"request-id {header.request_id} in a message with msgID {msg_id}")
+        else:
+            self._finish(msg_id, (plain, header, (p.sent_ns + received_ns) // 2))
 
     def _fail(self, rid: int, what: str) -> None:
         self._finish(rid, SnmpPollError("malformed", f"{self.pending[rid].name}: {what}"))
@@ -285,15 +325,17 @@ class FastWalk:
 async def walk_columns(
     name: str, address: str, port: int, *, community: str, columns: Sequence[Sequence[int]],
     kinds: Sequence[str], uptime_oid: Sequence[int], max_repetitions: int, timeout_s: float,
-    retries: int, max_cells: int,
+    retries: int, max_cells: int, v3: SnmpSettings | None = None,
 ) -> FastWalk:  # fmt: skip
-    """Walk ``columns`` in lock-step with v2c GETBULK (``uptime_oid`` as the first request's
-    non-repeater, answered by its GETNEXT, i.e. ``.0``); raises only :class:`SnmpPollError`."""
+    """Walk ``columns`` in lock-step with GETBULK (``uptime_oid`` as the first request's
+    non-repeater, answered by its GETNEXT, i.e. ``.0``): v2c with ``community``, or SNMPv3 as
+    ``v3``'s user (protocols :func:`usm.fast_path_supports`); raises only :class:`SnmpPollError`."""
     family, addr = await resolve(address, port)
     client = await client_for(family)
+    exchange = _Exchange(client, addr, name, community.encode(), timeout_s, retries,
+                         None if v3 is None else session_for(addr, v3))  # fmt: skip
     dec = ColumnDecoder(columns, kinds)
     want_uptime = encode_oid((*uptime_oid, 0))
-    comm = community.encode()
     active = list(range(len(columns)))
     uptime: int | None = None
     uptime_ok = False
@@ -304,12 +346,8 @@ async def walk_columns(
     read_ns = [array("q") for _ in columns]
     while active:
         head = [encode_oid(uptime_oid)] if first else []
-        rid = client.next_request_id()
         oids = head + [dec.cursor[i] for i in active]
-        payload = encode_request(1, comm, GETBULK, request_id=rid, non_repeaters=len(head),
-                                 max_repetitions=max_repetitions, oids=oids)  # fmt: skip
-        data, h, t_ns = await client.request(addr, payload, rid, version=1, community=comm, name=name,
-                                             timeout_s=timeout_s, retries=retries)  # fmt: skip
+        data, h, t_ns = await exchange.getbulk(oids, len(head), max_repetitions)
         if h.error_status:
             status = ERROR_STATUS[h.error_status] if h.error_status < len(ERROR_STATUS) else h.error_status
             raise SnmpPollError("agent_error", f"{name}: {status} at varbind {h.error_index}")
@@ -342,6 +380,117 @@ async def walk_columns(
         bad_cells=dec.bad_cells,
         varbinds=varbinds,
     )
+
+
+_sessions: dict[tuple[Address, SnmpSettings], usm.UsmSession] = {}
+_MAX_SESSIONS = 65536  # (agent, user) pairs: far above any fleet; a bound, not a cache policy
+_REPORT_HINTS = {
+    "unknownUserName": "the agent has no such user",
+    "wrongDigest": "wrong auth key or auth protocol",
+    "decryptionError": "wrong priv key or priv protocol",
+    "unsupportedSecLevel": "the user may not use this security level",
+    "notInTimeWindow": "the agent's clock keeps moving away (engine time)",
+}
+
+
+def session_for(addr: Address, settings: SnmpSettings) -> usm.UsmSession:
+    """The USM state of (agent, user): kept across polls, so discovery happens once per agent."""
+    key = (addr, settings)
+    session = _sessions.get(key)
+    if session is None:
+        if len(_sessions) >= _MAX_SESSIONS:  # settings edited many times over: drop the oldest
+            del _sessions[next(iter(_sessions))]
+        session = _sessions[key] = usm.UsmSession.from_settings(settings)
+    return session
+
+
+@dataclass
+class _Exchange:
+    """One walk's requests: v2c with the community, or v3 through the target's USM session
+    (discovering the agent's engine first, resending once on unknownEngineID/notInTimeWindow)."""
+
+    client: V2cClient
+    addr: Address
+    name: str
+    community: bytes
+    timeout_s: float
+    retries: int
+    session: usm.UsmSession | None
+
+    async def getbulk(self, oids: list[bytes], non_repeaters: int, max_repetitions: int) -> Answer:
+        rid = self.client.next_request_id()
+        if self.session is None:
+            payload = encode_request(1, self.community, GETBULK, request_id=rid, non_repeaters=non_repeaters,
+                                     max_repetitions=max_repetitions, oids=oids)  # fmt: skip
+            return await self._send(payload, rid, 1)
+        s = self.session
+
+        def pdu(rid: int) -> bytes:
+            return encode_pdu(GETBULK, request_id=rid, non_repeaters=non_repeaters,
+                              max_repetitions=max_repetitions, oids=oids)  # fmt: skip
+
+        for attempt in range(3):
+            if not s.discovered:
+                await self._discover()
+            try:
+                answer = await self._send(s.request(rid, pdu(rid)), rid, 3)
+            except SnmpPollError as exc:
+                if exc.kind != "timeout" or s.priv == "NONE" or s.verified:
+                    raise
+                answer = await self._explain_silence(exc, pdu)
+            data, h, _t = answer
+            if h.pdu != REPORT:
+                return answer
+            word = usm.report_name(data, h)
+            if word not in usm.RECOVERABLE or attempt == 2:
+                hint = f" ({_REPORT_HINTS[word]})" if word in _REPORT_HINTS else ""
+                user = s.user.decode(errors="replace")
+                raise SnmpPollError("auth", f"{self.name}: agent reports {word} for user {user!r}{hint}")
+            rid = self.client.next_request_id()
+        raise AssertionError("unreachable")
+
+    async def _discover(self) -> None:
+        """RFC 3414 §4: an empty noAuthNoPriv GET; the agent's Report carries its engine id,
+        boots and time, which the session takes."""
+        assert self.session is not None
+        rid = self.client.next_request_id()
+        payload = self.session.discovery_request(rid, encode_pdu(GET, request_id=rid, oids=[]))
+        data, h, _t = await self._send(payload, rid, 3)
+        if not self.session.discovered:
+            what = usm.report_name(data, h) if h.pdu == REPORT else f"PDU 0x{h.pdu:02x}"
+            raise SnmpPollError("auth", f"{self.name}: engine-id discovery answered by {what}, no engine id")
+
+    async def _explain_silence(self, timeout: SnmpPollError, pdu: Callable[[int], bytes]) -> Answer:
+        """No answer to authPriv requests of a session whose keys never worked yet. An agent that
+        cannot decrypt a request drops it without a Report (net-snmp: "error parsing ScopedPDU"),
+        but an agent's first authPriv request after start can also be slow (it derives the user's
+        keys then: ~0.4 s seen). So: if the agent answers discovery at once, ask once more with
+        a patient timeout; silent again means the priv key is what is wrong."""
+        assert self.session is not None
+        rid = self.client.next_request_id()
+        probe = self.session.discovery_request(rid, encode_pdu(GET, request_id=rid, oids=[]))
+        try:
+            await self._send(probe, rid, 3)
+        except SnmpPollError:
+            raise timeout from None  # the agent is silent to everything: a plain timeout
+        rid = self.client.next_request_id()
+        try:
+            return await self._send(self.session.request(rid, pdu(rid)), rid, 3,
+                                    timeout_s=max(1.0, 4 * self.timeout_s), retries=0)  # fmt: skip
+        except SnmpPollError as exc:
+            if exc.kind != "timeout":
+                raise
+        raise SnmpPollError("auth", f"{self.name}: the agent answers engine discovery but not authPriv "
+                                    f"requests of user {self.session.user.decode(errors='replace')!r} "
+                                    "(wrong priv key or priv protocol: it drops what it cannot decrypt)")
+
+    def _send(self, payload: bytes, rid: int, version: int, *, timeout_s: float | None = None,
+              retries: int | None = None) -> asyncio.Future[Answer]:  # fmt: skip
+        return self.client.request(
+            self.addr, payload, rid, version=version, community=self.community, name=self.name,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+            retries=self.retries if retries is None else retries, session=self.session,
+        )  # fmt: skip
 
 
 def _first_varbind(data: bytes, pos: int, end: int) -> tuple[int, tuple[bytes, int, object]]:

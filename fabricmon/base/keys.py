@@ -50,6 +50,11 @@ def standby(shard_id: str) -> str:
     return f"fm:standby:{shard_id}"
 
 
+def handback(shard_id: str) -> str:
+    """A list the holder pushes to when it releases the shard: its standby blocks on it."""
+    return f"fm:handback:{shard_id}"
+
+
 def enqueued(shard_id: str) -> str:
     return f"fm:enqueued:{shard_id}"
 

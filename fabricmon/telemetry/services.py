@@ -27,7 +27,17 @@ from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.spec import FabricSpec, SwitchSpec
 from fabricmon.telemetry import event_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import WATCH_S, Lease, Standby, holder, standby, ttl_for
+from fabricmon.telemetry.leases import (
+    STANDBY_WAKE_S,
+    WATCH_S,
+    Lease,
+    Standby,
+    holder,
+    lease_expires_in_s,
+    standby,
+    ttl_for,
+    wait_for_handback,
+)
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
@@ -125,6 +135,7 @@ def _stand_by(
     if me is None:
         return None, "standby_not_needed"
     next_renew = time.monotonic() + ttl_s / 3
+    look_at = 0.0  # when the lease could expire next (monotonic): look at it then, or on a release
     try:
         while True:
             if stop_event is not None and stop_event.is_set():
@@ -132,15 +143,21 @@ def _stand_by(
             now = time.monotonic()
             if until is not None and now >= until:
                 return None, "lease_end"
-            if not r.exists(keys.lease(shard_id)):
-                lease = Lease.acquire(r, shard_id, ttl_s)
-                if lease is not None:
-                    return lease, ""
+            if now >= look_at:
+                left = lease_expires_in_s(r, shard_id)
+                if left is None:
+                    lease = Lease.acquire(r, shard_id, ttl_s)
+                    if lease is not None:
+                        return lease, ""
+                    left = WATCH_S  # someone took it between the two: look again soon
+                look_at = now + left
             if now >= next_renew:
                 if not me.renew():
                     return None, "standby_lost"
                 next_renew = now + ttl_s / 3
-            time.sleep(WATCH_S)
+            ends = [look_at, next_renew, now + STANDBY_WAKE_S] + ([] if until is None else [until])
+            if wait_for_handback(r, shard_id, min(ends) - time.monotonic()):
+                look_at = 0.0  # released: look now
     finally:
         me.release()
 
@@ -171,7 +188,7 @@ def keep_collecting(
 
 
 def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
-    poller = SnmpPoller()
+    poller = SnmpPoller(engine=settings.FABRICMON_SNMP_ENGINE)
 
     async def poll(sw: SwitchSpec) -> Any:
         target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)

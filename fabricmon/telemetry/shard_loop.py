@@ -53,8 +53,8 @@ DOWN_AFTER_FAILURES = 2
 MAX_GAP_TICKS = 120
 SUPERVISE_WAKE_S = 0.25  # how often the supervisor looks at its stop flag between renewals
 # A holder that is asked to stop hands its shard over at a tick boundary: its polls of the last
-# tick are done and the lease is released this long before the boundary, so the standby (which
-# looks every WATCH_S) polls the next tick itself.
+# tick are done and the lease is released this long before the boundary, so the standby (woken
+# by the release: leases.wait_for_handback) polls the next tick itself.
 HANDBACK_LEAD_NS = 150_000_000
 # A new holder that starts this early into a tick (fraction of the frame interval) still polls that
 # tick; later, it frames the tick with what was reported and polls from the next one.
@@ -287,10 +287,15 @@ class ShardCollector:
             # "both": SNMP fills in while gNMI is down, and for a tick its stream left without a sample
             if not self._gnmi_up(sw.name) or self._gnmi_ticks.get(sw.name) != tick:
                 self._deliver(sw.name, tick, part)
-            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late)
+            # Health and the read for the next holder in one round trip, not two (Redis round trips
+            # are a tenth of the shard process's CPU in steady state: bench/snmp_operation.py).
+            pipe = self.r.pipeline(transaction=False)
+            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late,
+                                r=pipe)
             if cur is not None:
                 prev = cur
-                self.r.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+                pipe.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+            pipe.execute()
             if self.observer is not None:
                 self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
                                          kind))
@@ -356,7 +361,7 @@ class ShardCollector:
             self._after_frame(frame)
 
     def _record_health(self, switch: str, started: int, finished: int, cur: SwitchRead | None,  # noqa: PLR0917
-                       error: str, part: SwitchSlice, *, late: bool = False) -> None:
+                       error: str, part: SwitchSlice, *, late: bool = False, r: Any = None) -> None:
         h = self.health[switch]
         h.polls += 1
         h.last_poll_ns = started
@@ -374,7 +379,7 @@ class ShardCollector:
             h.consecutive_failures = 0
             h.last_success_ns = cur.ts_ns
             h.dropped.update({k: v for k, v in part.dropped.items() if k not in ("no_baseline",)})
-        live_window.write_health(self.r, self.fabric, switch, h.as_dict())
+        live_window.write_health(self.r if r is None else r, self.fabric, switch, h.as_dict())
 
     # --- frames -------------------------------------------------------------------------------
 

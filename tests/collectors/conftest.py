@@ -15,7 +15,8 @@ V3 = V3User("fmuser", "SHA", "authpass123", "AES", "privpass123")
 
 @pytest.fixture(params=["fast", "pysnmp"])
 def engine(request: pytest.FixtureRequest) -> str:
-    """The poller engine under test: our own v2c client, or pysnmp (v3 always uses pysnmp)."""
+    """The poller engine under test: our own client (v2c, and v3 authPriv SHA/SHA-2/MD5 + AES), or
+    pysnmp."""
     return str(request.param)
 
 

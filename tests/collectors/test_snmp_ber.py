@@ -275,3 +275,12 @@ def test_ifindex_at_every_encoding_width_boundary() -> None:
     dec.absorb(data, h.vb_start, h.vb_end, [0])
     assert list(dec.index[0]) == ports and list(dec.values[0]) == [p * 3 for p in ports]
     assert dec.bad_cells == 0
+
+
+@pytest.mark.parametrize("n_subids", [1, 60, 121, 122, 123, 200])  # around the 1-byte length limit
+def test_request_varbinds_of_long_oids_are_what_pysnmp_decodes(n_subids: int) -> None:
+    oid = (1, 3, *([5] * n_subids))
+    msg, _rest = decoder.decode(encode_request(1, b"public", GETBULK, request_id=3, oids=[encode_oid(oid)],
+                                               max_repetitions=2), asn1Spec=V2C.Message())  # fmt: skip
+    (vb,) = V2C.apiBulkPDU.get_varbinds(V2C.apiMessage.get_pdu(msg))
+    assert tuple(vb[0]) == oid

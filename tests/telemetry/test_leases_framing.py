@@ -15,7 +15,7 @@ from fabricmon.core.topology.railgen import rail_optimized
 from fabricmon.core.topology.spec import SnmpSettings
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import Lease, holder
+from fabricmon.telemetry.leases import Lease, holder, lease_expires_in_s, wait_for_handback
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +59,30 @@ def test_a_busy_holder_keeps_its_lease_and_a_stalled_one_loses_it(redis_client, 
     busy.release()  # the stalled holder's release leaves the new holder's lease alone
     assert holder(redis_client, shard) == taker.token
     taker.release()
+
+
+def test_a_release_wakes_the_standby_and_a_death_shows_in_the_lease_expiry(redis_client, fabric_name) -> None:
+    """The standby blocks on the hand-back list instead of polling the lease (services._stand_by)."""
+    shard = f"{fabric_name}:0"
+    lease = Lease.acquire(redis_client, shard, ttl_s=5.0)
+    assert lease is not None
+    left = lease_expires_in_s(redis_client, shard)
+    assert left is not None and 0 < left <= 5.0
+    assert not wait_for_handback(redis_client, shard, 0.05)  # held: nothing to wake for
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(wait_for_handback(redis_client, shard, 4.0)))
+    waiter.start()
+    time.sleep(0.2)
+    lease.release()
+    waiter.join(3.0)
+    assert woke == [True]  # woken by the release, long before the 4 s timeout
+    assert lease_expires_in_s(redis_client, shard) is None  # free: the standby takes it
+    # A holder that dies just stops renewing: no wake-up, the expiry says when to look.
+    dead = Lease.acquire(redis_client, shard, ttl_s=0.3)
+    assert dead is not None
+    assert not wait_for_handback(redis_client, shard, 0.1)
+    time.sleep(0.35)
+    assert lease_expires_in_s(redis_client, shard) is None
 
 
 def _fabric(name: str):
