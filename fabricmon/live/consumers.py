@@ -26,7 +26,7 @@ from fabricmon.base.sockets import CLOSE_SERVER_ERROR, CLOSE_TOO_SLOW
 from fabricmon.jobs.models import Run
 from fabricmon.live import wire
 from fabricmon.live.incidents import IncidentFeed
-from fabricmon.live.services import DEFAULT_WINDOW_S
+from fabricmon.live.services import DEFAULT_WINDOW_S, window_seconds
 from fabricmon.live.stream import ClientStalledError, FabricStream
 from fabricmon.phases.markers import MarkerFeed
 
@@ -53,7 +53,10 @@ class FabricConsumer(AsyncWebsocketConsumer):
         metric = query.get("metric", [wire.DEFAULT_METRIC])[0]
         if metric not in wire.METRIC_IDS:
             metric = wire.DEFAULT_METRIC
-        window_s = min(float(query.get("window_s", [DEFAULT_WINDOW_S])[0]), 3600.0)
+        try:  # like an unknown metric: a window the page never sends falls back to the default
+            window_s = window_seconds(query.get("window_s", [""])[0])
+        except ValueError:
+            window_s = DEFAULT_WINDOW_S
         self.stream = FabricStream(
             r=connect_async(),
             fabric=self.scope["url_route"]["kwargs"]["fabric"],

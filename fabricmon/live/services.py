@@ -16,6 +16,21 @@ from fabricmon.topology.fabric_view import find_view
 from fabricmon.topology.models import Fabric
 
 DEFAULT_WINDOW_S = 300.0
+MAX_WINDOW_S = 3600.0
+
+
+def window_seconds(raw: str | None) -> float:
+    """A page's ``window_s`` (seconds, at most an hour); ``ValueError`` naming the problem for
+    anything that is not a positive finite number."""
+    if raw is None or raw == "":
+        return DEFAULT_WINDOW_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"window_s must be a number of seconds (got {raw[:40]!r})") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"window_s must be a positive number of seconds (got {raw[:40]!r})")
+    return min(value, MAX_WINDOW_S)
 
 
 def window_frames(frames: list[tuple[bytes, Frame]], window_s: float) -> list[Frame]:

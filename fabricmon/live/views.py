@@ -75,7 +75,10 @@ def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
 
 @access.viewer_required
 def port_json(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
-    window_s = min(float(request.GET.get("window_s", services.DEFAULT_WINDOW_S)), 3600.0)
+    try:
+        window_s = services.window_seconds(request.GET.get("window_s"))
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc), "field": "window_s"}, status=400)
     r = _redis()
     data = services.port_series(r, fabric, position, window_s)
     switch = request.GET.get("switch")

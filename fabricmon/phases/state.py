@@ -47,6 +47,7 @@ from fabricmon.jobs import blocks
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import counters
 from fabricmon.topology.fabric_view import fabric_view
+from fabricmon.topology.models import Fabric
 
 Key = tuple[int, int, str]  # (step, layer, phase)
 FloatArray = npt.NDArray[np.float64]
@@ -63,6 +64,11 @@ MAX_WINDOW_STEPS = 64  # a page of history holds at most this many reported step
 def default_window_steps() -> int:
     """How many of the run's newest reported steps the live views cover (settings)."""
     return max(1, min(MAX_WINDOW_STEPS, int(settings.FABRICMON_PHASE_WINDOW_STEPS)))
+
+
+def unknown_fabric(name: str) -> str:
+    return (f"the run's fabric {name!r} is not in the topology: load it (manage.py load_topology) "
+            "or correct the run's fabric")
 
 
 class NoViewError(Exception):
@@ -262,7 +268,10 @@ class RunPhaseState:
                 return PhaseSnapshot(
                     self.version, run.state, {}, {}, "the run names no fabric: set it when creating the run"
                 )
-            fp = self.fingerprint(run, routing)
+            try:
+                fp = self.fingerprint(run, routing)
+            except Fabric.DoesNotExist:  # a name typed at creation, or a fabric deleted since
+                return PhaseSnapshot(self.version, run.state, {}, {}, unknown_fabric(run.fabric))
             hit = self.results.get(routing)
             if hit is not None and hit[0] == fp:
                 return hit[1]
@@ -272,6 +281,8 @@ class RunPhaseState:
                 snap = self._compute(run, routing)
             except NoViewError as why:
                 snap = PhaseSnapshot(self.version, run.state, {}, {}, str(why))
+            except Fabric.DoesNotExist:  # deleted between the fingerprint and the views
+                snap = PhaseSnapshot(self.version, run.state, {}, {}, unknown_fabric(run.fabric))
             self.results[routing] = (fp, snap)
             while len(self.results) > 4:  # routings asked for recently (a seed per client at most)
                 del self.results[next(iter(self.results))]

@@ -10,8 +10,9 @@ from fabricmon.base import access
 from fabricmon.base.responses import json_response
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
-from fabricmon.phases import services
+from fabricmon.phases import services, state
 from fabricmon.phases.state import StepWindow
+from fabricmon.topology.models import Fabric
 
 
 def _routing(request: HttpRequest) -> Routing | None:
@@ -40,6 +41,8 @@ def _window(request: HttpRequest) -> StepWindow | None:
 @access.logged_in
 def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
+    if run.fabric and not Fabric.objects.filter(name=run.fabric).exists():
+        return JsonResponse({"error": state.unknown_fabric(run.fabric), "field": "fabric"}, status=422)
     routing = _routing(request)
     if routing is None:
         return JsonResponse(

@@ -82,6 +82,10 @@ def test_port_series_keeps_gaps_and_names_switch_health(client, fabric, redis_cl
     page = client.get(f"/fabric/{fabric.name}/port/{pos}/")
     assert page.context["port"]["peer"] == "node002 gpu0 mlx5_0"
     assert client.get(f"/fabric/{fabric.name}/port/{len(index)}/").status_code == 404
+    for bad in ("abc", "nan", "inf", "-5", "0"):  # each a 400 naming the field, never a 500
+        resp = client.get(f"/fabric/{fabric.name}/port/{pos}.json", {"window_s": bad})
+        assert resp.status_code == 400 and resp.json()["field"] == "window_s", bad
+    assert client.get(f"/fabric/{fabric.name}/port/{pos}.json", {"window_s": "1e9"}).status_code == 200
 
 
 def test_switch_health_states(client, fabric, redis_client) -> None:

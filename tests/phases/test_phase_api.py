@@ -98,3 +98,19 @@ def test_each_fault_withholds_with_its_reason(live_server, django_user_model, cl
 
 def _run_views(client, run):  # type: ignore[no-untyped-def]
     return client.get(f"/phases/runs/{run.pk}/views.json").json()
+
+
+def test_a_run_on_a_fabric_not_in_the_topology_is_a_422_naming_it(db, django_user_model, client) -> None:
+    from fabricmon.jobs.runs import create_run
+
+    user = django_user_model.objects.create_user("typo", password="pw")
+    client.force_login(user)
+    run = create_run(user, "typo-run", world_size=8, fabric="no-such-fabric")
+    resp = client.get(f"/phases/runs/{run.pk}/views.json")
+    assert resp.status_code == 422 and resp.json()["field"] == "fabric"
+    assert "'no-such-fabric' is not in the topology" in resp.json()["error"]
+    # the run's socket and page ask the same state: an error snapshot, not an exception
+    from fabricmon.phases import state
+
+    snap = state.run_state(run).snapshot(run)
+    assert snap.error is not None and "no-such-fabric" in snap.error
