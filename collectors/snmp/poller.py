@@ -476,7 +476,7 @@ class SnmpPoller:
                 if isinstance(value, _END) or oid[: len(IF_NAME)] != IF_NAME:
                     return out
                 if oid <= cursor:
-                    raise SnmpPollError("malformed", f"{target.name}: ifName OID not increasing: {dotted(oid)}")
+                    raise SnmpPollError("malformed", f"{target.name}: ifName not increasing: {dotted(oid)}")
                 cursor = oid
                 if len(oid) == len(IF_NAME) + 1 and isinstance(value, rfc1902.OctetString):
                     out[oid[-1]] = bytes(value).decode("utf-8", "replace")

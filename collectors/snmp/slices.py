@@ -58,6 +58,21 @@ STALE_HOLD_S = 5.0
 # The counters that fall back to 32-bit ifTable columns: only they get the wrap-ambiguity check
 # (discards/errors are Counter32 by definition and count packets, far from wrapping twice).
 _WRAP_CHECKED = frozenset(FALLBACK_FOR.values())
+# What a port's health says for a withheld metric (the reason names of ``RateReason``).
+REASON_TEXT = {
+    "stale": "the agent repeated unchanged counters while time moved on (its counter cache): withheld; "
+             "the next rate runs between the two real updates",
+    "wrap_ambiguous": "only the 32-bit counter is served, and at this port's speed it can wrap more than "
+                      "once per poll interval: withheld (poll faster, or serve ifXTable HC counters)",
+    "no_cell": "the agent serves no valid cell of this counter for this port (in this or the last read)",
+    "width_changed": "one read had the 64-bit HC counter, the other the 32-bit one: not comparable",
+    "reset_decrease": "the counter went down: a reset, not a rate",
+    "uptime_drop": "sysUpTime went back: the agent restarted",
+    "discontinuity": "ifCounterDiscontinuityTime changed: the counters were reset",
+    "above_line_rate": "more than the port's speed allows: a missed reset or wrap",
+    "bad_interval": "the read times did not move forward",
+    "bad_value": "a 32-bit counter above 2**32",
+}  # fmt: skip
 
 # Snapshot counter → (frame metric, scale); widths are ``oids.COUNTER_WIDTH_BITS``. Octets are
 # bytes: x8 for bit/s.
@@ -195,36 +210,39 @@ def ifindex_by_name(
 
 
 def hold_unchanged(prev: SwitchRead | None, cur: SwitchRead, *, hold_s: float = STALE_HOLD_S) -> SwitchRead:
-    """Mark the ports whose octet counters the agent repeated unchanged although time moved on.
+    """Mark a read in which the agent repeated its counters unchanged although time moved on.
 
-    Agents cache counters (net-snmp refreshes about every 3 s; switch ASICs copy counters to the
-    CPU on a timer), so a poll faster than the refresh reads the same value twice, and a rate
-    over the poll's own interval swings between 0 and a multiple of the truth. A port whose
-    in- and out-octets are both unchanged, whose counters moved at their last change, and whose
-    value was first seen at most ``hold_s`` ago is *stale*: its rate is withheld, and its cells
-    keep the time the value was first seen, so the next rate runs between two real updates
-    (first-seen to first-seen). Unchanged for longer, or after a still period, it is idle (0).
+    Agents cache counters (net-snmp refreshes its IF-MIB cache about every 3 s; switch ASICs copy
+    counters to the CPU on a timer), so a poll faster than the refresh reads the same values
+    twice, and a rate over the poll's own interval swings between 0 and a multiple of the truth.
+    A cache holds the whole table, so the evidence is switch-wide: not one octet counter of any
+    port changed, while ports that moved at their last change exist and their values were first
+    seen at most ``hold_s`` ago (and sysUpTime did not go back). Those ports are *stale*: their
+    rates are withheld, and their cells keep the time the value was first seen, so the next rate
+    runs between two real updates (first-seen to first-seen). A port that just stops while others
+    move is idle (0), and so is everything once the hold is over. ``hold_s`` 0 turns this off.
     """
     keys = [k for k in ("in_octets", "out_octets") if k in cur.counters]
     n = len(cur.present)
+    fresh = replace(cur, moving=np.ones(n, dtype=bool), stale=np.zeros(n, dtype=bool))
     if prev is None or not keys or len(prev.present) != n or any(k not in prev.counters for k in keys):
-        return replace(cur, moving=np.ones(n, dtype=bool), stale=np.zeros(n, dtype=bool))
+        return fresh
+    if (prev.sys_uptime_ticks is not None and cur.sys_uptime_ticks is not None
+            and cur.sys_uptime_ticks < prev.sys_uptime_ticks):  # fmt: skip
+        return fresh  # restarted: every rate is dropped anyway, nothing to hold
     comparable = prev.present & cur.present
-    same = comparable.copy()
+    changed = np.zeros(n, dtype=bool)
     for k in keys:
-        ok = prev.cell_ok(k) & cur.cell_ok(k) & (prev.width(k) == cur.width(k))
-        comparable &= ok
-        same &= ok & (prev.counters[k] == cur.counters[k])
+        comparable &= prev.cell_ok(k) & cur.cell_ok(k) & (prev.width(k) == cur.width(k))
+        changed |= prev.counters[k] != cur.counters[k]
+    changed &= comparable
     prev_moving = prev.moving if prev.moving is not None else np.ones(n, dtype=bool)
     first_seen = np.broadcast_to(np.asarray(prev.read_ns(keys[0]), dtype=np.int64), (n,))
     now = np.broadcast_to(np.asarray(cur.read_ns(keys[0]), dtype=np.int64), (n,))
-    restarted = (prev.sys_uptime_ticks is not None and cur.sys_uptime_ticks is not None
-                 and cur.sys_uptime_ticks < prev.sys_uptime_ticks)  # fmt: skip
-    stale = same & prev_moving & (now - first_seen <= round(hold_s * 1e9)) & (now > first_seen)
-    if restarted:
-        stale[:] = False
-    moving = np.where(stale, prev_moving, comparable & ~same)
-    moving = np.where(comparable, moving, True)  # a port just seen: assume it may be moving
+    held = comparable & prev_moving & (now > first_seen) & (now - first_seen <= round(hold_s * 1e9))
+    repeated = bool(comparable.any()) and not bool(changed.any()) and bool(held.any())
+    stale = held if repeated else np.zeros(n, dtype=bool)
+    moving = np.where(comparable, np.where(stale, prev_moving, changed), True)  # just seen: may move
     cell_ts = dict(cur.cell_ts_ns or {})
     if stale.any():
         for name in cur.counters:
@@ -244,11 +262,13 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
         reason = "gap" if cur is None else "no_baseline"
         return SwitchSlice(switch, None, cur.ts_ns if cur else ts_ns, dict.fromkeys(SLICE_METRICS, nan),
                            {reason: n})
-    # The agent's ifHighSpeed is the port's real speed (a 400G port may run at 200G); else the spec.
+    # The agent's speed (ifHighSpeed, else ifSpeed) is the port's real one (a 400G port may run at
+    # 200G); where it says neither (a LAG, a tunnel, ifSpeed saturated at 4.29 Gb/s): the topology's.
     speed = np.where(np.isfinite(cur.speed_bps), cur.speed_bps, spec_speed_bps)
     metrics: dict[str, F32Array] = {}
     dropped: dict[str, int] = {}
     spans: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+    reasons: dict[str, U8Array] = {}
     both_present = prev.present & cur.present
     stale = cur.stale if cur.stale is not None else np.zeros(n, dtype=bool)
     for name, metric, scale in _COUNTERS:
@@ -274,6 +294,7 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
             why[stale & np.isin(why, (RateReason.OK, RateReason.BAD_INTERVAL))] = RateReason.STALE
             rate[why != RateReason.OK] = np.nan
         metrics[metric] = (rate * scale).astype(np.float32)
+        reasons[metric] = why
         spans[metric] = (np.broadcast_to(np.asarray(prev.read_ns(name), dtype=np.int64), (n,)),
                          np.broadcast_to(np.asarray(cur.read_ns(name), dtype=np.int64), (n,)))
         bad = why[why != RateReason.OK]
@@ -287,7 +308,7 @@ def compute_slice(switch: str, prev: SwitchRead | None, cur: SwitchRead | None, 
         util = np.maximum(metrics["in_bps"], metrics["out_bps"]) / np.where(speed > 0, speed, np.nan)
     metrics["util"] = util.astype(np.float32)
     return SwitchSlice(switch, prev.ts_ns, cur.ts_ns, {m: metrics[m] for m in SLICE_METRICS}, dropped,
-                       spans)
+                       spans, reasons)
 
 
 def _counter_read(read: SwitchRead, name: str, usable: BoolArray | None) -> CounterRead:
