@@ -163,10 +163,11 @@ def read_from_snapshot(snapshot: IfSnapshot, ifindex: npt.NDArray[np.int32]) -> 
     for name, stamps in (snapshot.cell_ts_ns or {}).items():
         if name in counters and len(stamps) == len(src):
             cell_ts[name] = align_ports(src, np.asarray(stamps, dtype=np.int64), ifindex)[0].astype(np.int64)
-    if cell_ts and present.any():
-        read_ns = int(min(int(ts[present].min()) for ts in cell_ts.values()))
-    for ts in cell_ts.values():
-        ts[~present] = read_ns  # an absent port is a gap anyway; keep its interval sane
+    stamped = {name: present & valid.get(name, present) for name in cell_ts}  # cells that were read
+    if cell_ts and any(m.any() for m in stamped.values()):
+        read_ns = int(min(int(ts[stamped[k]].min()) for k, ts in cell_ts.items() if stamped[k].any()))
+    for name, ts in cell_ts.items():
+        ts[~stamped[name]] = read_ns  # an absent port or cell is a gap anyway; keep its interval sane
     return SwitchRead(
         ts_ns=read_ns,
         sys_uptime_ticks=None if uptime is None else int(uptime),
@@ -224,7 +225,10 @@ def hold_unchanged(prev: SwitchRead | None, cur: SwitchRead, *, hold_s: float = 
     """
     keys = [k for k in ("in_octets", "out_octets") if k in cur.counters]
     n = len(cur.present)
-    fresh = replace(cur, moving=np.ones(n, dtype=bool), stale=np.zeros(n, dtype=bool))
+    # A port is not known to move until a change is seen: a switch that is idle from the start is
+    # idle (0), never "stale". The price: an agent whose cache holds from the first poll gives its
+    # first refresh cycle as 0, 0, then the cycle's bytes over one interval (once, at first sight).
+    fresh = replace(cur, moving=np.zeros(n, dtype=bool), stale=np.zeros(n, dtype=bool))
     if prev is None or not keys or len(prev.present) != n or any(k not in prev.counters for k in keys):
         return fresh
     if (prev.sys_uptime_ticks is not None and cur.sys_uptime_ticks is not None
@@ -236,13 +240,13 @@ def hold_unchanged(prev: SwitchRead | None, cur: SwitchRead, *, hold_s: float = 
         comparable &= prev.cell_ok(k) & cur.cell_ok(k) & (prev.width(k) == cur.width(k))
         changed |= prev.counters[k] != cur.counters[k]
     changed &= comparable
-    prev_moving = prev.moving if prev.moving is not None else np.ones(n, dtype=bool)
+    prev_moving = prev.moving if prev.moving is not None else np.zeros(n, dtype=bool)
     first_seen = np.broadcast_to(np.asarray(prev.read_ns(keys[0]), dtype=np.int64), (n,))
     now = np.broadcast_to(np.asarray(cur.read_ns(keys[0]), dtype=np.int64), (n,))
     held = comparable & prev_moving & (now > first_seen) & (now - first_seen <= round(hold_s * 1e9))
     repeated = bool(comparable.any()) and not bool(changed.any()) and bool(held.any())
     stale = held if repeated else np.zeros(n, dtype=bool)
-    moving = np.where(comparable, np.where(stale, prev_moving, changed), True)  # just seen: may move
+    moving = np.where(stale, prev_moving, changed)
     cell_ts = dict(cur.cell_ts_ns or {})
     if stale.any():
         for name in cur.counters:

@@ -145,7 +145,7 @@ class _Health:
             h.error_counts.update(old.get("error_counts", {}))
             h.dropped.update(old.get("dropped", {}))
             h.last_error = str(old.get("last_error", ""))
-            h.state = str(old.get("state", ""))
+            h.state = str(old.get("logged_state", ""))
             h.up = bool(old.get("up", False))
         return h
 
@@ -157,7 +157,7 @@ class _Health:
             "late_polls": self.late_polls,
             "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
             "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
-            "state": self.state, **self.extra,
+            "logged_state": self.state, **self.extra,
         }
 
 

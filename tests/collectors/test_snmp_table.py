@@ -12,7 +12,6 @@ from collectors.snmp import (
     PARSE_ERRORS,
     IfSnapshot,
     SnmpPoller,
-    SnmpPollError,
     SnmpTarget,
     close_loop_context,
 )
