@@ -41,7 +41,7 @@ from pyasn1.type.univ import Null
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.proto import errind, rfc1902, rfc1905
 
-from collectors.snmp import v2c
+from collectors.snmp import ber, v2c
 from collectors.snmp.engine import LoopContext, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
 from collectors.snmp.oids import (
@@ -447,10 +447,14 @@ class SnmpPoller:
         )
 
     async def names(self, target: SnmpTarget) -> dict[int, str]:
-        """ifName per ifIndex (``{}`` if the agent serves none). Through pysnmp for every version:
-        it runs when a collector starts and after a restart or a changed ifIndex set, not per
-        poll, so its cost per varbind does not matter. Raises only :class:`SnmpPollError`."""
+        """ifName per ifIndex (``{}`` if the agent serves none). It runs when a collector starts,
+        after a restart or a changed ifIndex set and every few minutes, not per poll: v2c through
+        our own client (general decoder; building a pysnmp engine for it would stall the loop
+        for about a second at a lease start), v3 through the loop's pysnmp engine. Raises only
+        :class:`SnmpPollError`."""
         try:
+            if self.engine == "fast" and target.settings.version == "2c":
+                return await self._names_fast(target)
             return await self._names(target)
         except (SnmpPollError, asyncio.CancelledError):
             raise
@@ -480,6 +484,40 @@ class SnmpPoller:
                 cursor = oid
                 if len(oid) == len(IF_NAME) + 1 and isinstance(value, rfc1902.OctetString):
                     out[oid[-1]] = bytes(value).decode("utf-8", "replace")
+        raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")
+
+
+    async def _names_fast(self, target: SnmpTarget) -> dict[int, str]:
+        s = target.settings
+        family, addr = await v2c.resolve(target.address, target.port)
+        client = await v2c.client_for(family)
+        comm = s.community.encode()
+        prefix = ber.encode_oid(IF_NAME)
+        cursor = prefix
+        out: dict[int, str] = {}
+        while len(out) < MAX_ROWS:
+            rid = client.next_request_id()
+            payload = ber.encode_request(1, comm, ber.GETBULK, request_id=rid, oids=[cursor],
+                                         max_repetitions=self.max_repetitions)  # fmt: skip
+            data, h, _t = await client.request(
+                addr, payload, rid, version=1, community=comm, name=target.name, timeout_s=s.timeout_s,
+                retries=s.retries,
+            )
+            if h.error_status:
+                raise SnmpPollError("agent_error", f"{target.name}: error-status {h.error_status} (ifName)")
+            varbinds = ber.iter_varbinds(data, h.vb_start, h.vb_end)
+            if not varbinds:
+                return out
+            for oid, tag, value in varbinds:
+                if tag in ber.EXCEPTIONS or not oid.startswith(prefix):
+                    return out
+                here = ber.decode_oid(oid)
+                if here <= ber.decode_oid(cursor):
+                    raise SnmpPollError("malformed", f"{target.name}: ifName not increasing")
+                cursor = oid
+                tail = here[len(IF_NAME) :]
+                if len(tail) == 1 and tag == ber.OCTET_STRING and isinstance(value, bytes):
+                    out[tail[0]] = value.decode("utf-8", "replace")
         raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")
 
 

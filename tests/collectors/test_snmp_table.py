@@ -120,3 +120,15 @@ def test_a_large_table_is_read_completely(table_agent, engine) -> None:  # type:
     snap = poll(agent, engine, max_repetitions=25)
     assert len(snap.ifindex) == 1024 and snap.dropped_rows == 0
     assert int(snap.counters["out_octets"][-1]) == 2 * 10**12 + 1024 * 1000 + 10
+
+
+def test_ifname_walk_reads_every_name_over_both_engines(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=3, state={"ifindexes": [1, 7, 100001], "names": {"100001": "Port-Channel1"}})
+
+    async def main() -> dict[int, str]:
+        try:
+            return await SnmpPoller(engine=engine, max_repetitions=2).names(target(agent))  # type: ignore[arg-type]
+        finally:
+            close_loop_context()
+
+    assert asyncio.run(main()) == {1: "Ethernet1", 7: "Ethernet7", 100001: "Port-Channel1"}

@@ -178,7 +178,7 @@ def test_port_and_switch_pages_say_why_a_metric_is_withheld_and_who_polls(page, 
     poll, per port what its latest sample withheld and why, and ports re-mapped by ifName."""
     from collectors.snmp.slices import REASON_TEXT
 
-    _, index, hot = fed_fabric
+    _, _index, hot = fed_fabric
     now = time.time_ns()
     live_window.write_health(redis_client, fabric_name, "leaf-r2", {
         "up": True, "last_success_ns": now, "last_poll_ns": now, "poll_ms": 4.0, "errors": 0,
