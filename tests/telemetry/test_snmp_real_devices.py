@@ -71,24 +71,37 @@ DEVICES: dict[str, tuple[dict[str, Any], list[tuple[str, int, int]]]] = {
         [("Ethernet1", 1, 400 * G), ("Ethernet2", 2, 400 * G)],
     ),
     "renum": (
-        {"ifindexes": [1, 2, 3], "rates": {"1": [10e6, 1e6], "2": [20e6, 2e6], "3": [30e6, 3e6]}},
+        {"ifindexes": [1, 2, 3], "rates": {"1": [10e6, 1e6], "2": [40e6, 4e6], "3": [160e6, 16e6]}},
         [("Ethernet1", 1, 400 * G), ("Ethernet2", 2, 400 * G), ("Ethernet3", 3, 400 * G)],
     ),
 }
 # After the restart: the same three rows, the names rotated, each name keeping its traffic.
 RENUMBERED = {"ifindexes": [1, 2, 3], "names": {"1": "Ethernet3", "2": "Ethernet1", "3": "Ethernet2"},
-              "rates": {"1": [30e6, 3e6], "2": [10e6, 1e6], "3": [20e6, 2e6]}}  # fmt: skip
+              "rates": {"1": [160e6, 16e6], "2": [10e6, 1e6], "3": [40e6, 4e6]}}  # fmt: skip
 TRUTH_BPS = {  # (switch, port) → (in, out) bit/s
     **{("legacy", n): (8 * LEGACY_RATES[i][0], 8 * LEGACY_RATES[i][1]) for n, i, _ in DEVICES["legacy"][1]},
     ("lagsw", "Ethernet1"): (400e6, 80e6), ("lagsw", "Ethernet2"): (2.4e9, 1.6e9),
     ("lagsw", "Ethernet3"): (0.0, 0.0), ("lagsw", "Port-Channel1"): (16e9, 8e9),
     ("cache", "Ethernet1"): (800e6, 400e6), ("cache", "Ethernet2"): (80e6, 0.0),
-    ("renum", "Ethernet1"): (80e6, 8e6), ("renum", "Ethernet2"): (160e6, 16e6),
-    ("renum", "Ethernet3"): (240e6, 24e6),
+    ("renum", "Ethernet1"): (80e6, 8e6), ("renum", "Ethernet2"): (320e6, 32e6),
+    ("renum", "Ethernet3"): (1280e6, 128e6),
 }  # fmt: skip
 
 
-PER_SAMPLE = 0.15  # each sample within 15 % of the truth, the median within 3 %
+# pass_persist answers one varbind per pipe round trip, so a GETBULK of 100 cells takes 10-100 ms,
+# and on a loaded box (load 5-8 on 2 cores while these ran) the agent's own read of a cell lags its
+# response's stamp by up to a few hundred ms: a 1 s sample is then off by that share. So: the
+# median within 3 %, 80 % of samples within 15 %, every one within 50 % — a mixed-up port (the
+# renumbered agent's rates are 4x apart) or a dropped 32-bit wrap (+34 Gb/s) is off by far more.
+PER_SAMPLE, SHARE_WITHIN, HARD = 0.15, 0.8, 0.5
+
+
+def assert_samples(what: str, values: list[float], truth: float) -> None:
+    assert values, what
+    assert close(float(np.median(values)), truth), (what, float(np.median(values)), truth)
+    off = [round(v) for v in values if not close(v, truth, PER_SAMPLE)]
+    assert len(off) <= (1 - SHARE_WITHIN) * len(values) + 1, f"{what}: {off} of {len(values)} off {truth}"
+    assert all(close(v, truth, HARD) for v in values), f"{what}: {off} off {truth}"
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
@@ -171,13 +184,8 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
             continue
         ok = [r for r in rows if r["why_in_bps"] == "ok"]
         assert len(ok) >= 3, (sw, port, rows)
-        med_in = float(np.median([r["in_bps"] for r in ok]))
-        med_out = float(np.median([r["out_bps"] for r in ok]))
-        assert close(med_in, t_in) and close(med_out, t_out), (sw, port, med_in, t_in, med_out, t_out)
-        # Each sample: pass_persist answers one varbind per pipe round trip, so on a loaded box the
-        # agent's own read of a cell lags its GETBULK's midpoint by up to tens of ms (of 1 s).
-        off = [round(r["in_bps"]) for r in ok if not close(r["in_bps"], t_in, PER_SAMPLE)]
-        assert not off, f"{sw} {port}: {off} of {len(ok)} samples off {t_in}"
+        assert_samples(f"{sw} {port} in", [r["in_bps"] for r in ok], t_in)
+        assert_samples(f"{sw} {port} out", [r["out_bps"] for r in ok], t_out)
 
     # Speed: ifHighSpeed absent → ifSpeed (lagsw Ethernet1 runs at 1 G though the topology says 10 G);
     # ifSpeed saturated or 0 → the topology's (the 20 G LAG, the tunnel).
@@ -213,9 +221,10 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
     assert len(ok) >= 2 and len(stale) >= 2 * len(ok) - 2, whys
     assert all(math.isnan(r["in_bps"]) for r in stale)
     t_in, t_out = TRUTH_BPS[("cache", "Ethernet1")]
-    assert all(close(r["in_bps"], t_in, PER_SAMPLE) and close(r["out_bps"], t_out, PER_SAMPLE) for r in ok), ok
-    assert all(close(r["in_bps"], 80e6, PER_SAMPLE) for r in got[("cache", "Ethernet2")][first:]
-               if r["why_in_bps"] == "ok")
+    assert_samples("cache Ethernet1 in", [r["in_bps"] for r in ok], t_in)
+    assert_samples("cache Ethernet1 out", [r["out_bps"] for r in ok], t_out)
+    assert_samples("cache Ethernet2 in", [r["in_bps"] for r in got[("cache", "Ethernet2")][first:]
+                                          if r["why_in_bps"] == "ok"], 80e6)
 
     # The renumbered agent: after its restart every port by name carries its own traffic again.
     after = samples(c.records, spec, after_ns=restarted_ns)
@@ -223,8 +232,8 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
         t_in, t_out = TRUTH_BPS[("renum", port)]
         ok = [r for r in after[("renum", port)] if r["why_in_bps"] == "ok"]
         assert len(ok) >= 3, (port, after[("renum", port)])
-        assert all(close(r["in_bps"], t_in, PER_SAMPLE) and close(r["out_bps"], t_out, PER_SAMPLE)
-                   for r in ok), (port, ok)
+        assert_samples(f"renum {port} in", [r["in_bps"] for r in ok], t_in)
+        assert_samples(f"renum {port} out", [r["out_bps"] for r in ok], t_out)
     assert health["renum"]["ports_remapped"] == {"Ethernet1": [1, 2], "Ethernet2": [2, 3], "Ethernet3": [3, 1]}
 
     # Health names the collector and its lease; every switch up, its last poll recent.
