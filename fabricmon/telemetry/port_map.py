@@ -61,6 +61,11 @@ class PortMap:
                 self.ifindex[position[name]] = int(pair[1])  # the predecessor's mapping
                 self.moved[name] = (int(pair[0]), int(pair[1]))
 
+    def seed(self, last_uptime_ticks: int | None) -> None:
+        """The sysUpTime of the last read (the predecessor's, at a takeover): a restart since then
+        is then seen by this holder's first poll too."""
+        self._uptime = last_uptime_ticks
+
     async def update(self, snapshot: Any) -> None:
         """Look at a fresh snapshot (``collectors.snmp.IfSnapshot``) and re-map if its agent may have
         renumbered. Never raises for an SNMP failure: the mapping then stays as it was."""

@@ -304,6 +304,7 @@ class ShardCollector:
                         old_health=self._old_health.get(sw.name))
         self.health[sw.name].extra["ports"] = ports
         prev = self._load_read(sw.name)
+        ports.seed(prev.sys_uptime_ticks if prev is not None else None)
         scheduled = -(-self._start_tick // interval_ns) * interval_ns  # the first of its own grid
         try:
             while not self._stopping:

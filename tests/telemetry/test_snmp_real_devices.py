@@ -17,6 +17,8 @@ port lost for an optional cell, and its health says why a metric is withheld.
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import math
 import time
@@ -89,24 +91,30 @@ TRUTH_BPS = {  # (switch, port) → (in, out) bit/s
 
 
 # pass_persist answers one varbind per pipe round trip, so a GETBULK of 100 cells takes 10-100 ms,
-# and on a loaded box (load 5-8 on 2 cores while these ran) the agent's own read of a cell lags its
-# response's stamp by up to a few hundred ms: a 1 s sample is then off by that share. So: the
-# median within 3 %, 80 % of samples within 15 %, every one within 50 % — a mixed-up port (the
-# renumbered agent's rates are 4x apart) or a dropped 32-bit wrap (+34 Gb/s) is off by far more.
-PER_SAMPLE, SHARE_WITHIN, HARD = 0.15, 0.8, 0.5
+# and on a loaded box (load 5-8 on 2 cores while these ran) the agent's own read of a cell can lag
+# its response's stamp by a few hundred ms: one 1 s sample is then off by that share, and its
+# neighbour by the opposite (the bytes are all there). So: the bytes over all samples (rate x span)
+# within 3 % of the truth, the median sample within 10 %, 70 % within 15 %, every one within 3x —
+# a mixed-up port (the renumbered agent's rates are 4x apart) or a dropped 32-bit wrap (+34 Gb/s
+# on a port of at most 2.4 Gb/s) is off by more.
+PER_SAMPLE, SHARE_WITHIN, HARD_FACTOR = 0.15, 0.7, 3.0
 
 
-def assert_samples(what: str, values: list[float], truth: float) -> None:
+def assert_samples(what: str, rows: list[dict], metric: str, truth: float) -> None:
+    values = [r[metric] for r in rows]
+    spans = [r[f"span_{metric}"] for r in rows]
     assert values, what
-    assert close(float(np.median(values)), truth), (what, float(np.median(values)), truth)
+    got_bits, want_bits = sum(v * s for v, s in zip(values, spans, strict=True)), truth * sum(spans)
+    assert close(got_bits, want_bits), (what, got_bits / sum(spans), truth)
+    assert close(float(np.median(values)), truth, 0.1), (what, float(np.median(values)), truth)
     off = [round(v) for v in values if not close(v, truth, PER_SAMPLE)]
     assert len(off) <= (1 - SHARE_WITHIN) * len(values) + 1, f"{what}: {off} of {len(values)} off {truth}"
-    assert all(close(v, truth, HARD) for v in values), f"{what}: {off} off {truth}"
+    assert all(truth / HARD_FACTOR - 1e3 <= v <= truth * HARD_FACTOR + 1e3 for v in values), f"{what}: {off}"
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(__import__("json").dumps(state))
+    tmp.write_text(json.dumps(state))
     tmp.replace(path)
 
 
@@ -147,6 +155,7 @@ def samples(records: list[PollRecord], spec: FabricSpec, after_ns: int = 0) -> d
             out.setdefault((rec.switch, port), []).append({
                 **{m: float(v[k]) for m, v in part.metrics.items()},
                 **{f"why_{m}": RateReason(int(v[k])).name.lower() for m, v in part.reasons.items()},
+                **{f"span_{m}": float(b[k] - a[k]) / 1e9 for m, (a, b) in part.port_span_ns.items()},
             })
     return out
 
@@ -184,8 +193,8 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
             continue
         ok = [r for r in rows if r["why_in_bps"] == "ok"]
         assert len(ok) >= 3, (sw, port, rows)
-        assert_samples(f"{sw} {port} in", [r["in_bps"] for r in ok], t_in)
-        assert_samples(f"{sw} {port} out", [r["out_bps"] for r in ok], t_out)
+        assert_samples(f"{sw} {port} in", ok, "in_bps", t_in)
+        assert_samples(f"{sw} {port} out", ok, "out_bps", t_out)
 
     # Speed: ifHighSpeed absent → ifSpeed (lagsw Ethernet1 runs at 1 G though the topology says 10 G);
     # ifSpeed saturated or 0 → the topology's (the 20 G LAG, the tunnel).
@@ -221,10 +230,10 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
     assert len(ok) >= 2 and len(stale) >= 2 * len(ok) - 2, whys
     assert all(math.isnan(r["in_bps"]) for r in stale)
     t_in, t_out = TRUTH_BPS[("cache", "Ethernet1")]
-    assert_samples("cache Ethernet1 in", [r["in_bps"] for r in ok], t_in)
-    assert_samples("cache Ethernet1 out", [r["out_bps"] for r in ok], t_out)
-    assert_samples("cache Ethernet2 in", [r["in_bps"] for r in got[("cache", "Ethernet2")][first:]
-                                          if r["why_in_bps"] == "ok"], 80e6)
+    assert_samples("cache Ethernet1 in", ok, "in_bps", t_in)
+    assert_samples("cache Ethernet1 out", ok, "out_bps", t_out)
+    assert_samples("cache Ethernet2 in", [r for r in got[("cache", "Ethernet2")][first:]
+                                          if r["why_in_bps"] == "ok"], "in_bps", 80e6)
 
     # The renumbered agent: after its restart every port by name carries its own traffic again.
     after = samples(c.records, spec, after_ns=restarted_ns)
@@ -232,8 +241,8 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
         t_in, t_out = TRUTH_BPS[("renum", port)]
         ok = [r for r in after[("renum", port)] if r["why_in_bps"] == "ok"]
         assert len(ok) >= 3, (port, after[("renum", port)])
-        assert_samples(f"renum {port} in", [r["in_bps"] for r in ok], t_in)
-        assert_samples(f"renum {port} out", [r["out_bps"] for r in ok], t_out)
+        assert_samples(f"renum {port} in", ok, "in_bps", t_in)
+        assert_samples(f"renum {port} out", ok, "out_bps", t_out)
     assert health["renum"]["ports_remapped"] == {"Ethernet1": [1, 2], "Ethernet2": [2, 3], "Ethernet3": [3, 1]}
 
     # Health names the collector and its lease; every switch up, its last poll recent.
@@ -243,11 +252,16 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
         assert h["collector"]["lease"] and ":" in h["collector"]["process"]
         assert time.time_ns() - h["last_poll_ns"] < 5 * 10**9
 
-    # Every state change logged once, structured: renum went down (timeout) and came back up.
-    changes = [(r.switch, r.state) for r in caplog.records if getattr(r, "event", "") == "switch_state"]
-    assert changes.count(("renum", "down: timeout")) == 1, changes
-    assert changes.count(("renum", "up")) == 2, changes  # first poll, then after the restart
-    assert all(changes.count((sw, "up")) == 1 for sw in ("legacy", "lagsw", "cache")), changes
-    down = next(r for r in caplog.records if getattr(r, "state", "") == "down: timeout")
-    assert down.fabric == fabric_name and down.error and down.levelno == logging.WARNING
+    # Every state change logged once, structured: renum went down (timeout) and came back up. (On a
+    # loaded box a first poll may time out too: a switch never seen up is down from its first failure.)
+    changes = [r for r in caplog.records if getattr(r, "event", "") == "switch_state"]
+    for sw in DEVICES:
+        states = [r.state for r in changes if r.switch == sw]
+        assert states and states[-1] == "up", (sw, states)
+        assert all(a != b for a, b in itertools.pairwise(states)), (sw, states)  # once per change
+    renum_states = [r.state for r in changes if r.switch == "renum"]
+    after_up = renum_states[renum_states.index("up") :]
+    assert after_up == ["up", "down: timeout", "up"], renum_states
+    down = [r for r in changes if r.switch == "renum" and r.state == "down: timeout"][-1]
+    assert down.fabric == fabric_name and down.error and down.levelno == logging.WARNING and down.was == "up"
     assert any(getattr(r, "event", "") == "ifindex_remapped" and r.switch == "renum" for r in caplog.records)
