@@ -63,6 +63,7 @@ FALLBACK_FOR = {"in_octets32": "in_octets", "out_octets32": "out_octets", "in_pk
                 "out_pkts32": "out_pkts", "speed_bps32": "high_speed_mbps"}  # fmt: skip
 IF_SPEED_MAX = 2**32 - 1  # ifSpeed's "too fast to say" value (RFC 2863): use ifHighSpeed
 IF_NAME = (*IF_X_TABLE, 1)  # ifName: OCTET STRING, read by a separate, rare walk (names, not counters)
+IF_DESCR = (*IF_TABLE, 2)  # ifDescr: the name of an agent without ifXTable
 
 COUNTER_KEYS = ("in_octets", "out_octets", "in_pkts", "out_pkts", "in_discards", "out_discards", "in_errors")
 COUNTER32_KEYS = ("in_discards", "out_discards", "in_errors")

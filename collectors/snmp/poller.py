@@ -50,6 +50,7 @@ from collectors.snmp.oids import (
     COUNTER_WIDTH_BITS,
     FALLBACK_COLUMNS,
     FALLBACK_FOR,
+    IF_DESCR,
     IF_NAME,
     IF_SPEED_MAX,
     SYS_UPTIME,
@@ -447,22 +448,23 @@ class SnmpPoller:
         )
 
     async def names(self, target: SnmpTarget) -> dict[int, str]:
-        """ifName per ifIndex (``{}`` if the agent serves none). It runs when a collector starts,
-        after a restart or a changed ifIndex set and every few minutes, not per poll: v2c through
-        our own client (general decoder; building a pysnmp engine for it would stall the loop
-        for about a second at a lease start), v3 through the loop's pysnmp engine. Raises only
-        :class:`SnmpPollError`."""
+        """ifName per ifIndex, else ifDescr (``{}`` if the agent serves neither). It runs when a
+        collector starts, after a restart or a changed ifIndex set and every few minutes, not per
+        poll: v2c through our own client (general decoder; building a pysnmp engine for it would
+        stall the loop for about a second at a lease start), v3 through the loop's pysnmp engine.
+        Raises only :class:`SnmpPollError`."""
         try:
-            if self.engine == "fast" and target.settings.version == "2c":
-                return await self._names_fast(target)
-            return await self._names(target)
+            fast = self.engine == "fast" and target.settings.version == "2c"
+            walk = self._names_fast if fast else self._names
+            # ifName, else ifDescr (an agent without ifXTable): how discovery names interfaces too.
+            return await walk(target, IF_NAME) or await walk(target, IF_DESCR)
         except (SnmpPollError, asyncio.CancelledError):
             raise
         except Exception as exc:  # pysnmp surprises: contained and named, as in poll()
             what = f"{type(exc).__name__}: {exc}"
             raise SnmpPollError("malformed", f"{target.name}: ifName walk: {what}") from exc
 
-    async def _names(self, target: SnmpTarget) -> dict[int, str]:
+    async def _names(self, target: SnmpTarget, column: tuple[int, ...]) -> dict[int, str]:
         ctx = loop_context()
         try:
             name = await ctx.target_name(target.address, target.port, target.settings)
@@ -470,29 +472,29 @@ class SnmpPoller:
             raise SnmpPollError("auth", f"{target.name}: {exc}") from exc
         session = _Session(ctx, target, name, target.settings.v3_context.encode())
         out: dict[int, str] = {}
-        cursor = IF_NAME
+        cursor = column
         while len(out) < MAX_ROWS:
             varbinds, _ = await self._request(session, 0, [cursor])
             if not varbinds:
                 return out
             for oid_obj, value in varbinds:
                 oid = oid_obj.asTuple()
-                if isinstance(value, _END) or oid[: len(IF_NAME)] != IF_NAME:
+                if isinstance(value, _END) or oid[: len(column)] != column:
                     return out
                 if oid <= cursor:
                     raise SnmpPollError("malformed", f"{target.name}: ifName not increasing: {dotted(oid)}")
                 cursor = oid
-                if len(oid) == len(IF_NAME) + 1 and isinstance(value, rfc1902.OctetString):
+                if len(oid) == len(column) + 1 and isinstance(value, rfc1902.OctetString):
                     out[oid[-1]] = bytes(value).decode("utf-8", "replace")
         raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")
 
 
-    async def _names_fast(self, target: SnmpTarget) -> dict[int, str]:
+    async def _names_fast(self, target: SnmpTarget, column: tuple[int, ...]) -> dict[int, str]:
         s = target.settings
         family, addr = await v2c.resolve(target.address, target.port)
         client = await v2c.client_for(family)
         comm = s.community.encode()
-        prefix = ber.encode_oid(IF_NAME)
+        prefix = ber.encode_oid(column)
         cursor = prefix
         out: dict[int, str] = {}
         while len(out) < MAX_ROWS:
@@ -515,7 +517,7 @@ class SnmpPoller:
                 if here <= ber.decode_oid(cursor):
                     raise SnmpPollError("malformed", f"{target.name}: ifName not increasing")
                 cursor = oid
-                tail = here[len(IF_NAME) :]
+                tail = here[len(column) :]
                 if len(tail) == 1 and tag == ber.OCTET_STRING and isinstance(value, bytes):
                     out[tail[0]] = value.decode("utf-8", "replace")
         raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")

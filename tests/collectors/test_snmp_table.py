@@ -132,3 +132,16 @@ def test_ifname_walk_reads_every_name_over_both_engines(table_agent, engine) -> 
             close_loop_context()
 
     assert asyncio.run(main()) == {1: "Ethernet1", 7: "Ethernet7", 100001: "Port-Channel1"}
+
+
+def test_an_agent_without_ifxtable_is_named_by_ifdescr(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=2, state={"omit": [f"{IFX}.1"], "values": {
+        f"{IFT}.2.1": ["string", "FastEthernet0/1"], f"{IFT}.2.2": ["string", "FastEthernet0/2"]}})
+
+    async def main() -> dict[int, str]:
+        try:
+            return await SnmpPoller(engine=engine).names(target(agent))  # type: ignore[arg-type]
+        finally:
+            close_loop_context()
+
+    assert asyncio.run(main()) == {1: "FastEthernet0/1", 2: "FastEthernet0/2"}
