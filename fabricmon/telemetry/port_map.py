@@ -2,7 +2,8 @@
 
 A reboot (or a line card inserted) may renumber ifIndex: the topology's ``Ethernet7`` at ifIndex 7
 is then at 23, and differencing "ifIndex 7" across the reboot would mix two ports' counters. The
-collector reads the agent's ifName column (a rare walk, :meth:`SnmpPoller.names`) and re-maps::
+collector reads the agent's ifName column (else ifDescr; a rare walk, :meth:`SnmpPoller.names`)
+and re-maps::
 
     first poll of a lease ─┐
     sysUpTime went back ───┼─▶ read ifName ─▶ ifindex_by_name(topology ifIndex, names, ifName)
