@@ -2,7 +2,11 @@
 and MIB lookups halve throughput (reference/telemetry.md §1.2).
 
 Each polled column says which :class:`IfSnapshot` field it fills and which SNMP types are
-accepted for it; a cell of any other type is a malformed row (dropped and counted).
+accepted for it; a cell of any other type is a bad *cell*: NaN in that metric of that port only,
+counted. No column is required: what identifies a port is its ifIndex, which every cell carries.
+Real fleets lack columns (a FastEthernet switch serves no ifXTable, a LAG no ifInDiscards, a
+tunnel no ifHighSpeed), so every metric is read per cell, and the 32-bit ifTable columns stand in
+for the HC ones (:data:`FALLBACK_COLUMNS`, walked only while some port lacks its HC cell).
 """
 
 from __future__ import annotations
@@ -24,22 +28,42 @@ class Column:
     key: str
     oid: tuple[int, ...]
     kind: SnmpKind
-    required: bool = False  # a switch that serves none of it gives a 'malformed' poll
+    # Kept for callers that build their own column lists; the poller no longer refuses a poll for
+    # a missing column (issue 14: a 32-bit-only switch or one without ifHighSpeed was never up).
+    required: bool = False
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("in_octets", (*IF_X_TABLE, 6), "counter64", required=True),  # ifHCInOctets
-    Column("out_octets", (*IF_X_TABLE, 10), "counter64", required=True),  # ifHCOutOctets
+    Column("in_octets", (*IF_X_TABLE, 6), "counter64"),  # ifHCInOctets
+    Column("out_octets", (*IF_X_TABLE, 10), "counter64"),  # ifHCOutOctets
     # Unicast only: multicast/broadcast are two more columns each and rare on an AI fabric.
     Column("in_pkts", (*IF_X_TABLE, 7), "counter64"),  # ifHCInUcastPkts
     Column("out_pkts", (*IF_X_TABLE, 11), "counter64"),  # ifHCOutUcastPkts
-    Column("high_speed_mbps", (*IF_X_TABLE, 15), "gauge32", required=True),  # ifHighSpeed
+    Column("high_speed_mbps", (*IF_X_TABLE, 15), "gauge32"),  # ifHighSpeed
     Column("discontinuity_ticks", (*IF_X_TABLE, 19), "timeticks"),  # ifCounterDiscontinuityTime
-    Column("oper_status", (*IF_TABLE, 8), "integer", required=True),  # ifOperStatus: 1 = up
+    Column("oper_status", (*IF_TABLE, 8), "integer"),  # ifOperStatus: 1 = up
     Column("in_discards", (*IF_TABLE, 13), "counter32"),  # Counter32 only: no HC variant exists
     Column("in_errors", (*IF_TABLE, 14), "counter32"),
     Column("out_discards", (*IF_TABLE, 19), "counter32"),
 )
+
+# The 32-bit ifTable columns that stand in for a port's missing HC cell (RFC 2863 §3.1.6: HC
+# counters are mandatory only above 20 Mb/s, and many agents skip them on tunnels, VLANs and
+# FastEthernet), and ifSpeed (bit/s, saturating at 2**32-1) for a missing ifHighSpeed. Their
+# keys end in "32"; the snapshot merges each into its HC key with a per-port width.
+FALLBACK_COLUMNS: tuple[Column, ...] = (
+    Column("in_octets32", (*IF_TABLE, 10), "counter32"),  # ifInOctets
+    Column("out_octets32", (*IF_TABLE, 16), "counter32"),  # ifOutOctets
+    Column("in_pkts32", (*IF_TABLE, 11), "counter32"),  # ifInUcastPkts
+    Column("out_pkts32", (*IF_TABLE, 17), "counter32"),  # ifOutUcastPkts
+    Column("speed_bps32", (*IF_TABLE, 5), "gauge32"),  # ifSpeed
+)
+# fallback key → the key it stands in for
+FALLBACK_FOR = {"in_octets32": "in_octets", "out_octets32": "out_octets", "in_pkts32": "in_pkts",
+                "out_pkts32": "out_pkts", "speed_bps32": "high_speed_mbps"}  # fmt: skip
+IF_SPEED_MAX = 2**32 - 1  # ifSpeed's "too fast to say" value (RFC 2863): use ifHighSpeed
+IF_NAME = (*IF_X_TABLE, 1)  # ifName: OCTET STRING, read by a separate, rare walk (names, not counters)
+IF_DESCR = (*IF_TABLE, 2)  # ifDescr: the name of an agent without ifXTable
 
 COUNTER_KEYS = ("in_octets", "out_octets", "in_pkts", "out_pkts", "in_discards", "out_discards", "in_errors")
 COUNTER32_KEYS = ("in_discards", "out_discards", "in_errors")

@@ -10,8 +10,21 @@ non-repeater in the first request, so a 64-port leaf costs ~3 round trips::
 
 Failures never escape as foreign exceptions: :meth:`SnmpPoller.poll` raises only
 :class:`SnmpPollError` (kind ``timeout`` / ``auth`` / ``malformed`` / ``agent_error``), and
-:meth:`SnmpPoller.poll_many` returns it in place of that target's snapshot. Bad *cells* (wrong
-type, odd index) drop their row and are counted in :data:`PARSE_ERRORS`.
+:meth:`SnmpPoller.poll_many` returns it in place of that target's snapshot.
+
+Columns are read per *cell*, not per row (issue 14): a port is every ifIndex any column served; a
+missing or bad cell (wrong type, odd index — counted in :data:`PARSE_ERRORS`) is a gap in that
+metric of that port only (``IfSnapshot.valid``), never a lost port. The HC octet/packet counters
+are used where served, else the 32-bit ifTable ones (``IfSnapshot.counter_bits`` says which, per
+port), and the speed is ifHighSpeed, else ifSpeed (``IfSnapshot.speed_bps``). The fallback columns
+are walked only while the target's last poll had a port without the HC cell, so a switch that
+serves ifXTable in full costs no extra varbinds::
+
+    poll 1: COLUMNS + FALLBACK_COLUMNS   (nothing known about the switch yet)
+    poll n: COLUMNS + the fallbacks whose HC column had a hole in poll n-1
+
+ifName (an OCTET STRING, which the counter walk does not decode) is read by :meth:`SnmpPoller.names`,
+rarely: when a collector starts and when the agent restarted or its ifIndex set changed.
 """
 
 from __future__ import annotations
@@ -28,10 +41,22 @@ from pyasn1.type.univ import Null
 from pysnmp.entity.rfc3413 import cmdgen
 from pysnmp.proto import errind, rfc1902, rfc1905
 
-from collectors.snmp import usm, v2c
+from collectors.snmp import ber, usm, v2c
 from collectors.snmp.engine import LoopContext, loop_context
 from collectors.snmp.errors import PARSE_ERRORS, SnmpPollError
-from collectors.snmp.oids import COLUMNS, COUNTER_KEYS, SYS_UPTIME, Column, dotted
+from collectors.snmp.oids import (
+    COLUMNS,
+    COUNTER_KEYS,
+    COUNTER_WIDTH_BITS,
+    FALLBACK_COLUMNS,
+    FALLBACK_FOR,
+    IF_DESCR,
+    IF_NAME,
+    IF_SPEED_MAX,
+    SYS_UPTIME,
+    Column,
+    dotted,
+)
 from fabricmon.core.telemetry.rates import align_ports
 from fabricmon.core.topology.spec import SnmpSettings
 
@@ -93,6 +118,12 @@ class IfSnapshot:
     several round trips (a 64-port leaf: ~3; under load 17-300 ms in all), and the agent reads its
     counters as each request arrives, so rates must use these, not the poll's one ``ts_ns``.
     Columns of one row may come from different responses, hence one array per column.
+
+    Per cell: ``valid`` (same keys as ``counters``) marks the ports whose cell was served and
+    well-typed (a counter's value is 0 where it is not: never use it without this mask; ``None``:
+    every cell valid); ``counter_bits`` gives each port's counter width (64 from ifXTable's HC
+    column, 32 from ifTable's); ``speed_bps`` is the agent's speed (ifHighSpeed x 1e6, else ifSpeed;
+    NaN where it said neither). ``high_speed_mbps`` is 0 and ``oper_up`` False where not served.
     """
 
     switch: str
@@ -107,6 +138,9 @@ class IfSnapshot:
     duration_s: float
     dropped_rows: int = 0
     cell_ts_ns: dict[str, npt.NDArray[np.int64]] | None = None
+    valid: dict[str, npt.NDArray[np.bool_]] | None = None
+    counter_bits: dict[str, npt.NDArray[np.uint8]] | None = None
+    speed_bps: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,12 +177,14 @@ class SnmpPoller:
     Both give the same :class:`IfSnapshot` and the same errors.
     ``max_repetitions`` rows per column per GETBULK (the agent may return fewer).
     ``deadline_s`` bounds one whole poll (None: only per-request timeout x retries apply).
+    ``fallback`` columns (32-bit counters, ifSpeed) are walked while a target needs them.
     """
 
     def __init__(
         self,
         columns: Sequence[Column] = COLUMNS,
         *,
+        fallback: Sequence[Column] = FALLBACK_COLUMNS,
         max_repetitions: int = 25,
         deadline_s: float | None = None,
         engine: Engine = "fast",
@@ -156,6 +192,9 @@ class SnmpPoller:
         if engine not in ("fast", "pysnmp"):
             raise ValueError(f"engine must be 'fast' or 'pysnmp', got {engine!r}")
         self.columns = tuple(columns)
+        self.fallback = tuple(fallback)
+        # target name → keys of the fallback columns its last poll needed (absent: walk them all)
+        self._fallback_needed: dict[str, frozenset[str]] = {}
         self.max_repetitions = max_repetitions
         self.deadline_s = deadline_s
         self.engine: Engine = engine
@@ -201,13 +240,14 @@ class SnmpPoller:
         except ValueError as exc:
             raise SnmpPollError("auth", f"{target.name}: {exc}") from exc
         context_name = target.settings.v3_context.encode()
+        columns = self._plan(target.name)
         t0_ns, t0 = time.time_ns(), time.perf_counter()
-        walk = _Walk(self.columns)
+        walk = _Walk(columns)
         uptime = await self._walk(_Session(ctx, target, name, context_name), walk)
         t1_ns, t1 = time.time_ns(), time.perf_counter()
         snap = self._assemble(
             target.name, walk.index, walk.values, varbinds=walk.varbinds, uptime=uptime,
-            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=walk.read_ns,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=walk.read_ns, columns=columns,
         )  # fmt: skip
         PARSE_ERRORS["bad_cell"] += walk.bad_cells
         PARSE_ERRORS["dropped_row"] += snap.dropped_rows
@@ -215,10 +255,11 @@ class SnmpPoller:
 
     async def _poll_fast(self, target: SnmpTarget) -> IfSnapshot:
         s = target.settings
+        columns = self._plan(target.name)
         t0_ns, t0 = time.time_ns(), time.perf_counter()
         fast = await v2c.walk_columns(
             target.name, target.address, target.port, community=s.community,
-            columns=[c.oid for c in self.columns], kinds=[c.kind for c in self.columns],
+            columns=[c.oid for c in columns], kinds=[c.kind for c in columns],
             uptime_oid=SYS_UPTIME, max_repetitions=self.max_repetitions, timeout_s=s.timeout_s,
             retries=s.retries, max_cells=MAX_ROWS, v3=s if s.version == "3" else None,
         )  # fmt: skip
@@ -227,7 +268,7 @@ class SnmpPoller:
             PARSE_ERRORS["bad_uptime"] += 1
         snap = self._assemble(
             target.name, fast.index, fast.values, varbinds=fast.varbinds, uptime=fast.uptime_ticks,
-            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=fast.read_ns,
+            ts_ns=(t0_ns + t1_ns) // 2, duration_s=t1 - t0, read_ns=fast.read_ns, columns=columns,
         )  # fmt: skip
         PARSE_ERRORS["bad_cell"] += fast.bad_cells
         PARSE_ERRORS["dropped_row"] += snap.dropped_rows
@@ -275,10 +316,10 @@ class SnmpPoller:
 
     async def _walk(self, session: _Session, walk: _Walk) -> int | None:
         target = session.target
-        prefixes = [c.oid for c in self.columns]
+        prefixes = [c.oid for c in walk.columns]
         cursor: list[tuple[int, ...]] = list(prefixes)
-        kinds = [_KIND_TYPES[c.kind] for c in self.columns]
-        active = list(range(len(self.columns)))
+        kinds = [_KIND_TYPES[c.kind] for c in walk.columns]
+        active = list(range(len(walk.columns)))
         uptime: int | None = None
         first = True
         while active:
@@ -321,50 +362,170 @@ class SnmpPoller:
                 raise SnmpPollError("malformed", f"{target.name}: table longer than {MAX_ROWS} cells")
         return uptime
 
+    def _plan(self, target: str) -> tuple[Column, ...]:
+        """The columns of this target's next walk: every primary column, and the fallbacks its
+        last poll needed (all of them before the first poll)."""
+        needed = self._fallback_needed.get(target)
+        if needed is None:
+            return (*self.columns, *self.fallback)
+        return (*self.columns, *(c for c in self.fallback if c.key in needed))
+
     def _assemble(
         self, switch: str, index: Sequence[npt.ArrayLike], values: Sequence[npt.ArrayLike], *,
         varbinds: int, uptime: int | None, ts_ns: int, duration_s: float, read_ns: Sequence[npt.ArrayLike],
+        columns: Sequence[Column] | None = None,
     ) -> IfSnapshot:  # fmt: skip
-        cols = {c.key: (np.asarray(index[j], dtype=np.int64), values[j]) for j, c in enumerate(self.columns)}
-        col_read_ns = {c.key: read_ns[j] for j, c in enumerate(self.columns)}
-        served = {key for key, (idx, _) in cols.items() if len(idx)}
-        missing = [c.key for c in self.columns if c.required and c.key not in served]
-        if missing:
-            raise SnmpPollError(
-                "malformed", f"{switch}: required column(s) {', '.join(missing)} missing/empty"
-            )
-        # A row is kept only when every served column has a valid cell for it: arrays stay dense.
-        base = np.unique(np.concatenate([idx for idx, _ in cols.values()]))
-        keep = (base > 0) & (base <= np.iinfo(np.int32).max)
+        columns = self.columns if columns is None else tuple(columns)
+        cols = {c.key: (np.asarray(index[j], dtype=np.int64), values[j]) for j, c in enumerate(columns)}
+        col_read_ns = {c.key: read_ns[j] for j, c in enumerate(columns)}
+        # A port is every ifIndex any column served (what identifies a port is its index): a hole
+        # in one column is a gap in that metric of that port, never a lost port.
+        base = np.unique(np.concatenate([idx for idx, _ in cols.values()] or [np.zeros(0, np.int64)]))
+        in_range = (base > 0) & (base <= np.iinfo(np.int32).max)
+        dropped = int(len(base) - in_range.sum())
+        base = base[in_range]
+        if not len(base):
+            raise SnmpPollError("malformed", f"{switch}: the agent serves no IF-MIB interface rows")
+        n = len(base)
+        no = np.zeros(n, dtype=bool)
+        zeros_u64, zeros_i64 = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.int64)
         aligned: dict[str, npt.NDArray[np.uint64]] = {}
-        cell_ts: dict[str, npt.NDArray[np.int64]] = {}
-        for key in served:
-            idx, cells = cols[key]
-            arr, present = align_ports(idx, np.asarray(cells, dtype=np.uint64), base)
-            aligned[key] = arr.astype(np.uint64, copy=False)
-            keep &= present
-            if key in _COUNTER_KEYS:
+        present: dict[str, npt.NDArray[np.bool_]] = {}
+        stamps: dict[str, npt.NDArray[np.int64]] = {}
+        for key, (idx, cells) in cols.items():
+            arr, here = align_ports(idx, np.asarray(cells, dtype=np.uint64), base)
+            aligned[key], present[key] = arr.astype(np.uint64, copy=False), here
+            if key in _COUNTER_KEYS or key in FALLBACK_FOR:
                 ts_arr, _ = align_ports(idx, np.asarray(col_read_ns[key], dtype=np.int64), base)
-                cell_ts[key] = ts_arr.astype(np.int64, copy=False)
-        dropped = int(len(base) - keep.sum())
-        counters = {k: v[keep] for k, v in aligned.items() if k in _COUNTER_KEYS}
-        disc = aligned.get("discontinuity_ticks")
+                stamps[key] = ts_arr.astype(np.int64, copy=False)
+        counters: dict[str, npt.NDArray[np.uint64]] = {}
+        valid: dict[str, npt.NDArray[np.bool_]] = {}
+        bits: dict[str, npt.NDArray[np.uint8]] = {}
+        cell_ts: dict[str, npt.NDArray[np.int64]] = {}
+        for key in COUNTER_KEYS:
+            narrow = _NARROW_OF.get(key, "")
+            wide_here = present.get(key, no)
+            narrow_here = present.get(narrow, no) & ~wide_here
+            ok = wide_here | narrow_here
+            if not ok.any():
+                continue  # the agent serves no cell of it: absent (every port NaN downstream)
+            value = np.where(wide_here, aligned.get(key, zeros_u64), aligned.get(narrow, zeros_u64))
+            counters[key] = np.where(ok, value, zeros_u64).astype(np.uint64)
+            ts = np.where(wide_here, stamps.get(key, zeros_i64), stamps.get(narrow, zeros_i64))
+            cell_ts[key] = ts.astype(np.int64)
+            valid[key] = ok
+            bits[key] = np.where(narrow_here, 32, COUNTER_WIDTH_BITS[key]).astype(np.uint8)
+        hs_here = present.get("high_speed_mbps", no)
+        hs = np.where(hs_here, aligned.get("high_speed_mbps", zeros_u64), 0).astype(np.float64)
+        sp_here = present.get("speed_bps32", no)
+        sp = aligned.get("speed_bps32", zeros_u64).astype(np.float64)
+        # ifHighSpeed (Mb/s) when it says a speed; else ifSpeed below its saturation; else unknown.
+        speed = np.where(hs_here & (hs > 0), hs * 1e6,
+                         np.where(sp_here & (sp > 0) & (sp < IF_SPEED_MAX), sp, np.nan))  # fmt: skip
+        self._fallback_needed[switch] = frozenset(
+            f for f, primary in FALLBACK_FOR.items()
+            if not bool(present.get(primary, no).all())
+            or (primary == "high_speed_mbps" and bool((hs <= 0).any()))
+        )  # fmt: skip
+        disc = None
+        if present.get("discontinuity_ticks", no).any():
+            disc = aligned["discontinuity_ticks"].astype(np.int64)
+        oper = aligned.get("oper_status", zeros_u64)
         return IfSnapshot(
             switch=switch,
             ts_ns=ts_ns,
             sys_uptime_ticks=uptime,
-            ifindex=base[keep].astype(np.int32),
+            ifindex=base.astype(np.int32),
             counters=counters,
-            high_speed_mbps=aligned["high_speed_mbps"][keep].astype(np.uint32),
-            oper_up=aligned["oper_status"][keep] == 1,
-            discontinuity_ticks=None if disc is None else disc[keep].astype(np.int64),
+            high_speed_mbps=hs.astype(np.uint32),
+            oper_up=(oper == 1) & present.get("oper_status", no),
+            discontinuity_ticks=disc,
             varbinds=varbinds,
             duration_s=duration_s,
             dropped_rows=dropped,
-            cell_ts_ns={k: v[keep].astype(np.int64, copy=False) for k, v in cell_ts.items()},
+            cell_ts_ns=cell_ts,
+            valid=valid,
+            counter_bits=bits,
+            speed_bps=speed,
         )
 
+    async def names(self, target: SnmpTarget) -> dict[int, str]:
+        """ifName per ifIndex, else ifDescr (``{}`` if the agent serves neither). It runs when a
+        collector starts, after a restart or a changed ifIndex set and every few minutes, not per
+        poll: v2c through our own client (general decoder; building a pysnmp engine for it would
+        stall the loop for about a second at a lease start), v3 through the loop's pysnmp engine.
+        Raises only :class:`SnmpPollError`."""
+        try:
+            fast = self.engine == "fast" and target.settings.version == "2c"
+            walk = self._names_fast if fast else self._names
+            # ifName, else ifDescr (an agent without ifXTable): how discovery names interfaces too.
+            return await walk(target, IF_NAME) or await walk(target, IF_DESCR)
+        except (SnmpPollError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # pysnmp surprises: contained and named, as in poll()
+            what = f"{type(exc).__name__}: {exc}"
+            raise SnmpPollError("malformed", f"{target.name}: ifName walk: {what}") from exc
 
+    async def _names(self, target: SnmpTarget, column: tuple[int, ...]) -> dict[int, str]:
+        ctx = loop_context()
+        try:
+            name = await ctx.target_name(target.address, target.port, target.settings)
+        except ValueError as exc:
+            raise SnmpPollError("auth", f"{target.name}: {exc}") from exc
+        session = _Session(ctx, target, name, target.settings.v3_context.encode())
+        out: dict[int, str] = {}
+        cursor = column
+        while len(out) < MAX_ROWS:
+            varbinds, _ = await self._request(session, 0, [cursor])
+            if not varbinds:
+                return out
+            for oid_obj, value in varbinds:
+                oid = oid_obj.asTuple()
+                if isinstance(value, _END) or oid[: len(column)] != column:
+                    return out
+                if oid <= cursor:
+                    raise SnmpPollError("malformed", f"{target.name}: ifName not increasing: {dotted(oid)}")
+                cursor = oid
+                if len(oid) == len(column) + 1 and isinstance(value, rfc1902.OctetString):
+                    out[oid[-1]] = bytes(value).decode("utf-8", "replace")
+        raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")
+
+
+    async def _names_fast(self, target: SnmpTarget, column: tuple[int, ...]) -> dict[int, str]:
+        s = target.settings
+        family, addr = await v2c.resolve(target.address, target.port)
+        client = await v2c.client_for(family)
+        comm = s.community.encode()
+        prefix = ber.encode_oid(column)
+        cursor = prefix
+        out: dict[int, str] = {}
+        while len(out) < MAX_ROWS:
+            rid = client.next_request_id()
+            payload = ber.encode_request(1, comm, ber.GETBULK, request_id=rid, oids=[cursor],
+                                         max_repetitions=self.max_repetitions)  # fmt: skip
+            data, h, _t = await client.request(
+                addr, payload, rid, version=1, community=comm, name=target.name, timeout_s=s.timeout_s,
+                retries=s.retries,
+            )
+            if h.error_status:
+                raise SnmpPollError("agent_error", f"{target.name}: error-status {h.error_status} (ifName)")
+            varbinds = ber.iter_varbinds(data, h.vb_start, h.vb_end)
+            if not varbinds:
+                return out
+            for oid, tag, value in varbinds:
+                if tag in ber.EXCEPTIONS or not oid.startswith(prefix):
+                    return out
+                here = ber.decode_oid(oid)
+                if here <= ber.decode_oid(cursor):
+                    raise SnmpPollError("malformed", f"{target.name}: ifName not increasing")
+                cursor = oid
+                tail = here[len(column) :]
+                if len(tail) == 1 and tag == ber.OCTET_STRING and isinstance(value, bytes):
+                    out[tail[0]] = value.decode("utf-8", "replace")
+        raise SnmpPollError("malformed", f"{target.name}: ifName column longer than {MAX_ROWS} rows")
+
+
+_NARROW_OF = {primary: narrow for narrow, primary in FALLBACK_FOR.items()}
 _COUNTER_KEYS = frozenset(COUNTER_KEYS)
 
 

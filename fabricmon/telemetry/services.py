@@ -109,9 +109,10 @@ def run_shard(
         lease.keep_alive()  # from now: the framer and sessions below take a while to build
         try:
             framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
+            poll_fn, names_fn = _snmp_fns()
             sink = _history_sink(redis_url) if history else None
             collector = ShardCollector(
-                r, shard, framer, lease, _snmp_poll_fn(),
+                r, shard, framer, lease, poll_fn, names=names_fn,
                 run_s=None if until is None else max(0.0, until - time.monotonic()),
                 stop_event=stop_event, observer=observer, history_sink=sink,
                 history_step_s=settings.FABRICMON_HISTORY_STEP_S, protocols=protocols,
@@ -187,8 +188,17 @@ def keep_collecting(
     return "stopped"
 
 
-def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
+def _snmp_fns() -> tuple[Callable[[SwitchSpec], Any], Callable[[SwitchSpec], Any]]:
+    """(poll, names) of one poller: a switch's IF-MIB counters, and its ifName per ifIndex."""
     poller = SnmpPoller(engine=settings.FABRICMON_SNMP_ENGINE)
+
+    async def names(sw: SwitchSpec) -> dict[int, str]:
+        target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
+        try:
+            return await asyncio.wait_for(poller.names(target), sw.snmp.interval_s * MAX_WALK_INTERVALS)
+        except TimeoutError:
+            raise SnmpPollError("timeout", f"{sw.name}: no complete ifName walk within "
+                                           f"{MAX_WALK_INTERVALS} intervals") from None
 
     async def poll(sw: SwitchSpec) -> Any:
         target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
@@ -201,7 +211,7 @@ def _snmp_poll_fn() -> Callable[[SwitchSpec], Any]:
                 "timeout", f"{sw.name}: no complete walk within {MAX_WALK_INTERVALS} intervals"
             ) from None
 
-    return poll
+    return poll, names
 
 
 # --- keeping every shard collected ----------------------------------------------------------------

@@ -12,6 +12,11 @@ Polls are aligned to multiples of the switch's interval on the wall clock, so sw
 shards sample together and a frame mixes counters read within one poll budget of each other.
 The last good read of each switch is kept in Redis (``fm:read:{fabric}:{switch}``) so the next
 lease holder, on any worker, differences against it instead of losing a sample per handover.
+
+Each switch's ports are aligned to the agent by ifName (``port_map.PortMap``: re-read at lease
+start, after an agent restart or a changed ifIndex set), reads the agent repeated from its cache
+are held (``collectors.snmp.slices.hold_unchanged``), and every change of a switch's state (up,
+down and why) is logged once, structured (``extra``: fabric, switch, state, error kind, error).
 """
 
 from __future__ import annotations
@@ -19,23 +24,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import redis
 
-from collectors.snmp.slices import SwitchRead, compute_slice, decode_read, encode_read, read_from_snapshot
+from collectors.snmp.slices import (
+    REASON_TEXT,
+    STALE_HOLD_S,
+    SwitchRead,
+    compute_slice,
+    decode_read,
+    encode_read,
+    hold_unchanged,
+    read_from_snapshot,
+)
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
+from fabricmon.core.telemetry.rates import RateReason
 from fabricmon.core.telemetry.slices import SwitchSlice
 from fabricmon.core.topology.spec import SwitchSpec
 from fabricmon.telemetry import gnmi_loop, live_window
 from fabricmon.telemetry.framing import FabricFramer
 from fabricmon.telemetry.leases import Lease
+from fabricmon.telemetry.port_map import NamesFn, PortMap
 from fabricmon.telemetry.shards import Shard
 
 log = logging.getLogger(__name__)
@@ -59,6 +78,10 @@ HANDBACK_LEAD_NS = 150_000_000
 # A new holder that starts this early into a tick (fraction of the frame interval) still polls that
 # tick; later, it frames the tick with what was reported and polls from the next one.
 LATE_START_FRACTION = 0.3
+# Per-port notes a switch's health carries (ports whose latest sample withheld a metric): bounded.
+MAX_PORT_NOTES = 200
+# Sample reasons that need no note: the first poll, and a poll that failed (said by the switch).
+_QUIET_REASONS = frozenset({"ok", "no_baseline", "gap"})
 
 
 @dataclass(frozen=True)
@@ -108,6 +131,7 @@ class _Health:
     dropped: Counter[str] = field(default_factory=Counter)
     last_error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # protocol specifics (gNMI session health)
+    state: str = ""  # "up" or "down: <error kind>", as last logged (a change is logged once)
 
     @classmethod
     def resume(cls, shard_id: str, interval_s: float, old: dict[str, Any] | None) -> _Health:
@@ -121,6 +145,8 @@ class _Health:
             h.error_counts.update(old.get("error_counts", {}))
             h.dropped.update(old.get("dropped", {}))
             h.last_error = str(old.get("last_error", ""))
+            h.state = str(old.get("logged_state", ""))
+            h.up = bool(old.get("up", False))
         return h
 
     def as_dict(self) -> dict[str, Any]:
@@ -131,7 +157,7 @@ class _Health:
             "late_polls": self.late_polls,
             "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
             "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
-            **self.extra,
+            "logged_state": self.state, **self.extra,
         }
 
 
@@ -144,8 +170,13 @@ class ShardCollector:
         run_s: float | None, stop_event: threading.Event | None = None,
         observer: Callable[[PollRecord], None] | None = None, history_sink: HistorySink | None = None,
         history_step_s: float = 60.0, protocols: Mapping[str, str] | None = None,
+        names: NamesFn | None = None,
     ) -> None:
         self.r, self.shard, self.framer, self.lease, self.poll = r, shard, framer, lease, poll
+        self.names = names  # ifName per ifIndex of a switch (None: ports stay at the topology's ifIndex)
+        # Who collects, for the health page: this process and its lease on the shard.
+        self.collector = {"process": f"{socket.gethostname()}:{os.getpid()}", "shard": shard.shard_id,
+                          "lease": lease.token, "lease_ttl_s": lease.ttl_s}
         # switch → "snmp" | "gnmi" | "both" (default snmp); gNMI needs the switch's gNMI target
         self.protocols = dict(protocols or {})
         self.gnmi_names = gnmi_loop.gnmi_switches({n: framer.spec.switch(n) for n in shard.switches},
@@ -166,6 +197,7 @@ class ShardCollector:
         late = now - tick > LATE_START_FRACTION * framer.frame_ns
         self._start_tick = tick + framer.frame_ns if late else tick  # the first tick this holder polls
         old = live_window.read_health(r, self.fabric)
+        self._old_health = old
         self.health = {
             name: _Health.resume(shard.shard_id, framer.spec.switch(name).snmp.interval_s, old.get(name))
             for name in shard.switches
@@ -265,46 +297,62 @@ class ShardCollector:
         interval_ns = self.framer.interval_ns[sw.name]
         keep_read_ms = max(60_000, 10 * interval_ns // 1_000_000)
         max_baseline_ns = MAX_BASELINE_INTERVALS * interval_ns
+        # Polls slower than an agent's cache refresh never read one cached value twice.
+        hold_s = STALE_HOLD_S if interval_ns / 1e9 < STALE_HOLD_S / 1.25 else 0.0
+        ports = PortMap(self.fabric, sw, ifindex, self.framer.index.port_names[sl], read_names=self.names,
+                        old_health=self._old_health.get(sw.name))
+        self.health[sw.name].extra["ports"] = ports
         prev = self._load_read(sw.name)
+        ports.seed(prev.sys_uptime_ticks if prev is not None else None)
         scheduled = -(-self._start_tick // interval_ns) * interval_ns  # the first of its own grid
-        while not self._stopping:
-            await asyncio.sleep(max(0.0, (scheduled - time.time_ns()) / 1e9))
-            if self._handback_tick is not None and scheduled >= self._handback_tick:
-                break  # the standby polls this tick
-            if not self.lease.valid():  # it may have lapsed: never poll beside the next holder
-                self._stopping = True
-                break
-            started = time.time_ns()
-            cur, kind, message = await self._poll_once(sw, ifindex)
-            finished = time.time_ns()
-            if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > max_baseline_ns:
-                prev = None
-            part = compute_slice(sw.name, prev, cur, spec_speed, started)
-            tick = self.framer.frame_tick(scheduled)
-            if cur is not None:
-                self.framer.observe_walk(sw.name, (finished - started) / 1e9)
-            late = finished > tick + round(self.framer.deadline_s(tick) * 1e9)
-            # "both": SNMP fills in while gNMI is down, and for a tick its stream left without a sample
-            if not self._gnmi_up(sw.name) or self._gnmi_ticks.get(sw.name) != tick:
-                self._deliver(sw.name, tick, part)
-            # Health and the read for the next holder in one round trip, not two (Redis round trips
-            # are a tenth of the shard process's CPU in steady state: bench/snmp_operation.py).
-            pipe = self.r.pipeline(transaction=False)
-            self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late,
-                                r=pipe)
-            if cur is not None:
-                prev = cur
-                pipe.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
-            pipe.execute()
-            if self.observer is not None:
-                self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
-                                         kind))
-            scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
+        try:
+            while not self._stopping:
+                await asyncio.sleep(max(0.0, (scheduled - time.time_ns()) / 1e9))
+                if self._handback_tick is not None and scheduled >= self._handback_tick:
+                    break  # the standby polls this tick
+                if not self.lease.valid():  # it may have lapsed: never poll beside the next holder
+                    self._stopping = True
+                    break
+                started = time.time_ns()
+                cur, kind, message = await self._poll_once(sw, ports)
+                finished = time.time_ns()
+                if prev is not None and cur is not None and cur.ts_ns - prev.ts_ns > max_baseline_ns:
+                    prev = None
+                remapped = ports.take_changed()
+                if prev is not None and remapped.any():  # never difference two ports' counters
+                    prev = replace(prev, present=prev.present & ~remapped)
+                if cur is not None:
+                    cur = hold_unchanged(prev, cur, hold_s=hold_s)
+                part = compute_slice(sw.name, prev, cur, spec_speed, started)
+                tick = self.framer.frame_tick(scheduled)
+                if cur is not None:
+                    self.framer.observe_walk(sw.name, (finished - started) / 1e9)
+                late = finished > tick + round(self.framer.deadline_s(tick) * 1e9)
+                # "both": SNMP fills in while gNMI is down, and for a tick its stream left without a sample
+                if not self._gnmi_up(sw.name) or self._gnmi_ticks.get(sw.name) != tick:
+                    self._deliver(sw.name, tick, part)
+                # Health and the read for the next holder in one round trip, not two (Redis round
+                # trips are a tenth of the shard process's CPU in steady state: bench/snmp_operation.py).
+                pipe = self.r.pipeline(transaction=False)
+                self._record_health(sw.name, started, finished, cur, f"{kind}: {message}", part, late=late,
+                                    r=pipe)
+                if cur is not None:
+                    prev = cur
+                    pipe.set(keys.switch_read(self.fabric, sw.name), encode_read(cur), px=keep_read_ms)
+                pipe.execute()
+                if self.observer is not None:
+                    self.observer(PollRecord(self.fabric, sw.name, scheduled, tick, started, finished, part,
+                                             kind))
+                scheduled = (time.time_ns() // interval_ns + 1) * interval_ns
+        finally:
+            ports.stop()
 
-    async def _poll_once(self, sw: SwitchSpec, ifindex: Any) -> tuple[SwitchRead | None, str | None, str]:
+    async def _poll_once(self, sw: SwitchSpec, ports: PortMap) -> tuple[SwitchRead | None, str | None, str]:
         """One poll → (aligned read, None, "") or (None, error kind, message). Never raises."""
         try:
-            return read_from_snapshot(await self.poll(sw), ifindex), None, ""
+            snapshot = await self.poll(sw)
+            await ports.update(snapshot)  # re-mapped by ifName if the agent may have renumbered
+            return read_from_snapshot(snapshot, ports.ifindex), None, ""
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # SnmpPollError carries .kind; anything else is our bug
@@ -348,7 +396,8 @@ class ShardCollector:
             h.last_error = str(session.get("last_error") or "no new gNMI sample in the interval")
             self.report.failures += 1
         h.error_counts = Counter(session.get("error_counts", {}))
-        live_window.write_health(self.r, self.fabric, switch, h.as_dict())
+        self._log_state(switch, h, None if h.up else "gnmi", h.last_error)
+        live_window.write_health(self.r, self.fabric, switch, self._health_dict(h))
 
     def _load_read(self, switch: str) -> SwitchRead | None:
         blob = self.r.get(keys.switch_read(self.fabric, switch))
@@ -368,10 +417,11 @@ class ShardCollector:
         h.poll_ms = round((finished - started) / 1e6, 3)
         h.late_polls += int(late and cur is not None)
         self.report.polls += 1
+        kind = error.split(":", 1)[0]
         if cur is None:
             h.consecutive_failures += 1
-            h.up = h.consecutive_failures < DOWN_AFTER_FAILURES
-            h.error_counts[error.split(":", 1)[0]] += 1
+            h.up = h.consecutive_failures < DOWN_AFTER_FAILURES and h.up
+            h.error_counts[kind] += 1
             h.last_error = error[:300]
             self.report.failures += 1
         else:
@@ -379,7 +429,47 @@ class ShardCollector:
             h.consecutive_failures = 0
             h.last_success_ns = cur.ts_ns
             h.dropped.update({k: v for k, v in part.dropped.items() if k not in ("no_baseline",)})
-        live_window.write_health(self.r if r is None else r, self.fabric, switch, h.as_dict())
+            h.extra["port_notes"], h.extra["notes_text"] = self._port_notes(switch, part)
+        self._log_state(switch, h, None if h.up else kind, h.last_error)
+        live_window.write_health(self.r if r is None else r, self.fabric, switch, self._health_dict(h))
+
+    def _health_dict(self, h: _Health) -> dict[str, Any]:
+        d = h.as_dict()
+        ports = d.pop("ports", None)
+        if isinstance(ports, PortMap):
+            d.update(ports.health())
+        d["collector"] = self.collector
+        return d
+
+    def _port_notes(self, switch: str, part: SwitchSlice) -> tuple[dict[str, str], dict[str, str]]:
+        """Per port (by name) the metrics its latest sample withheld and why, for the port page:
+        ``{"Port-Channel1": "in_discards_ps: no_cell"}``, at most MAX_PORT_NOTES ports."""
+        names = self.framer.index.port_names[self.framer.slices[switch]]
+        notes: dict[str, list[str]] = {}
+        for metric, codes in part.reasons.items():
+            for k in np.flatnonzero(codes != 0).tolist():
+                why = RateReason(int(codes[k])).name.lower()
+                if why not in _QUIET_REASONS and k < len(names):
+                    notes.setdefault(names[k], []).append(f"{metric}: {why}")
+        out = {n: ", ".join(v) for n, v in sorted(notes.items())[:MAX_PORT_NOTES]}
+        if len(notes) > MAX_PORT_NOTES:
+            out["…"] = f"{len(notes) - MAX_PORT_NOTES} more ports"
+        used = {w.split(": ", 1)[1] for v in notes.values() for w in v}
+        return out, {w: REASON_TEXT[w] for w in sorted(used) if w in REASON_TEXT}
+
+    def _log_state(self, switch: str, h: _Health, down_kind: str | None, error: str) -> None:
+        """Log a switch's state once per change: up, or down and why (the error's kind)."""
+        state = "up" if down_kind is None else f"down: {down_kind}"
+        if state == h.state:
+            return
+        was, h.state = h.state, state
+        extra = {"fabric": self.fabric, "switch": switch, "state": state, "was": was or None,
+                 "error_kind": down_kind, "error": error if down_kind else None,
+                 "shard": self.shard.shard_id, "event": "switch_state"}  # fmt: skip
+        if down_kind is None:
+            log.info("switch %s/%s up%s", self.fabric, switch, f" (was {was})" if was else "", extra=extra)
+        else:
+            log.warning("switch %s/%s %s: %s", self.fabric, switch, state, error, extra=extra)
 
     # --- frames -------------------------------------------------------------------------------
 

@@ -71,10 +71,12 @@ def start_snmpd(
     timeout_s: float = 10.0,
     extra_config: tuple[str, ...] = (),
     extra_args: tuple[str, ...] = (),
+    port: int | None = None,
 ) -> Snmpd:
     """Start snmpd in ``workdir``. With ``iftable_ports`` the host's own IF-MIB is switched off and
     :mod:`pass_persist_iftable` serves that many synthetic ports instead. ``extra_config`` lines
-    (other ``pass_persist`` tables, ``master agentx`` …) and ``extra_args`` go to snmpd as given."""
+    (other ``pass_persist`` tables, ``master agentx`` …) and ``extra_args`` go to snmpd as given.
+    ``port``: listen there (an agent restarted where its collector knows it), else on a free one."""
     binary = shutil.which("snmpd") or "/usr/sbin/snmpd"
     workdir.mkdir(parents=True, exist_ok=True)
     lines = [f"rocommunity {community} 127.0.0.1"]
@@ -93,8 +95,9 @@ def start_snmpd(
     args += extra_args
     env = {**os.environ, "SNMP_PERSISTENT_DIR": str(workdir / "persist"), "MIBS": ""}
     last_error = ""
-    for _attempt in range(5):  # a free port can be taken between probing and binding
-        port = free_udp_port()
+    fixed = port
+    for _attempt in range(5 if fixed is None else 1):  # a free port can be taken between probing and binding
+        port = free_udp_port() if fixed is None else fixed
         conf = workdir / "snmpd.conf"
         conf.write_text("\n".join([f"agentAddress udp:127.0.0.1:{port}", *lines]) + "\n")
         log = workdir / "snmpd.log"

@@ -14,7 +14,20 @@ The optional JSON ``--state`` file (re-read when its mtime changes) controls edg
      "omit": ["1.3.6.1.2.1.31.1.1.1.10"],         # a column (or single cell) the agent lacks
      "ports": 8}                                    # overrides --ports
 
-Default cell values are deterministic functions of (ifIndex, column) so a test can predict them.
+Real devices' quirks (issue 14), all optional::
+
+     "ifindexes": [1, 2, 5, 1001],                  # the rows served (gaps), instead of 1..ports
+     "names": {"1001": "Tunnel1"},                  # ifName per ifIndex (default Ethernet<ifIndex>)
+     "ift32": true,                                 # also serve ifInOctets/ifOutOctets/ifIn-,
+                                                    #   ifOutUcastPkts (32-bit) and ifSpeed
+     "speed_bps": {"5": 1000000000},                # ifSpeed per ifIndex (default 10 Gb/s)
+     "rates": {"1": [125000000, 2500000]},          # octets/s in, out: counters grow with time
+     "epoch": 1764600000.5,                         #   from this Unix time (default: file's mtime)
+     "refresh_s": 3                                 # counters move only every refresh_s (a cache)
+
+Default cell values are deterministic functions of (ifIndex, column) so a test can predict them;
+with "rates" the octet counters are ``default + rate x (t - epoch)`` (t quantized to refresh_s),
+the 32-bit ones that modulo 2**32.
 """
 
 from __future__ import annotations
@@ -22,8 +35,10 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import os
 import sys
+import time
 from pathlib import Path
 
 IFX = "1.3.6.1.2.1.31.1.1.1"
@@ -53,21 +68,59 @@ def default_value(column: str, ifindex: int) -> tuple[str, str]:
 
 COLUMNS = (f"{IFX}.1", f"{IFX}.6", f"{IFX}.7", f"{IFX}.10", f"{IFX}.11", f"{IFX}.15", f"{IFX}.19",
            f"{IFT}.8", f"{IFT}.13", f"{IFT}.14", f"{IFT}.19")  # fmt: skip
+# ifTable's 32-bit counters and ifSpeed: served with "ift32" (what a FastEthernet-era switch has)
+IFT32 = {f"{IFT}.10": f"{IFX}.6", f"{IFT}.16": f"{IFX}.10", f"{IFT}.11": f"{IFX}.7", f"{IFT}.17": f"{IFX}.11"}
+IF_SPEED = f"{IFT}.5"
+RATE_OF = {f"{IFX}.6": 0, f"{IFX}.10": 1}  # HC octet column → index in a "rates" pair
 
 
-def build(ports: int, state: dict[str, object]) -> list[Cell]:
+def counter_at(column: str, ifindex: int, state: dict[str, object], now: float) -> int:
+    """An octet counter's value now: the default plus what its rate added since the epoch."""
+    base = int(default_value(column, ifindex)[1])
+    rates: dict[str, list[float]] = state.get("rates", {})  # type: ignore[assignment]
+    pair = rates.get(str(ifindex))
+    if not pair or column not in RATE_OF:
+        return base
+    epoch = float(state.get("epoch", now))  # type: ignore[arg-type]
+    refresh = float(state.get("refresh_s", 0) or 0)  # type: ignore[arg-type]
+    elapsed = max(0.0, now - epoch)
+    if refresh > 0:
+        elapsed = math.floor(elapsed / refresh) * refresh
+    return base + round(pair[RATE_OF[column]] * elapsed)
+
+
+def build(ports: int, state: dict[str, object], now: float | None = None) -> list[Cell]:
+    now = time.time() if now is None else now
     ports = int(state.get("ports", ports))  # type: ignore[call-overload]
     values: dict[str, list[str]] = state.get("values", {})  # type: ignore[assignment]
     omit = set(state.get("omit", []))  # type: ignore[call-overload]
+    rows = [int(i) for i in state.get("ifindexes", range(1, ports + 1))]  # type: ignore[attr-defined]
+    names: dict[str, str] = state.get("names", {})  # type: ignore[assignment]
+    speeds: dict[str, int] = state.get("speed_bps", {})  # type: ignore[assignment]
+    columns = list(COLUMNS)
+    if state.get("ift32"):
+        columns += [*IFT32, IF_SPEED]
     cells: list[Cell] = []
-    for column in COLUMNS:
+    for column in columns:
         if column in omit:
             continue
-        for ifindex in range(1, ports + 1):
+        for ifindex in rows:
             oid = f"{column}.{ifindex}"
             if oid in omit:
                 continue
-            kind, value = values.get(oid) or default_value(column, ifindex)
+            if oid in values:
+                kind, value = values[oid]
+            elif column == f"{IFX}.1":
+                kind, value = "string", names.get(str(ifindex), f"Ethernet{ifindex}")
+            elif column in IFT32:
+                hc = IFT32[column]
+                kind, value = "counter", str(counter_at(hc, ifindex, state, now) % 2**32)
+            elif column == IF_SPEED:
+                kind, value = "gauge", str(min(int(speeds.get(str(ifindex), 10**10)), 2**32 - 1))
+            elif column in RATE_OF:
+                kind, value = "counter64", str(counter_at(column, ifindex, state, now))
+            else:
+                kind, value = default_value(column, ifindex)
             cells.append((tuple(map(int, oid.split("."))), kind, value))
     for oid, (kind, value) in values.items():  # extra cells beyond the generated ones
         key = tuple(map(int, oid.split(".")))
@@ -79,6 +132,8 @@ def build(ports: int, state: dict[str, object]) -> list[Cell]:
 
 def serve(ports: int, state_path: Path | None) -> None:
     mtime: float | None = None
+    state: dict[str, object] = {}
+    built_at = 0.0
     cells: list[Cell] = build(ports, {})
     keys = [c[0] for c in cells]
     out = sys.stdout
@@ -104,8 +159,12 @@ def serve(ports: int, state_path: Path | None) -> None:
             if m != mtime:
                 mtime = m
                 state = json.loads(state_path.read_text()) if m is not None else {}
+                state.setdefault("epoch", m)
                 cells = build(ports, state)
                 keys = [c[0] for c in cells]
+            elif state.get("rates") and time.time() - built_at > 0.002:  # moving counters: as of now
+                cells = build(ports, state)  # (at most every 2 ms: one GETBULK is one varbind a pipe trip)
+                built_at = time.time()
         oid = tuple(int(x) for x in oid_text.split(".") if x)
         if cmd == "get":
             i = bisect.bisect_left(keys, oid)

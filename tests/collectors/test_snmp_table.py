@@ -12,7 +12,6 @@ from collectors.snmp import (
     PARSE_ERRORS,
     IfSnapshot,
     SnmpPoller,
-    SnmpPollError,
     SnmpTarget,
     close_loop_context,
 )
@@ -78,18 +77,20 @@ def test_counter64_near_2_to_the_64_is_exact_and_rates_follow(table_agent, engin
     assert rates.reason[2] == RateReason.RESET_DECREASE  # 1e12+… → 5: a reset, never a negative rate
 
 
-def test_missing_optional_column_is_absent_and_missing_required_column_is_malformed(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+def test_missing_columns_are_absent_and_never_refuse_the_poll(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     agent, set_state = table_agent(ports=6, state={"omit": [f"{IFX}.7", f"{IFX}.19"]})
     snap = poll(agent, engine)
     assert "in_pkts" not in snap.counters and snap.discontinuity_ticks is None
     assert len(snap.ifindex) == 6
-    set_state({"omit": [f"{IFX}.10"]})
-    with pytest.raises(SnmpPollError) as err:
-        poll(agent, engine)
-    assert err.value.kind == "malformed" and "out_octets" in err.value.message
+    # No ifHCOutOctets and no ifHighSpeed: once "required column(s) missing", a switch forever down.
+    set_state({"omit": [f"{IFX}.10", f"{IFX}.15"]})
+    snap = poll(agent, engine)
+    assert snap.ifindex.tolist() == list(range(1, 7)) and "out_octets" not in snap.counters
+    assert snap.speed_bps is not None and np.isnan(snap.speed_bps).all()
+    assert snap.counters["in_octets"].tolist() == [10**12 + i * 1000 + 6 for i in range(1, 7)]
 
 
-def test_bad_cells_drop_their_row_and_are_counted(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+def test_bad_cells_are_gaps_in_their_metric_only_and_are_counted(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
     before = dict(PARSE_ERRORS)
     agent, _ = table_agent(
         ports=8,
@@ -102,11 +103,16 @@ def test_bad_cells_drop_their_row_and_are_counted(table_agent, engine) -> None: 
         },
     )
     snap = poll(agent, engine)
-    assert snap.ifindex.tolist() == [1, 2, 4, 6, 8]
-    assert snap.counters["in_octets"].tolist() == [10**12 + i * 1000 + 6 for i in (1, 2, 4, 6, 8)]
-    assert snap.dropped_rows == 3
+    assert snap.ifindex.tolist() == list(range(1, 9)) and snap.dropped_rows == 0  # every port kept
+    assert snap.valid is not None
+    assert np.flatnonzero(~snap.valid["in_octets"]).tolist() == [2]  # ifIndex 3
+    assert np.flatnonzero(~snap.valid["in_discards"]).tolist() == [4]  # ifIndex 5
+    assert np.flatnonzero(~snap.valid["out_octets"]).tolist() == [6]  # ifIndex 7
+    assert all(v.all() for k, v in snap.valid.items() if k not in ("in_octets", "in_discards", "out_octets"))
+    ok = snap.valid["in_octets"]
+    assert snap.counters["in_octets"][ok].tolist() == [10**12 + i * 1000 + 6 for i in (1, 2, 4, 5, 6, 7, 8)]
     assert PARSE_ERRORS["bad_cell"] - before.get("bad_cell", 0) == 2
-    assert PARSE_ERRORS["dropped_row"] - before.get("dropped_row", 0) == 3
+    assert PARSE_ERRORS["dropped_row"] - before.get("dropped_row", 0) == 0
 
 
 def test_a_large_table_is_read_completely(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
@@ -114,3 +120,28 @@ def test_a_large_table_is_read_completely(table_agent, engine) -> None:  # type:
     snap = poll(agent, engine, max_repetitions=25)
     assert len(snap.ifindex) == 1024 and snap.dropped_rows == 0
     assert int(snap.counters["out_octets"][-1]) == 2 * 10**12 + 1024 * 1000 + 10
+
+
+def test_ifname_walk_reads_every_name_over_both_engines(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=3, state={"ifindexes": [1, 7, 100001], "names": {"100001": "Port-Channel1"}})
+
+    async def main() -> dict[int, str]:
+        try:
+            return await SnmpPoller(engine=engine, max_repetitions=2).names(target(agent))  # type: ignore[arg-type]
+        finally:
+            close_loop_context()
+
+    assert asyncio.run(main()) == {1: "Ethernet1", 7: "Ethernet7", 100001: "Port-Channel1"}
+
+
+def test_an_agent_without_ifxtable_is_named_by_ifdescr(table_agent, engine) -> None:  # type: ignore[no-untyped-def]
+    agent, _ = table_agent(ports=2, state={"omit": [f"{IFX}.1"], "values": {
+        f"{IFT}.2.1": ["string", "FastEthernet0/1"], f"{IFT}.2.2": ["string", "FastEthernet0/2"]}})
+
+    async def main() -> dict[int, str]:
+        try:
+            return await SnmpPoller(engine=engine).names(target(agent))  # type: ignore[arg-type]
+        finally:
+            close_loop_context()
+
+    assert asyncio.run(main()) == {1: "FastEthernet0/1", 2: "FastEthernet0/2"}

@@ -171,3 +171,32 @@ def test_rows_pooled_below_one_pixel_keep_the_hot_port_visible(page, daphne_serv
     }})()""")
     assert found["ports"] >= 4 and found["port"] == hot and found["code"] == round(0.93 * 254)
     assert found["same"], "the pixel row is not drawn in the hot port's colour"
+
+
+def test_port_and_switch_pages_say_why_a_metric_is_withheld_and_who_polls(page, daphne_server, fed_fabric, fabric_name, log_in, redis_client):
+    """Health as the shard loop writes it (issue 14): the collector process and lease, the last
+    poll, per port what its latest sample withheld and why, and ports re-mapped by ifName."""
+    from collectors.snmp.slices import REASON_TEXT
+
+    _, _index, hot = fed_fabric
+    now = time.time_ns()
+    live_window.write_health(redis_client, fabric_name, "leaf-r2", {
+        "up": True, "last_success_ns": now, "last_poll_ns": now, "poll_ms": 4.0, "errors": 0,
+        "interval_s": 1.0, "logged_state": "up",
+        "collector": {"process": "worker7:4242", "shard": f"{fabric_name}:0", "lease": "worker7:4242:abc",
+                      "lease_ttl_s": 0.85},
+        "port_notes": {"Ethernet5": "in_bps: stale, in_discards_ps: no_cell"},
+        "notes_text": {k: REASON_TEXT[k] for k in ("stale", "no_cell")},
+        "ports_remapped": {"Ethernet5": [5, 17]}, "ifnames_read_ns": now, "ifname_error": "",
+    })  # fmt: skip
+    log_in(f"/fabric/{fabric_name}/port/{hot}/")
+    page.wait_for_function("document.getElementById('port-health').textContent.includes('withheld')", timeout=20000)
+    text = page.locator("#port-health").inner_text()
+    assert "in_discards_ps withheld: the agent serves no valid cell" in text
+    assert "in_bps withheld: the agent repeated unchanged counters" in text
+    assert "ifIndex 5 in the topology, 17 on the switch" in text
+    assert "polled by worker7:4242, shard" in page.locator("#health").inner_text()
+    page.goto(f"{daphne_server.url}/fabric/{fabric_name}/switches/")
+    row = page.locator("#health-rows tr", has_text="leaf-r2")
+    row.wait_for()
+    assert "worker7:4242" in row.inner_text() and "Ethernet5 5→17" in row.inner_text()

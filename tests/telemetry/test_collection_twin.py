@@ -196,3 +196,6 @@ def test_unreachable_switch_does_not_delay_the_others(twin_process, redis_url, r
     assert health[dead]["up"] is False and health[dead]["error_counts"]["timeout"] >= 5
     assert health[dead]["consecutive_failures"] >= 5 and "timeout" in health[dead]["last_error"]
     assert all(health[s]["up"] for s in framer.index.switch_names if s != dead)
+    # The twin's agents serve ifName as the topology names its ports: read, and nothing re-mapped.
+    assert all(health[s]["ifnames_read_ns"] and health[s]["ports_remapped"] == {}
+               for s in framer.index.switch_names if s != dead)

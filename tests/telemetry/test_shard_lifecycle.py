@@ -6,6 +6,7 @@ and the status command.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -170,6 +171,7 @@ def test_frames_once_per_tick_nan_for_a_dead_shard_and_history_rows(twin_process
     call_command("fabric_status", spec.name, "--once", stdout=out)
     text = out.getvalue()
     assert "hottest ports" in text and "leaf-r" in text
+    assert f"{socket.gethostname()}:{os.getpid()}" in text  # the collector process (run on a thread here)
     status = fabric_status(spec.name, redis_url=redis_url)
     assert status.hot and status.hot[0].util >= status.hot[-1].util
     assert status.hot[0].peer  # a rail-leaf's hottest port faces a GPU NIC or a spine

@@ -12,7 +12,13 @@ negative rate, a zero, or a spike::
        ├─ ifCounterDiscontinuityTime ─┼─▶ DISCONTINUITY  (that port)
        ├─ 64-bit counter decreased ───┼─▶ RESET_DECREASE (a 64-bit wrap takes years: it is a reset)
        ├─ 32-bit counter decreased ───┼─▶ one wrap assumed (discards/errors are Counter32)
+       ├─ 32-bit octets could wrap twice in dt at the port's speed ─▶ WRAP_AMBIGUOUS (withheld)
        └─ delta above line rate x1.05 ┴─▶ ABOVE_LINE_RATE (a missed wrap or reset)
+
+A 32-bit octet counter wraps after 2**32 bytes: 3.4 s at 10 Gb/s line rate, 86 ms at 400 Gb/s.
+Where a switch serves only the 32-bit ifTable counters for a port (no HC cell), one wrap per
+interval can be undone, more cannot be seen: if the port could have counted 2**32 units within
+the interval at its speed, the rate is withheld (``wrap_check`` ports), never guessed.
 
 Raw Counter64 values are kept as ``uint64`` (exact up to 2**64-1). Only the *delta*, which is
 small, is converted to float64. Never store raw counters as float64 (2**53 bytes is one day at
@@ -59,6 +65,10 @@ class RateReason(IntEnum):
     ABOVE_LINE_RATE = 5  # physically impossible delta: a missed wrap or reset
     BAD_INTERVAL = 6  # timestamps not increasing
     BAD_VALUE = 7  # a 32-bit counter holding a value >= 2**32
+    WRAP_AMBIGUOUS = 8  # a 32-bit counter could have wrapped more than once in the interval
+    STALE = 9  # the agent answered an unchanged (cached) counter while time moved on
+    NO_CELL = 10  # the port is there, but not this counter's cell (missing or bad) in one read
+    WIDTH_CHANGED = 11  # one read had the HC counter, the other the 32-bit one: not comparable
 
 
 @dataclass(frozen=True)
@@ -105,9 +115,10 @@ def counter_rates(
     cur: CounterRead,
     speed_bps: npt.ArrayLike,
     *,
-    width_bits: Literal[32, 64] = 64,
+    width_bits: Literal[32, 64] | npt.NDArray[np.uint8] = 64,
     unit: CounterUnit = "octets",
     slack: float = LINE_RATE_SLACK,
+    wrap_check: bool | BoolArray = False,
 ) -> CounterRates:
     """Rates between two reads of one counter column of one switch.
 
@@ -115,6 +126,9 @@ def counter_rates(
     the ceiling is ``speed_bps / 8`` bytes/s; for ``"packets"`` it is ``speed_bps / 672`` (minimum
     frames back to back). Timestamps may be per port (arrays): each port's rate is then its delta
     over its own interval, and a port whose interval is not positive is ``BAD_INTERVAL``.
+    ``width_bits`` may be per port (a switch serving HC counters for some ports, 32-bit ones for
+    others). ``wrap_check`` (per port or all) withholds a 32-bit port's rate as
+    ``WRAP_AMBIGUOUS`` when its speed could count 2**32 units within the interval.
     """
     n = _port_count(prev, cur, speed_bps)
     reason = np.zeros(n, dtype=np.uint8)
@@ -128,18 +142,19 @@ def counter_rates(
     b = np.asarray(cur.values, dtype=np.uint64)
     # uint64 subtraction is modular: exact for 64-bit deltas, and masked below for 32-bit wraps.
     diff = b - a
-    if width_bits == 32:
-        bad = (a > _MASK32) | (b > _MASK32)
-        reason[bad] = RateReason.BAD_VALUE
-        diff = diff & _MASK32  # one wrap assumed on a decrease
-    else:
-        reason[b < a] = RateReason.RESET_DECREASE
+    is32 = np.broadcast_to(np.asarray(width_bits) == 32, (n,))
+    reason[is32 & ((a > _MASK32) | (b > _MASK32))] = RateReason.BAD_VALUE
+    diff = np.where(is32, diff & _MASK32, diff)  # 32-bit: one wrap assumed on a decrease
+    reason[~is32 & (b < a)] = RateReason.RESET_DECREASE
     delta_f = diff.astype(np.float64)
 
     speed = np.asarray(speed_bps, dtype=np.float64)
     units_per_bit = 1 / 8 if unit == "octets" else 1 / MIN_FRAME_BITS
     ceiling = speed * units_per_bit * slack * dt_s
     known = np.isfinite(speed) & (speed > 0)
+    could_wrap_twice = is32 & np.broadcast_to(np.asarray(wrap_check, dtype=bool), (n,)) & known
+    could_wrap_twice &= ceiling >= float(2**32)
+    reason[(reason == RateReason.OK) & could_wrap_twice] = RateReason.WRAP_AMBIGUOUS
     reason[(reason == RateReason.OK) & known & (delta_f > ceiling)] = RateReason.ABOVE_LINE_RATE
     reason[np.broadcast_to(np.asarray(dt_s) <= 0, (n,))] = RateReason.BAD_INTERVAL
 

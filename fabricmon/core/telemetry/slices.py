@@ -40,6 +40,9 @@ class SwitchSlice:
     # metric → (prev, cur) read time per port (Unix-epoch ns) of the counters its rate came from:
     # each port's rate is over exactly that span (empty for a gap / no baseline).
     port_span_ns: Mapping[str, tuple[I64Array, I64Array]] = field(default_factory=dict)
+    # metric → why each port's value is (not) there, a ``rates.RateReason`` code per port (uint8):
+    # what a port's health explains (empty: not known per port, e.g. gNMI or a whole-switch gap).
+    reasons: Mapping[str, npt.NDArray[np.uint8]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -30,7 +30,30 @@ async function refresh() {
   const el = document.getElementById("health");
   if (!h) el.textContent = "—";
   else if (h.state === "never polled") el.textContent = `${h.switch}: never polled`;
-  else el.textContent = `${h.switch}: ${h.state}, last success ${h.age_s === null ? "never" : `${h.age_s.toFixed(1)} s ago`}, poll ${h.poll_ms ?? "?"} ms, errors ${h.errors ?? 0}${h.last_error ? ` (${h.last_error})` : ""}`;
+  else {
+    const c = h.collector;
+    const lastPoll = h.last_poll_ns ? `${((Date.now() * 1e6 - h.last_poll_ns) / 1e9).toFixed(1)} s ago` : "never";
+    el.textContent = `${h.switch}: ${h.state}, last success ${h.age_s === null ? "never" : `${h.age_s.toFixed(1)} s ago`}, last poll ${lastPoll}, poll ${h.poll_ms ?? "?"} ms, errors ${h.errors ?? 0}${h.last_error ? ` (${h.last_error})` : ""}${c ? ` — polled by ${c.process}, shard ${c.shard}, lease ${c.lease}` : ""}`;
+  }
+  document.getElementById("port-health").textContent = portHealth(h, root.dataset.port);
+}
+
+// Why this port's latest sample withheld a metric (a cached counter, a 32-bit counter that may
+// have wrapped twice, a cell the agent does not serve …), and whether ifName moved it.
+function portHealth(h, port) {
+  if (!h || !port) return "—";
+  const parts = [];
+  const moved = (h.ports_remapped || {})[port];
+  if (moved) parts.push(`re-mapped by ifName: ifIndex ${moved[0]} in the topology, ${moved[1]} on the switch`);
+  const note = (h.port_notes || {})[port];
+  if (note) {
+    const texts = h.notes_text || {};
+    parts.push(note.split(", ").map((item) => {
+      const [metric, why] = item.split(": ");
+      return `${metric} withheld: ${texts[why] || why}`;
+    }).join("; "));
+  }
+  return parts.length ? parts.join(". ") : "every metric measured";
 }
 
 refresh();

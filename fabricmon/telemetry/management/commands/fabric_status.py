@@ -47,7 +47,8 @@ class Command(BaseCommand):
 def render(status: services.FabricStatus) -> str:
     now_ns = time.time_ns()
     lines = [f"fabric {status.fabric}"]
-    lines.append(f"{'switch':<16} {'state':<5} {'last ok':>8} {'poll ms':>8} {'fails':>5}  errors")
+    lines.append(f"{'switch':<16} {'state':<5} {'last ok':>8} {'poll ms':>8} {'fails':>5}  "
+                 f"{'collector':<24} errors")
     for name in sorted(status.health):
         h = status.health[name]
         last = h.get("last_success_ns")
@@ -60,10 +61,11 @@ def render(status: services.FabricStatus) -> str:
         last_poll = h.get("last_poll_ns") or 0
         stale = now_ns - last_poll > 3 * float(h.get("interval_s", 1.0)) * 1e9 + 2e9
         state = "STALE" if stale else ("up" if h.get("up") else "DOWN")
+        collector = (h.get("collector") or {}).get("process", "-")  # host:pid of the lease holder
         lines.append(
             f"{name:<16} {state:<5} {age:>8} "
             f"{(f'{poll_ms:.1f}' if poll_ms is not None else '-'):>8} "
-            f"{h.get('consecutive_failures', 0):>5}  {err}"
+            f"{h.get('consecutive_failures', 0):>5}  {collector:<24} {err}"
         )
     if not status.health:
         lines.append("(no switch has reported health yet)")
