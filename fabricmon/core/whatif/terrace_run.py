@@ -1,0 +1,181 @@
+"""The TerraceMoE model on a run's own measurements: its geometry from the dispatch matrices, its
+slow link from the topology, its fast/slow ratio from timed collectives, and three gates.
+
+    groups      the scale-up domains (servers) the run's ranks sit on; R ranks each
+    row bytes   the gcd of the measured per-peer bytes (every cell is a whole number of rows)
+    T·k rows    a rank's dispatch bytes / row bytes;  k (top-k) is declared, T = rows / k
+    M           expected distinct groups hit per token: Σ_g 1 − (1 − P_g)^k, P_g the share of a
+                source's rows that go to group g (tokens' choices taken as independent — declared)
+
+Gates: ``byte_accounting`` (matrices agree with the events' byte counts and sent with received),
+``ratio_measured`` (the fast/slow ratio comes from timed collectives, not an assumption) and
+``flat_prediction`` (the model's flat time, from the busiest receiver's cross-group bytes at the
+slow link's rate, agrees with the measured phase durations within ``PREDICTION_BOUND``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.phases.gates import check
+from fabricmon.core.whatif.terrace import (
+    Calibration,
+    Geometry,
+    breakeven,
+    byte_only_breakeven,
+    flat_time,
+    speedup,
+    verdict,
+    with_fast,
+)
+from fabricmon.core.whatif.verdicts import Figure
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+PREDICTION_BOUND = 1.5  # model flat time within ×1.5 of the measured phase (flag beyond ×1.25)
+SENSITIVITY_RATIOS = (1.03, 3.2, 8.0, 15.7)  # the paper's platform points (docs/05 table)
+CHAINS = ("measured", "fused", "zero")
+
+
+@dataclass(frozen=True)
+class LayerDispatch:
+    """One MoE layer's dispatch, as measured: the per-step mean rank×rank bytes, and the median
+    phase duration (NaN when the run has no timings for it)."""
+
+    layer: int
+    sent: FloatArray  # (R, R) bytes per step
+    received: FloatArray
+    event_bytes: float  # the events' own bytes_sent per step, summed over ranks
+    duration_s: float
+
+
+def row_bytes(matrix: FloatArray) -> int:
+    """The largest row size every measured cell is a multiple of (0 for an empty matrix)."""
+    cells = np.asarray(matrix).astype(np.int64).ravel()
+    cells = cells[cells > 0]
+    return int(np.gcd.reduce(cells)) if len(cells) else 0
+
+
+def groups_per_token(sent: FloatArray, group_of_rank: IntArray, top_k: float) -> float:
+    """Expected distinct groups a token's k choices hit, averaged over sources."""
+    n_groups = int(group_of_rank.max()) + 1
+    to_group = np.zeros((sent.shape[0], n_groups))
+    np.add.at(to_group.T, group_of_rank, sent.T)
+    total = to_group.sum(axis=1, keepdims=True)
+    share = np.divide(to_group, total, out=np.zeros_like(to_group), where=total > 0)
+    hit = (1 - (1 - share) ** top_k).sum(axis=1)
+    return float(hit[total[:, 0] > 0].mean()) if (total > 0).any() else math.nan
+
+
+def geometry(d: LayerDispatch, group_of_rank: IntArray, top_k: float) -> Geometry:
+    n_groups = int(group_of_rank.max()) + 1
+    r = int(np.bincount(group_of_rank).max())
+    row = row_bytes(d.sent)
+    rows = float(d.sent.sum(axis=1).mean()) / row if row else math.nan
+    return Geometry(groups=n_groups, ranks_per_group=r, top_k=top_k,
+                    groups_per_token=groups_per_token(d.sent, group_of_rank, top_k),
+                    row_bytes=row, tokens_per_rank=rows / top_k)
+
+
+def predicted_flat_s(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal: Calibration,
+                     slow_gbs: float) -> float:
+    """The model's flat time with the busiest rank's cross-group bytes (in or out) on the slow link."""
+    cross = group_of_rank[:, None] != group_of_rank[None, :]
+    busiest = max(float((d.sent * cross).sum(axis=0).max()), float((d.sent * cross).sum(axis=1).max()))
+    sat = cal.saturation(d.sent.sum() / max(1, d.sent.shape[0] ** 2))
+    return (cal.alpha(g.ep) + 1e3 * busiest / (slow_gbs * 1e9 * sat)) / 1e3 if sat else math.nan
+
+
+def measured_ratio(fast_rates_bps: FloatArray, slow_rates_bps: FloatArray, min_samples: int = 3) -> float:
+    """Median achieved rate of collectives inside one group over that of collectives between groups
+    (NaN unless both kinds were timed at least ``min_samples`` times)."""
+    if len(fast_rates_bps) < min_samples or len(slow_rates_bps) < min_samples:
+        return math.nan
+    return float(np.median(fast_rates_bps) / np.median(slow_rates_bps))
+
+
+def _accounting_error(layers: list[LayerDispatch]) -> float:
+    sent = sum(float(d.sent.sum()) for d in layers)
+    if not layers or sent <= 0:
+        return math.nan
+    events = sum(d.event_bytes for d in layers)
+    mismatch = sum(float(np.abs(d.sent - d.received).sum()) for d in layers)
+    return max(abs(sent - events) / sent, mismatch / sent)
+
+
+def terrace_figure(
+    layers: list[LayerDispatch],
+    group_of_rank: IntArray,
+    *,
+    top_k: float,
+    slow_gbs: float,
+    ratio: float,
+    cal: Calibration | None = None,
+    assumed_ratio: float | None = None,
+) -> Figure:
+    """Per layer: geometry, breakevens for the three chains, measured-ratio verdicts; gated."""
+    cal = cal or Calibration()
+    rows, errors = [], []
+    for d in layers:
+        g = geometry(d, group_of_rank, top_k)
+        # the run's own fast fabric: β_fast∞ = ρ·β_slow∞ when ρ is known (else the paper's machine)
+        c = with_fast(cal, ratio * slow_gbs) if math.isfinite(ratio) else cal
+        pred = predicted_flat_s(d, group_of_rank, g, cal, slow_gbs)
+        if math.isfinite(d.duration_s) and d.duration_s > 0 and math.isfinite(pred) and pred > 0:
+            errors.append(max(pred / d.duration_s, d.duration_s / pred))
+        else:
+            errors.append(math.inf if not math.isfinite(d.duration_s) or d.duration_s <= 0 else math.nan)
+        be = {ch: breakeven(g, c, ch) for ch in CHAINS}
+        rows.append({
+            "layer": d.layer, "groups": g.groups, "ranks_per_group": g.ranks_per_group,
+            "top_k": g.top_k, "groups_per_token": g.groups_per_token, "q": g.q,
+            "row_bytes": g.row_bytes, "tokens_per_rank": g.tokens_per_rank,
+            "byte_only_breakeven": byte_only_breakeven(g),
+            "breakeven": be,
+            "verdict": {ch: verdict(ratio, be[ch]) for ch in CHAINS},
+            "speedup_at_ratio": {ch: speedup(g, c, ch, ratio) if math.isfinite(ratio) else math.nan
+                                 for ch in CHAINS},
+            "predicted_flat_ms": pred * 1e3, "measured_ms": d.duration_s * 1e3,
+            "model_flat_ms_at_ratio": flat_time(g, c).at(ratio) if math.isfinite(ratio) else math.nan,
+        })
+    worst = max(errors) if errors else math.nan
+    if any(math.isnan(e) for e in errors):
+        worst = math.nan
+    gates = (
+        check("byte_accounting", "the matrices' bytes equal the events' byte counts, and sent equals received",
+              _accounting_error(layers), flag_bound=0.01, withhold_bound=0.05, unit="ratio"),
+        check("ratio_measured", "the fast/slow bandwidth ratio is measured from timed collectives "
+              "inside and between scale-up domains, not assumed", ratio, flag_bound=0.0, withhold_bound=0.0,
+              higher_is_better=True),
+        check("flat_prediction", f"the model's flat all-to-all time agrees with the measured dispatch "
+              f"durations within ×{PREDICTION_BOUND}", worst, flag_bound=1.25, withhold_bound=PREDICTION_BOUND),
+    )
+    sens_ratios = sorted({*SENSITIVITY_RATIOS, *([assumed_ratio] if assumed_ratio else [])})
+    sensitivity = []
+    for d in layers[:1]:
+        g = geometry(d, group_of_rank, top_k)
+        sensitivity = [{"ratio": r, **{ch: speedup(g, cal, ch, r) for ch in CHAINS}} for r in sens_ratios]
+    return Figure(
+        "hierarchy", "Hierarchical dispatch (TerraceMoE call-level model)",
+        assumptions=(
+            "groups are the scale-up domains (servers) the ranks sit on; Hop A crosses the slow fabric, "
+            "Hop B stays inside a group",
+            f"top-k = {top_k:g} (declared); tokens pick groups independently, so M = Σ_g 1−(1−P_g)^k",
+            "row size = gcd of the measured per-peer bytes; T = rows / k",
+            f"slow fabric β∞ = {slow_gbs:g} GB/s (NIC link rate from the topology); β saturates "
+            f"with x_half = {cal.x_half_bytes / 1024:g} KiB",
+            "α(world), sync and arrival-chain costs: TerraceMoE's published calibration unless edited",
+            "the dispatch phase only (combine mirrors it with its own row size)",
+        ),
+        gates=gates,
+        values={"layers": rows, "ratio": ratio},
+        always={"calibration": {"alpha_ms": cal.alpha_ms, "x_half_bytes": cal.x_half_bytes,
+                                "sync_ms": cal.sync_ms, "chains_us_per_row": cal.chains_us_per_row},
+                "sensitivity": sensitivity, "assumed_ratio": assumed_ratio,
+                "breakeven_per_layer": [{"layer": r["layer"], **r["breakeven"]} for r in rows]},
+    )
