@@ -147,13 +147,15 @@ def terrace_figure(
     if any(math.isnan(e) for e in errors):
         worst = math.nan
     gates = (
-        check("byte_accounting", "the matrices' bytes equal the events' byte counts, and sent equals received",
+        check("byte_accounting",
+              "the matrices' bytes equal the events' byte counts, and sent equals received",
               _accounting_error(layers), flag_bound=0.01, withhold_bound=0.05, unit="ratio"),
         check("ratio_measured", "the fast/slow bandwidth ratio is measured from timed collectives "
               "inside and between scale-up domains, not assumed", ratio, flag_bound=0.0, withhold_bound=0.0,
               higher_is_better=True),
         check("flat_prediction", f"the model's flat all-to-all time agrees with the measured dispatch "
-              f"durations within ×{PREDICTION_BOUND}", worst, flag_bound=1.25, withhold_bound=PREDICTION_BOUND),
+              f"durations within ×{PREDICTION_BOUND}", worst,
+              flag_bound=1.25, withhold_bound=PREDICTION_BOUND),
     )
     sens_ratios = sorted({*SENSITIVITY_RATIOS, *([assumed_ratio] if assumed_ratio else [])})
     sensitivity = []

@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from fabricmon.core.whatif.terrace import REFERENCE, Calibration, breakeven, byte_only_breakeven, speedup, verdict
+from fabricmon.core.whatif.terrace import (
+    REFERENCE,
+    Calibration,
+    breakeven,
+    byte_only_breakeven,
+    speedup,
+    verdict,
+)
 from fabricmon.core.whatif.terrace_run import (
     LayerDispatch,
     geometry,
