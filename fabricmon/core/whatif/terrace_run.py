@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -120,7 +121,8 @@ def terrace_figure(
 ) -> Figure:
     """Per layer: geometry, breakevens for the three chains, measured-ratio verdicts; gated."""
     cal = cal or Calibration()
-    rows, errors = [], []
+    rows: list[dict[str, Any]] = []
+    errors: list[float] = []
     for d in layers:
         g = geometry(d, group_of_rank, top_k)
         # the run's own fast fabric: β_fast∞ = ρ·β_slow∞ when ρ is known (else the paper's machine)
