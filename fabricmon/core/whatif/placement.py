@@ -1,0 +1,113 @@
+"""A placement suggestion under the run's measured matrices: which rank on which GPU of the run's
+own nodes, so the bytes the fabric carries — and the hot receivers' incast — shrink.
+
+Two moves, both evaluated by projecting the measured phases through the phases projector:
+
+1. **Host grouping** (swaps between hosts): a rank that exchanges many bytes with another host's
+   ranks moves there, trading places with the rank of that host that gains most from the swap.
+   Swaps are tried from the heaviest receivers first (where incast comes from); a swap is kept
+   only when it captures more bytes inside hosts (NVLink).
+2. **Rail slots** (permutation inside each host): ranks are assigned to local GPU indices by a
+   linear assignment (Hungarian) that maximises the bytes to same-index GPUs on other hosts —
+   the bytes that stay on one rail leaf without a PXN hop or a spine.
+
+The gain is reported as predicted peak port load and uplink bytes before/after, per projection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
+
+from fabricmon.core.phases.layout import FabricLayout, RankPlacement
+from fabricmon.core.phases.projector import Projector
+from fabricmon.core.phases.routing import Routing
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def host_swaps(w: FloatArray, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
+    """Improve the host of each rank by pairwise swaps (sizes per host kept). ``w`` symmetric bytes."""
+    host = host.copy()
+    n_hosts = int(host.max()) + 1
+    for _ in range(max_swaps):
+        member = np.zeros((len(host), n_hosts))
+        member[np.arange(len(host)), host] = 1.0
+        aff = w @ member  # (R, hosts): bytes between rank r and host h's ranks
+        own = aff[np.arange(len(host)), host] - np.diag(w)
+        hot = np.argsort(-w.sum(axis=1))[:candidates]
+        # gain of swapping a (hot) with b: a joins host[b], b joins host[a]
+        gain = (aff[hot][:, host] - own[hot][:, None]
+                + aff[:, host[hot]].T - own[None, :] - 2 * w[hot])
+        gain[host[hot][:, None] == host[None, :]] = -np.inf
+        i, b = np.unravel_index(int(np.argmax(gain)), gain.shape)
+        if not gain[i, b] > 1e-9 * max(1.0, float(w.sum())):
+            break
+        a = int(hot[i])
+        host[a], host[int(b)] = host[int(b)], host[a]
+    return host
+
+
+def rail_slots(w: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]], local_of_slot: IntArray,
+               rounds: int = 3) -> IntArray:
+    """GPU (slot) of every rank: per host, a linear assignment maximising same-local-index bytes
+    to other hosts' ranks, iterated a few rounds. ``slots_of_host[h]`` are h's GPU ids."""
+    gpu = np.full(len(host), -1, dtype=np.int64)
+    for h, slots in slots_of_host.items():  # start: rank order on the host's GPUs
+        ranks = np.flatnonzero(host == h)
+        gpu[ranks] = slots[: len(ranks)]
+    n_local = int(local_of_slot.max()) + 1
+    for _ in range(rounds):
+        local = local_of_slot[gpu]
+        member = np.zeros((len(host), n_local))
+        member[np.arange(len(host)), local] = 1.0
+        for h, slots in slots_of_host.items():
+            ranks = np.flatnonzero(host == h)
+            others = host != h
+            # bytes of each of h's ranks to other hosts' ranks at each local index
+            score = w[np.ix_(ranks, np.flatnonzero(others))] @ member[others]
+            cost = -score[:, local_of_slot[slots]]
+            r_i, s_i = linear_sum_assignment(cost)
+            gpu[ranks[r_i]] = np.asarray(slots)[s_i]
+    return gpu
+
+
+def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray,
+            routing: Routing) -> dict[str, Any]:
+    """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes."""
+    g0 = placement.gpu_of_rank
+    if (g0 < 0).any():
+        return {"error": "the rank map does not place every rank; no suggestion"}
+    w = stack.sum(axis=0)
+    w = w + w.T
+    host0 = layout.gpu_host[g0]
+    hosts = sorted(set(host0.tolist()))
+    slots_of_host = {h: sorted(int(g) for g in g0[host0 == h]) for h in hosts}
+    host1 = host_swaps(w, host0)
+    gpu1 = rail_slots(w, host1, slots_of_host, layout.gpu_local)
+    suggested = RankPlacement(gpu1)
+
+    def figures(p: RankPlacement) -> dict[str, float]:
+        loads = Projector(layout, p, routing).project(stack).load_bytes
+        up = ~layout.index.host_facing
+        h, r = layout.gpu_host[p.gpu_of_rank], layout.gpu_rail[p.gpu_of_rank]
+        cross_host = h[:, None] != h[None, :]
+        cross_rail = cross_host & (r[:, None] != r[None, :])
+        return {"peak_port_bytes": float(loads.max()), "uplink_bytes": float(loads[:, up].sum()),
+                "network_bytes": float((stack.sum(axis=0) * cross_host).sum()),
+                "cross_rail_bytes": float((stack.sum(axis=0) * cross_rail).sum())}
+
+    before, after = figures(placement), figures(suggested)
+    moved = int((gpu1 != g0).sum())
+    gain = {k: (before[k] - after[k]) / before[k] if before[k] > 0 else 0.0 for k in before}
+    fewer = (after["network_bytes"] < before["network_bytes"]
+             or after["cross_rail_bytes"] < before["cross_rail_bytes"])
+    better = after["peak_port_bytes"] <= before["peak_port_bytes"] and fewer
+    return {"before": before, "after": after, "relative_gain": gain, "ranks_moved": moved,
+            "suggest": bool(better and moved),
+            "gpu_of_rank": gpu1.tolist() if better and moved else None,
+            "hosts": [layout.host_names[h] for h in hosts]}
