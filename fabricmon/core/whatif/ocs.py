@@ -76,12 +76,14 @@ class PhaseTimes:
     on_circuits: float  # share of inter-server bytes on circuits
 
 
-def phase_times(s: FloatArray, region_of_server: IntArray, alpha: int, link_bytes_s: float) -> PhaseTimes:
+def phase_times(s: FloatArray, region_of_server: IntArray, alpha: int, link_bytes_s: float,
+                fixed: IntArray | None = None) -> PhaseTimes:
     """One phase's server matrix on the mixed fabric (circuits per region, the rest over EPS with
-    8−α NICs per server) against a non-blocking fat-tree with all 8."""
+    8−α NICs per server) against a non-blocking fat-tree with all 8. ``fixed``: one static set of
+    circuits for every phase (a TopoOpt-like topology) instead of reconfiguring per phase."""
     n = len(s)
-    c_all = np.zeros((n, n), dtype=np.int64)
-    for r in np.unique(region_of_server):
+    c_all = np.zeros((n, n), dtype=np.int64) if fixed is None else fixed
+    for r in np.unique(region_of_server) if fixed is None else ():
         m = np.flatnonzero(region_of_server == r)
         if len(m) < 2:
             continue

@@ -52,7 +52,10 @@ class LayerDispatch:
     sent: FloatArray  # (R, R) bytes per step
     received: FloatArray
     event_bytes: float  # the events' own bytes_sent per step, summed over ranks
-    duration_s: float
+    duration_s: float  # median over steps (NaN: some step has no timing)
+    # per step: the busiest rank's cross-group bytes (in or out) and the phase's measured duration
+    busiest_cross_bytes: FloatArray | None = None
+    step_durations_s: FloatArray | None = None
 
 
 def row_bytes(matrix: FloatArray) -> int:
@@ -73,23 +76,40 @@ def groups_per_token(sent: FloatArray, group_of_rank: IntArray, top_k: float) ->
     return float(hit[total[:, 0] > 0].mean()) if (total > 0).any() else math.nan
 
 
-def geometry(d: LayerDispatch, group_of_rank: IntArray, top_k: float) -> Geometry:
+def geometry(d: LayerDispatch, group_of_rank: IntArray, top_k: float, row: int | None = None) -> Geometry:
+    """The layer's geometry; ``row`` declared (H × bytes per element) or the gcd of the cells."""
     n_groups = int(group_of_rank.max()) + 1
     r = int(np.bincount(group_of_rank).max())
-    row = row_bytes(d.sent)
+    row = row or row_bytes(d.sent)
     rows = float(d.sent.sum(axis=1).mean()) / row if row else math.nan
     return Geometry(groups=n_groups, ranks_per_group=r, top_k=top_k,
                     groups_per_token=groups_per_token(d.sent, group_of_rank, top_k),
                     row_bytes=row, tokens_per_rank=rows / top_k)
 
 
-def predicted_flat_s(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal: Calibration,
-                     slow_gbs: float) -> float:
-    """The model's flat time with the busiest rank's cross-group bytes (in or out) on the slow link."""
+def busiest_cross(sent: FloatArray, group_of_rank: IntArray) -> float:
+    """The busiest rank's bytes to or from other groups (what a flat all-to-all waits for)."""
     cross = group_of_rank[:, None] != group_of_rank[None, :]
-    busiest = max(float((d.sent * cross).sum(axis=0).max()), float((d.sent * cross).sum(axis=1).max()))
+    return max(float((sent * cross).sum(axis=0).max()), float((sent * cross).sum(axis=1).max()))
+
+
+def prediction_error(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal: Calibration,
+                     slow_gbs: float) -> tuple[float, float]:
+    """(model flat time s, its worse-direction ratio to the measured duration): per step where the
+    steps' busiest bytes are known (median of the ratios), else from the layer's mean matrix."""
     sat = cal.saturation(d.sent.sum() / max(1, d.sent.shape[0] ** 2))
-    return (cal.alpha(g.ep) + 1e3 * busiest / (slow_gbs * 1e9 * sat)) / 1e3 if sat else math.nan
+    if not sat:
+        return math.nan, math.nan
+    beta = slow_gbs * 1e9 * sat
+    if d.busiest_cross_bytes is not None and d.step_durations_s is not None:
+        pred = cal.alpha(g.ep) / 1e3 + d.busiest_cross_bytes / beta
+        meas = d.step_durations_s
+    else:
+        pred = np.array([cal.alpha(g.ep) / 1e3 + busiest_cross(d.sent, group_of_rank) / beta])
+        meas = np.array([d.duration_s])
+    if not len(meas) or not np.isfinite(meas).all() or (meas <= 0).any():
+        return float(np.median(pred)), math.inf
+    return float(np.median(pred)), float(np.median(np.maximum(pred / meas, meas / pred)))
 
 
 def measured_ratio(fast_rates_bps: FloatArray, slow_rates_bps: FloatArray, min_samples: int = 3) -> float:
@@ -118,20 +138,20 @@ def terrace_figure(
     ratio: float,
     cal: Calibration | None = None,
     assumed_ratio: float | None = None,
+    row: int | None = None,
 ) -> Figure:
     """Per layer: geometry, breakevens for the three chains, measured-ratio verdicts; gated."""
     cal = cal or Calibration()
     rows: list[dict[str, Any]] = []
     errors: list[float] = []
+    rows_found = []
     for d in layers:
-        g = geometry(d, group_of_rank, top_k)
+        g = geometry(d, group_of_rank, top_k, row)
+        rows_found.append(g.row_bytes)
         # the run's own fast fabric: β_fast∞ = ρ·β_slow∞ when ρ is known (else the paper's machine)
         c = with_fast(cal, ratio * slow_gbs) if math.isfinite(ratio) else cal
-        pred = predicted_flat_s(d, group_of_rank, g, cal, slow_gbs)
-        if math.isfinite(d.duration_s) and d.duration_s > 0 and math.isfinite(pred) and pred > 0:
-            errors.append(max(pred / d.duration_s, d.duration_s / pred))
-        else:
-            errors.append(math.inf if not math.isfinite(d.duration_s) or d.duration_s <= 0 else math.nan)
+        pred, err = prediction_error(d, group_of_rank, g, cal, slow_gbs)
+        errors.append(err)
         be = {ch: breakeven(g, c, ch) for ch in CHAINS}
         rows.append({
             "layer": d.layer, "groups": g.groups, "ranks_per_group": g.ranks_per_group,
@@ -149,6 +169,9 @@ def terrace_figure(
     if any(math.isnan(e) for e in errors):
         worst = math.nan
     gates = (
+        check("row_size", "the row size (H × bytes per element) is declared or every measured cell is a "
+              "whole number of rows of at least 64 bytes", float(min(rows_found, default=0)),
+              flag_bound=64, withhold_bound=64, unit="B", higher_is_better=True),
         check("byte_accounting",
               "the matrices' bytes equal the events' byte counts, and sent equals received",
               _accounting_error(layers), flag_bound=0.01, withhold_bound=0.05, unit="ratio"),
@@ -162,7 +185,7 @@ def terrace_figure(
     sens_ratios = sorted({*SENSITIVITY_RATIOS, *([assumed_ratio] if assumed_ratio else [])})
     sensitivity = []
     for d in layers[:1]:
-        g = geometry(d, group_of_rank, top_k)
+        g = geometry(d, group_of_rank, top_k, row)
         sensitivity = [{"ratio": r, **{ch: speedup(g, cal, ch, r) for ch in CHAINS}} for r in sens_ratios]
     return Figure(
         "hierarchy", "Hierarchical dispatch (TerraceMoE call-level model)",
@@ -170,7 +193,8 @@ def terrace_figure(
             "groups are the scale-up domains (servers) the ranks sit on; Hop A crosses the slow fabric, "
             "Hop B stays inside a group",
             f"top-k = {top_k:g} (declared); tokens pick groups independently, so M = Σ_g 1−(1−P_g)^k",
-            "row size = gcd of the measured per-peer bytes; T = rows / k",
+            (f"row size {row} B declared" if row else "row size = gcd of the measured per-peer bytes")
+            + "; T = rows / k",
             f"slow fabric β∞ = {slow_gbs:g} GB/s (NIC link rate from the topology); β saturates "
             f"with x_half = {cal.x_half_bytes / 1024:g} KiB",
             "α(world), sync and arrival-chain costs: TerraceMoE's published calibration unless edited",

@@ -111,4 +111,14 @@ def test_missing_timings_withhold_and_a_wrong_prediction_withholds() -> None:
     assert _gates(missing)["flat_prediction"] == "withhold"
     slow = terrace_figure([_layer(sent, 3 * _consistent_duration(sent, groups, 50.0))], groups, top_k=8,
                           slow_gbs=50.0, ratio=8.0)
-    assert _gates(slow)["flat_prediction"] == "withhold" and "×1.5" in slow.gates[2].reason
+    assert _gates(slow)["flat_prediction"] == "withhold" and "×1.5" in {g.name: g for g in slow.gates}["flat_prediction"].reason
+
+
+def test_rows_that_are_not_whole_withhold_unless_the_row_size_is_declared() -> None:
+    sent, groups = _run()
+    ragged = sent + 1  # cells no longer multiples of one row size
+    d = _layer(ragged, _consistent_duration(ragged, groups, 50.0))
+    fig = terrace_figure([d], groups, top_k=8, slow_gbs=50.0, ratio=8.0)
+    assert _gates(fig)["row_size"] == "withhold" and fig.verdict == "withhold"
+    declared = terrace_figure([d], groups, top_k=8, slow_gbs=50.0, ratio=8.0, row=7168)
+    assert _gates(declared)["row_size"] == "pass" and declared.verdict == "show"

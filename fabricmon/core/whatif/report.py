@@ -1,0 +1,396 @@
+"""The What-if page's computation: a run's measured matrices read once, reduced as they stream in,
+then every figure (hierarchy, locality and optics, collectives, routing, placement) with its gates.
+
+    for each (step, layer, phase) matrix T:        (one pass; nothing rank×rank kept per step)
+        server matrix S = MᵀTM                     → locality, drift, top-K, OCS phase times
+        per-(layer, phase) sum of T                → hierarchy geometry, collectives, routing, placement
+        sent/received/event byte totals, timings   → the gates
+
+Rank×rank work (projections, placement) runs on the per-(layer, phase) means over steps — what
+the phase page's folded view shows — so its cost follows layers × phases, not the run's length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.phases.gates import Gate, check, coverage_gate
+from fabricmon.core.phases.layout import FabricLayout, RankPlacement
+from fabricmon.core.phases.projector import Projector
+from fabricmon.core.phases.routing import Routing
+from fabricmon.core.whatif import locality as loc
+from fabricmon.core.whatif import ocs
+from fabricmon.core.whatif.collectives import collectives_figure_values
+from fabricmon.core.whatif.placement import suggest
+from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
+from fabricmon.core.whatif.terrace import Calibration
+from fabricmon.core.whatif.terrace_run import LayerDispatch, terrace_figure
+from fabricmon.core.whatif.verdicts import SENSITIVITY, Figure
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Key = tuple[int, int, str]
+DISPATCH, COMBINE = "dispatch", "combine"
+
+
+@dataclass(frozen=True)
+class Params:
+    """What the user may change on the page (defaults: the papers' own)."""
+
+    top_k: float = 8.0
+    alpha: int = 6  # NICs per server on the OCS
+    region_servers: int | None = None  # region size k; None: the EP groups / port budget
+    reconfig_ms: float = 25.0
+    routing: Routing = field(default_factory=lambda: Routing("pxn"))
+    calibration: Calibration = field(default_factory=Calibration)
+    assumed_ratio: float | None = None
+    row_bytes: int | None = None  # H × bytes per element, when declared (else the cells' gcd)
+
+
+@dataclass
+class Accumulator:
+    """Reductions of a run's matrices as they are read (see the module doc)."""
+
+    server_of_rank: IntArray
+    n_servers: int
+    keys: list[Key] = field(default_factory=list)
+    server: list[FloatArray] = field(default_factory=list)  # (N, N) per key
+    sums: dict[tuple[int, str], FloatArray] = field(default_factory=dict)  # (layer, phase) → Σ T
+    sums_recv: dict[tuple[int, str], FloatArray] = field(default_factory=dict)
+    steps_of: dict[tuple[int, str], int] = field(default_factory=dict)
+    event_bytes: dict[tuple[int, str], float] = field(default_factory=dict)
+    start_s: list[float] = field(default_factory=list)
+    end_s: list[float] = field(default_factory=list)
+    busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
+
+    def add(self, key: Key, sent: FloatArray, received: FloatArray | None = None, *,
+            event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
+        _, layer, phase = key
+        r = len(self.server_of_rank)
+        sent = sent[:r, :r]
+        self.keys.append(key)
+        server, busiest = _server_and_busiest(sent, self.server_of_rank, self.n_servers)
+        self.server.append(server)
+        self.busiest_cross.append(busiest)
+        lp = (layer, phase)
+        if lp not in self.sums:
+            self.sums[lp] = np.zeros((r, r))
+            self.sums_recv[lp] = np.zeros((r, r))
+            self.steps_of[lp] = 0
+            self.event_bytes[lp] = 0.0
+        np.add(self.sums[lp], sent, out=self.sums[lp], casting="unsafe")
+        np.add(self.sums_recv[lp], sent if received is None else received[:r, :r], out=self.sums_recv[lp],
+               casting="unsafe")
+        self.steps_of[lp] += 1
+        self.event_bytes[lp] += event_bytes
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+
+    def mean(self, lp: tuple[int, str]) -> FloatArray:
+        return self.sums[lp] / max(1, self.steps_of[lp])
+
+
+def _server_and_busiest(t: FloatArray, server_of_rank: IntArray, n: int) -> tuple[FloatArray, float]:
+    """S of one matrix and the busiest rank's bytes to or from other servers, in two reads of T
+    (contiguous equal hosts: reshape sums; else membership products)."""
+    r = len(server_of_rank)
+    g = r // n if n else 0
+    if g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)):
+        t32 = np.asarray(t, dtype=np.float32)
+        to_server = t32.reshape(r, n, g).sum(axis=2, dtype=np.float64)  # (R, N): rank → server
+        from_server = t32.reshape(n, g, r).sum(axis=1, dtype=np.float64)  # (N, R): server → rank
+    else:
+        member = np.zeros((r, n))
+        ok = server_of_rank >= 0
+        member[np.flatnonzero(ok), server_of_rank[ok]] = 1.0
+        to_server, from_server = np.asarray(t) @ member, member.T @ np.asarray(t)
+    own = np.maximum(server_of_rank, 0)
+    out_cross = to_server.sum(axis=1) - to_server[np.arange(r), own]
+    in_cross = from_server.sum(axis=0) - from_server[own, np.arange(r)]
+    s = np.zeros((n, n))
+    if g and g * n == r:
+        s += to_server.reshape(n, g, n).sum(axis=1)
+    else:
+        np.add.at(s, own, to_server)
+    np.fill_diagonal(s, 0.0)
+    return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
+
+
+def _server(t: FloatArray, server_of_rank: IntArray, n: int) -> FloatArray:
+    """S of one matrix; contiguous equal hosts take the reshape fast path (one read of T)."""
+    r = len(server_of_rank)
+    g = r // n if n else 0
+    if g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)):
+        s = np.asarray(t, dtype=np.float32).reshape(r, n, g).sum(axis=2, dtype=np.float64)
+        s = s.reshape(n, g, n).sum(axis=1)
+        np.fill_diagonal(s, 0.0)
+        return np.asarray(s, dtype=np.float64)
+    return loc.server_matrix(np.asarray(t, dtype=np.float64), server_of_rank, n)
+
+
+def _durations(acc: Accumulator) -> FloatArray:
+    out: FloatArray = np.asarray(acc.end_s) - np.asarray(acc.start_s)
+    return out
+
+
+def _timings_gate(acc: Accumulator) -> Gate:
+    d = _durations(acc)
+    share = float(np.mean(np.isfinite(d) & (d > 0))) if len(d) else 0.0
+    return check("phase_timings", "every phase has measured start and end times (from the events)",
+                 share, flag_bound=0.99, withhold_bound=0.9, unit="ratio", higher_is_better=True)
+
+
+def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float) -> Figure:
+    d = _durations(acc)
+    layers = []
+    for (layer, phase), total in sorted(acc.sums.items()):
+        if phase != DISPATCH:
+            continue
+        n = acc.steps_of[(layer, phase)]
+        mine = [i for i, k in enumerate(acc.keys) if k[1] == layer and k[2] == phase]
+        dur = d[mine]
+        median = float(np.median(dur)) if len(dur) and np.isfinite(dur).all() else math.nan
+        layers.append(LayerDispatch(layer, total / n, acc.sums_recv[(layer, phase)] / n,
+                                    acc.event_bytes[(layer, phase)] / n, median,
+                                    busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
+                                    step_durations_s=dur))
+    return terrace_figure(layers, acc.server_of_rank, top_k=params.top_k, slow_gbs=link_gbs, ratio=ratio,
+                          cal=params.calibration, assumed_ratio=params.assumed_ratio, row=params.row_bytes)
+
+
+def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
+    per_layer: dict[int, float] = {}
+    for (layer, phase) in acc.sums:
+        if phase == DISPATCH and (layer, COMBINE) in acc.sums:
+            a = _server(acc.sums[(layer, DISPATCH)], acc.server_of_rank, acc.n_servers)
+            b = _server(acc.sums[(layer, COMBINE)], acc.server_of_rank, acc.n_servers)
+            per_layer[layer] = loc.symmetry(a, b)
+    worst = max(per_layer.values()) if per_layer else math.nan
+    return worst, per_layer
+
+
+def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) -> Figure:
+    """mFabric's locality metrics and a regional OCS domain against the run's fabric."""
+    n = acc.n_servers
+    ep = [i for i, k in enumerate(acc.keys) if k[2] in (DISPATCH, COMBINE)]
+    w = np.sum([acc.server[i] for i in ep], axis=0) if ep else np.zeros((n, n))
+    k_max = ocs.port_budget(params.alpha)
+    k = min(n, params.region_servers or k_max)
+    regions = loc.greedy_regions(w, k) if n > 1 else np.zeros(n, dtype=np.int64)
+    curve = loc.locality_curve(w)
+    rack = np.arange(n) // max(1, k)
+    steps = sorted({key[0] for key in acc.keys})
+    layers = sorted({key[1] for key in acc.keys if key[2] == DISPATCH})
+    by_key = {key: i for i, key in enumerate(acc.keys)}
+    stack = np.zeros((len(steps), max(1, len(layers)), n, n))
+    for a, s in enumerate(steps):
+        for b, layer in enumerate(layers):
+            i = by_key.get((s, layer, DISPATCH))
+            if i is not None:
+                stack[a, b] = acc.server[i]
+    circuits_k = params.alpha * max(1, min(k, n)) // 2
+    link_bytes_s = link_gbs * 1e9
+    # phase times with per-phase circuits (reconfigured) and with one static topology from W
+    static = _region_circuits(w, regions, params.alpha, link_bytes_s)
+    t_mix = t_ft = t_static = 0.0
+    penalty = 0.0
+    on_circ = []
+    gaps = _gaps(acc)
+    seen_layer: set[tuple[int, int]] = set()
+    for i, key in enumerate(acc.keys):
+        pt = ocs.phase_times(acc.server[i], regions, params.alpha, link_bytes_s)
+        st = ocs.phase_times(acc.server[i], regions, params.alpha, link_bytes_s, fixed=static)
+        t_mix += pt.mix_s
+        t_ft += pt.fat_tree_s
+        t_static += st.mix_s
+        on_circ.append(pt.on_circuits)
+        first = key[2] == DISPATCH and (key[0], key[1]) not in seen_layer
+        seen_layer.add((key[0], key[1]))
+        if first or (math.isfinite(gaps[i]) and gaps[i] < params.reconfig_ms / 1e3):
+            penalty += params.reconfig_ms / 1e3
+    sigma, per_layer = _symmetry(acc)
+    gates = (
+        check("phase_symmetry", "combine retraces dispatch (σ of the normalised server matrices ≈ 0, "
+              "mFabric §4.1.7)", sigma, flag_bound=0.02, withhold_bound=loc.SYMMETRY_BOUND),
+        timings,
+    )
+    mix_total = t_mix + penalty
+    cost = ocs.cost_panel(t_ft, mix_total, round(link_gbs * 8), params.alpha) if mix_total > 0 else {}
+    ep_share = float(np.mean([loc.locality(w, regions)])) if n > 1 else math.nan
+    values = {
+        "servers": n, "region_servers": k, "port_budget_servers": k_max, "alpha": params.alpha,
+        "locality_regions": ep_share,
+        "locality_rack_contiguous": loc.locality(w, rack) if n > 1 else math.nan,
+        "regions": regions.tolist(), "curve": curve,
+        "k_locality": {"k": k, "median": float(np.nanmedian(loc.k_locality(w, k))) if n > 1 else math.nan,
+                       "min": float(np.nanmin(loc.k_locality(w, k))) if n > 1 and w.sum() else math.nan},
+        "stability": loc.stability(stack, circuits_k) if steps else {},
+        "intensity": loc.intensity(acc.mean(next(iter(acc.sums)))) if acc.sums else {},
+        "pair_sparsity": _sparsity(w, circuits_k),
+        "times_s": {"fat_tree": t_ft, "mix": t_mix, "reconfig_penalty": penalty,
+                    "mix_with_penalty": mix_total,
+                    "static_topology": t_static,
+                    "mix_over_fat_tree": mix_total / t_ft if t_ft > 0 else math.nan,
+                    "static_over_fat_tree": t_static / t_ft if t_ft > 0 else math.nan},
+        "bytes_on_circuits": float(np.nanmean(on_circ)) if on_circ else math.nan,
+        "cost": cost,
+    }
+    return Figure(
+        "optics", "Locality and a regional optical domain (mFabric / MixNet)",
+        assumptions=(
+            "servers are the run's hosts; traffic inside a server stays on NVLink",
+            f"α = {params.alpha} of 8 NICs per server on the OCS, the rest on a fat-tree; link rate "
+            f"{link_gbs * 8:g} Gb/s from the topology",
+            f"regions: greedy merging under k = {k} servers (OCS port budget {k_max} at α = {params.alpha})",
+            "circuits per (step, layer, phase): Algorithm 1 with ε, skip, fill and repair",
+            f"reconfiguration {params.reconfig_ms:g} ms before each layer's first dispatch and any phase "
+            "whose preceding gap is shorter",
+            "cost: mFabric Table 4 prices; a communication-only estimate (no NVLink delegation hops, "
+            "no congestion control)",
+        ),
+        gates=gates, values=values, always={"symmetry_per_layer": per_layer, "port_budget_servers": k_max},
+    )
+
+
+def _region_circuits(w: FloatArray, regions: IntArray, alpha: int, link_bytes_s: float) -> IntArray:
+    c = np.zeros(w.shape, dtype=np.int64)
+    for r in np.unique(regions):
+        m = np.flatnonzero(regions == r)
+        if len(m) > 1:
+            c[np.ix_(m, m)] = ocs.circuits(w[np.ix_(m, m)], alpha, link_bytes_s)
+    return c
+
+
+def _sparsity(w: FloatArray, m: int) -> dict[str, float]:
+    v = (w + w.T)[np.triu_indices(len(w), 1)]
+    total = float(v.sum())
+    if total <= 0:
+        return {}
+    top = float(np.sort(v)[::-1][:m].sum())
+    return {"top_m_share": top / total, "m": m, "effective_pairs": total**2 / float((v**2).sum())}
+
+
+def _gaps(acc: Accumulator) -> FloatArray:
+    """Compute gap before each phase: its start minus the latest end of the phases before it."""
+    start, end = np.asarray(acc.start_s), np.asarray(acc.end_s)
+    out = np.full(len(start), np.nan)
+    order = np.argsort(start, kind="stable")
+    latest = -np.inf
+    for i in order:
+        if math.isfinite(latest) and math.isfinite(start[i]):
+            out[i] = start[i] - latest
+        if math.isfinite(end[i]):
+            latest = max(latest, end[i])
+    return out
+
+
+def _projectors(layout: FabricLayout, placement: RankPlacement, seeds: int = 3) -> dict[str, Projector]:
+    out = {m: Projector(layout, placement, Routing(m)) for m in ("pxn", "spray")}
+    for s in range(seeds):
+        out[f"ecmp(seed={s})"] = Projector(layout, placement, Routing("ecmp", s))
+    return out
+
+
+def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, measured: FloatArray | None,
+            port_names: list[str], coverage: Gate) -> Figure:
+    lps = sorted(acc.sums)
+    stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
+    loads = {name: p.project(stack).load_bytes for name, p in _projectors(layout, placement).items()}
+    cols = [(-1, layer, phase) for layer, phase in lps]
+    uplink = ~layout.index.host_facing
+    out = compare(loads, measured, cols, port_names, uplink)
+    # ECMP expectation: the busiest leaf's cross-leaf NIC pairs hashed onto its uplinks
+    g = placement.gpu_of_rank
+    leaf = layout.nic_leaf[np.maximum(g, 0)]
+    total = stack.sum(axis=0) if len(stack) else np.zeros((0, 0))
+    cross = (leaf[:, None] != leaf[None, :]) & (total > 0)
+    n_leaves = len(layout.leaf_names)
+    flows: Any = np.bincount(leaf[np.nonzero(cross)[0]], minlength=n_leaves) if cross.any() else []
+    per_leaf: Any = np.bincount(layout.link[:, 0], minlength=n_leaves) if len(layout.link) else []
+    if len(flows) and len(per_leaf):
+        busiest = int(np.argmax(flows))
+        out["ecmp_expectation"] = {"leaf": layout.leaf_names[busiest],
+                                   **ecmp_expectation(int(flows[busiest]), int(per_leaf[busiest]))}
+    gates = (coverage, check("measured_counters", "switch counters measured these phases (else the "
+                             "comparison has no measured column)", 1.0 if measured is not None else math.nan,
+                             flag_bound=1.0, withhold_bound=-1.0, higher_is_better=True))
+    gates = (gates[0], _flag_only(gates[1]))
+    return Figure("routing", "Routing: PXN, ECMP (hash model, 3 seeds) and packet spraying",
+                  assumptions=("per (layer, phase): the measured matrices' mean over the run's steps",
+                               "ECMP: the phases projector's splitmix64 hash model, seeds 0–2 (the spread is "
+                               "the collision risk); spraying splits every flow evenly over usable uplinks",
+                               "measured: the phase view's attributed per-port bytes, folded the same way"),
+                  gates=gates, values=out)
+
+
+def _flag_only(g: Gate) -> Gate:
+    """A gate that can only warn (a comparison with no measured column is still a prediction)."""
+    if g.verdict != "withhold":
+        return g
+    return Gate(g.name, g.assumption, g.value, g.unit, g.flag_bound, g.withhold_bound, g.higher_is_better,
+                "flag", f"{g.name}: no measured counters for this run — {g.assumption}")
+
+
+def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, routing_: Routing,
+                port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
+    disp = [acc.mean(lp) for lp in sorted(acc.sums) if lp[1] == DISPATCH]
+    a2a = np.mean(disp, axis=0) if disp else None
+    proj = Projector(layout, placement, routing_)
+    values = collectives_figure_values(proj, a2a, measured_sizes, port_names)
+    return Figure("collectives", "Collective algorithms on this placement",
+                  assumptions=(f"routing {routing_.label()} (the run's phase view)",
+                               "rings: NCCL rail-aligned channels (one per local GPU index) and, for "
+                               "comparison, one ring in rank order",
+                               "tree: NCCL double binary tree over hosts on rails 0 and 1",
+                               "all-reduce loads per byte of the per-rank buffer S; all-to-all: the measured "
+                               "dispatch matrix (mean of layers and steps)"),
+                  gates=(coverage,), values=values, note="model of the schedules on the measured placement")
+
+
+def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, routing_: Routing,
+                     coverage: Gate) -> Figure:
+    lps = sorted(acc.sums)
+    stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
+    values = suggest(layout, placement, stack, routing_) if len(stack) else {"error": "no matrices"}
+    return Figure("placement", "Placement suggestion",
+                  assumptions=("only the run's own GPUs; ranks swapped between hosts (heaviest receivers "
+                               "first), then permuted over local GPU indices (rails)",
+                               f"judged by projecting the per-(layer, phase) means under {routing_.label()}",
+                               "tensor/pipeline groups are not constrained: check before applying"),
+                  gates=(coverage,), values=values)
+
+
+def whatif(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, params: Params, *,
+           link_gbs: float, ratio: float, measured: FloatArray | None, port_names: list[str],
+           measured_sizes: dict[str, float] | None = None) -> dict[str, Any]:
+    """Every figure of the page, as plain data."""
+    coverage = coverage_gate(placement.coverage)
+    timings = _timings_gate(acc)
+    figs: list[Figure] = [hierarchy(acc, params, link_gbs=link_gbs, ratio=ratio)]
+    figs[0] = Figure(figs[0].name, figs[0].title, figs[0].assumptions, (*figs[0].gates, timings),
+                     figs[0].values, figs[0].always)
+    figs.append(optics(acc, params, link_gbs=link_gbs, timings=timings))
+    if placement.coverage >= 0.9:
+        figs.append(collectives(acc, layout, placement, routing_=params.routing, port_names=port_names,
+                                measured_sizes=measured_sizes or {}, coverage=coverage))
+        figs.append(routing(acc, layout, placement, measured=measured, port_names=port_names,
+                            coverage=coverage))
+        figs.append(placement_figure(acc, layout, placement, params.routing, coverage))
+    else:
+        for name in ("collectives", "routing", "placement"):
+            figs.append(Figure(name, name, ("ranks placed on the fabric by the rank map",), (coverage,), {}))
+    return {"note": SENSITIVITY, "keys": len(acc.keys), "figures": [f.as_dict() for f in figs]}
+
+
+def accumulate(server_of_rank: IntArray, n_servers: int,
+               rows: Iterable[tuple[Key, FloatArray, FloatArray | None, float, float, float]]) -> Accumulator:
+    acc = Accumulator(server_of_rank, n_servers)
+    for key, sent, received, ev_bytes, start_s, end_s in rows:
+        acc.add(key, sent, received, event_bytes=ev_bytes, start_s=start_s, end_s=end_s)
+    return acc
