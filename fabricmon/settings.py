@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "fabricmon.jobs",
     "fabricmon.alerts",
     "fabricmon.phases",
+    "fabricmon.whatif",
 ]
 
 MIDDLEWARE = [
