@@ -30,31 +30,52 @@ def port_budget(alpha: int, ocs_ports: int = OCS_PORTS) -> int:
 
 def circuits(demand: FloatArray, alpha: int, link_bytes_s: float = 1.0, eps: float = 1e-9) -> IntArray:
     """Circuits per server pair (symmetric, each server ≤ α) for the duplex demand of a region."""
-    n = len(demand)
-    d = np.triu(demand + demand.T, 1)
-    c = np.zeros((n, n), dtype=np.int64)
-    free = np.full(n, alpha, dtype=np.int64)
-    iu = np.triu_indices(n, 1)
-    while True:
-        ok = (d[iu] > 0) & (free[iu[0]] > 0) & (free[iu[1]] > 0)
-        if not ok.any():
+    one: IntArray = circuits_batch(np.asarray(demand, dtype=np.float64)[None], alpha, link_bytes_s, eps)[0]
+    return one
+
+
+def circuits_batch(demand: FloatArray, alpha: int, link_bytes_s: float = 1.0, eps: float = 1e-9,
+                   servers: IntArray | None = None) -> IntArray:
+    """:func:`circuits` for a stack (B, k, k) of regions at once (one pair per region per round);
+    ``servers[b]`` (≤ k) says how many of region b's rows are real (the rest is padding)."""
+    n_b, k = demand.shape[:2]
+    iu = np.triu_indices(k, 1)
+    d = (demand + demand.transpose(0, 2, 1))[:, iu[0], iu[1]]  # (B, pairs) duplex demand
+    real = np.ones((n_b, k), dtype=bool) if servers is None else np.arange(k)[None, :] < servers[:, None]
+    free = np.where(real, alpha, 0).astype(np.int64)
+    c = np.zeros(d.shape, dtype=np.int64)
+    rows = np.arange(n_b)
+
+    def add(ok: npt.NDArray[np.bool_], score: FloatArray) -> bool:
+        any_ok = ok.any(axis=1)
+        if not any_ok.any():
+            return False
+        p = np.argmax(np.where(ok, score, -1.0), axis=1)
+        b = rows[any_ok]
+        p = p[any_ok]
+        c[b, p] += 1
+        free[b, iu[0][p]] -= 1
+        free[b, iu[1][p]] -= 1
+        return True
+
+    while True:  # Algorithm 1 with ε: the pair of longest completion time that has ports at both ends
+        both = (free[:, iu[0]] > 0) & (free[:, iu[1]] > 0)
+        if not add(both & (d > 0), d / (c * link_bytes_s + eps * (1 + d))):
             break
-        t = np.where(ok, d[iu] / (c[iu] * link_bytes_s + eps * (1 + d[iu])), -1.0)
-        p = int(np.argmax(t))
-        i, j = int(iu[0][p]), int(iu[1][p])
-        c[i, j] += 1
-        free[i] -= 1
-        free[j] -= 1
     while True:  # fill: leftover ports to pairs that both have some, by demand
-        ok = (free[iu[0]] > 0) & (free[iu[1]] > 0)
-        if not ok.any():
+        both = (free[:, iu[0]] > 0) & (free[:, iu[1]] > 0)
+        if not add(both, d + 1.0):
             break
-        p = int(np.argmax(np.where(ok, d[iu] + 1.0, -1.0)))
-        i, j = int(iu[0][p]), int(iu[1][p])
-        c[i, j] += 1
-        free[i] -= 1
-        free[j] -= 1
-    for i in np.flatnonzero(free >= 2).tolist():  # repair: a stranded server takes over a circuit (a, b)
+    out = np.zeros((n_b, k, k), dtype=np.int64)
+    out[:, iu[0], iu[1]] = c
+    for b_i in np.flatnonzero((free >= 2).any(axis=1)).tolist():  # repair stranded servers (rare)
+        _repair(out[b_i], free[b_i], np.triu(demand[b_i] + demand[b_i].T, 1))
+    return out + out.transpose(0, 2, 1)
+
+
+def _repair(c: IntArray, free: IntArray, d: FloatArray) -> None:
+    """A server left with ≥ 2 free ports takes over a circuit (a, b) between two others: (i,a), (i,b)."""
+    for i in np.flatnonzero(free >= 2).tolist():
         while free[i] >= 2:
             a_b = [(int(a), int(b)) for a, b in zip(*np.nonzero(c), strict=True) if i not in (a, b)]
             if not a_b:
@@ -64,7 +85,6 @@ def circuits(demand: FloatArray, alpha: int, link_bytes_s: float = 1.0, eps: flo
             for x in (a, b):
                 c[min(i, x), max(i, x)] += 1
             free[i] -= 2
-    return c + c.T
 
 
 @dataclass(frozen=True)
@@ -141,3 +161,47 @@ def cost_panel(t_ft_s: float, t_mix_s: float, gbps: int, alpha: int) -> dict[str
     return {"price_row_gbps": nearest, "cost_per_gpu_fat_tree": cost_per_gpu(nearest, None),
             "cost_per_gpu_mixnet": cost_per_gpu(nearest, alpha), "cost_ratio": ratio,
             "time_ratio_ft_over_mix": speed, "cost_efficiency": speed * ratio}
+
+
+def phase_times_all(server: FloatArray, region_of_server: IntArray, alpha: int, link_bytes_s: float,
+                    fixed: FloatArray | None = None) -> dict[str, FloatArray]:
+    """:func:`phase_times` for a stack (K, N, N) of phases at once: every (phase, region) gets its
+    circuits in one :func:`circuits_batch` (or the circuits of ``fixed``, one (N, N) demand whose
+    circuits serve every phase: the static topology). Returns per-phase arrays."""
+    n_k, n = server.shape[:2]
+    regions = [np.flatnonzero(region_of_server == r) for r in np.unique(region_of_server)]
+    regions = [m for m in regions if len(m) > 1]
+    kmax = max((len(m) for m in regions), default=0)
+    on_out = np.zeros((n_k, n))
+    on_in = np.zeros((n_k, n))
+    ocs_s = np.zeros(n_k)
+    if kmax:
+        blocks = np.zeros((n_k, len(regions), kmax, kmax))
+        for j, m in enumerate(regions):
+            blocks[:, j, : len(m), : len(m)] = server[:, m[:, None], m[None, :]]
+        sizes = np.array([len(m) for m in regions])
+        if fixed is None:
+            c = circuits_batch(blocks.reshape(-1, kmax, kmax), alpha, link_bytes_s,
+                               servers=np.tile(sizes, n_k)).reshape(n_k, len(regions), kmax, kmax)
+        else:
+            fb = np.zeros((len(regions), kmax, kmax))
+            for j, m in enumerate(regions):
+                fb[j, : len(m), : len(m)] = fixed[np.ix_(m, m)]
+            c = np.broadcast_to(circuits_batch(fb, alpha, link_bytes_s, servers=sizes), blocks.shape)
+        on = c > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_pair = np.where(on, np.maximum(blocks, blocks.transpose(0, 1, 3, 2)) / (c * link_bytes_s), 0.0)
+        ocs_s = t_pair.reshape(n_k, -1).max(axis=1)
+        carried = np.where(on, blocks, 0.0)
+        for j, m in enumerate(regions):
+            on_out[:, m] = carried[:, j, : len(m), : len(m)].sum(axis=2)
+            on_in[:, m] = carried[:, j, : len(m), : len(m)].sum(axis=1)
+    out_b, in_b = server.sum(axis=2), server.sum(axis=1)
+    lanes = NICS_PER_SERVER - alpha
+    eps_peak = np.maximum((out_b - on_out).max(axis=1), (in_b - on_in).max(axis=1))
+    eps_s = eps_peak / (lanes * link_bytes_s) if lanes > 0 else np.where(eps_peak > 0, np.inf, 0.0)
+    ft_s = np.maximum(out_b.max(axis=1), in_b.max(axis=1)) / (NICS_PER_SERVER * link_bytes_s)
+    total = out_b.sum(axis=1)
+    share = np.divide(on_out.sum(axis=1), total, out=np.full(n_k, np.nan), where=total > 0)
+    return {"ocs_s": ocs_s, "eps_s": eps_s, "mix_s": np.maximum(ocs_s, eps_s), "fat_tree_s": ft_s,
+            "on_circuits": share}

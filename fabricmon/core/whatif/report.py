@@ -81,12 +81,15 @@ class Accumulator:
         lp = (layer, phase)
         if lp not in self.sums:
             self.sums[lp] = np.zeros((r, r))
-            self.sums_recv[lp] = np.zeros((r, r))
             self.steps_of[lp] = 0
             self.event_bytes[lp] = 0.0
+        if received is not None:  # what receivers reported (kept only when it was reported)
+            if lp not in self.sums_recv:  # earlier steps without it count as received = sent
+                self.sums_recv[lp] = self.sums[lp].copy()
+            np.add(self.sums_recv[lp], received[:r, :r], out=self.sums_recv[lp], casting="unsafe")
+        elif lp in self.sums_recv:
+            np.add(self.sums_recv[lp], sent, out=self.sums_recv[lp], casting="unsafe")
         np.add(self.sums[lp], sent, out=self.sums[lp], casting="unsafe")
-        np.add(self.sums_recv[lp], sent if received is None else received[:r, :r], out=self.sums_recv[lp],
-               casting="unsafe")
         self.steps_of[lp] += 1
         self.event_bytes[lp] += event_bytes
         self.start_s.append(start_s)
@@ -156,7 +159,7 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
         mine = [i for i, k in enumerate(acc.keys) if k[1] == layer and k[2] == phase]
         dur = d[mine]
         median = float(np.median(dur)) if len(dur) and np.isfinite(dur).all() else math.nan
-        layers.append(LayerDispatch(layer, total / n, acc.sums_recv[(layer, phase)] / n,
+        layers.append(LayerDispatch(layer, total / n, acc.sums_recv.get((layer, phase), total) / n,
                                     acc.event_bytes[(layer, phase)] / n, median,
                                     busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
                                     step_durations_s=dur))
@@ -197,19 +200,16 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     circuits_k = params.alpha * max(1, min(k, n)) // 2
     link_bytes_s = link_gbs * 1e9
     # phase times with per-phase circuits (reconfigured) and with one static topology from W
-    static = _region_circuits(w, regions, params.alpha, link_bytes_s)
-    t_mix = t_ft = t_static = 0.0
-    penalty = 0.0
-    on_circ = []
+    stack_all = np.stack(acc.server) if acc.server else np.zeros((0, n, n))
+    dyn = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s)
+    static = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s, fixed=w)
+    t_mix, t_ft = float(dyn["mix_s"].sum()), float(dyn["fat_tree_s"].sum())
+    t_static = float(static["mix_s"].sum())
+    on_circ = dyn["on_circuits"].tolist()
     gaps = _gaps(acc)
+    penalty = 0.0
     seen_layer: set[tuple[int, int]] = set()
     for i, key in enumerate(acc.keys):
-        pt = ocs.phase_times(acc.server[i], regions, params.alpha, link_bytes_s)
-        st = ocs.phase_times(acc.server[i], regions, params.alpha, link_bytes_s, fixed=static)
-        t_mix += pt.mix_s
-        t_ft += pt.fat_tree_s
-        t_static += st.mix_s
-        on_circ.append(pt.on_circuits)
         first = key[2] == DISPATCH and (key[0], key[1]) not in seen_layer
         seen_layer.add((key[0], key[1]))
         if first or (math.isfinite(gaps[i]) and gaps[i] < params.reconfig_ms / 1e3):
@@ -256,15 +256,6 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
         ),
         gates=gates, values=values, always={"symmetry_per_layer": per_layer, "port_budget_servers": k_max},
     )
-
-
-def _region_circuits(w: FloatArray, regions: IntArray, alpha: int, link_bytes_s: float) -> IntArray:
-    c = np.zeros(w.shape, dtype=np.int64)
-    for r in np.unique(regions):
-        m = np.flatnonzero(regions == r)
-        if len(m) > 1:
-            c[np.ix_(m, m)] = ocs.circuits(w[np.ix_(m, m)], alpha, link_bytes_s)
-    return c
 
 
 def _sparsity(w: FloatArray, m: int) -> dict[str, float]:

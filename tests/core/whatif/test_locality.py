@@ -94,3 +94,25 @@ def test_phase_times_prefers_circuits_for_concentrated_pairs() -> None:
     t = phase_times(s, np.zeros(4, dtype=np.int64), alpha=6, link_bytes_s=50e9)
     assert t.on_circuits == 1.0 and t.mix_s < t.fat_tree_s * 1.5
     assert t.ocs_s == pytest.approx(8e9 / (6 * 50e9))  # each demanded pair takes all 6 ports of its ends
+
+
+def test_batched_phase_times_equal_one_phase_at_a_time() -> None:
+    from fabricmon.core.whatif.ocs import phase_times_all
+
+    rng = np.random.default_rng(5)
+    s = rng.random((6, 12, 12)) * 1e9
+    s[:, :6, 6:] = s[:, 6:, :6] = 0.0
+    for i in range(12):
+        s[:, i, i] = 0.0
+    regions = np.repeat([0, 1], 6)
+    batch = phase_times_all(s, regions, alpha=4, link_bytes_s=50e9)
+    for k in range(6):
+        one = phase_times(s[k], regions, alpha=4, link_bytes_s=50e9)
+        assert batch["mix_s"][k] == pytest.approx(one.mix_s) and batch["fat_tree_s"][k] == pytest.approx(one.fat_tree_s)
+        assert batch["on_circuits"][k] == pytest.approx(one.on_circuits)
+    static = phase_times_all(s, regions, alpha=4, link_bytes_s=50e9, fixed=s.sum(axis=0))
+    fixed = np.zeros((12, 12), dtype=np.int64)
+    for m in (np.arange(6), np.arange(6, 12)):
+        fixed[np.ix_(m, m)] = circuits(s.sum(axis=0)[np.ix_(m, m)], alpha=4, link_bytes_s=50e9)
+    one = phase_times(s[2], regions, alpha=4, link_bytes_s=50e9, fixed=fixed)  # one static topology
+    assert static["mix_s"][2] == pytest.approx(one.mix_s)
