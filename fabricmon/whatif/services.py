@@ -17,7 +17,7 @@ import numpy as np
 
 from collectors.traces.schema import PHASES
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement, place_ranks
-from fabricmon.core.whatif.report import Accumulator, Params, whatif
+from fabricmon.core.whatif.report import RANK_WINDOW_STEPS, Accumulator, Params, whatif
 from fabricmon.core.whatif.scheduler_export import (
     k8s_node_labels,
     kubectl_commands,
@@ -122,10 +122,11 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
     used = sorted({int(h) for h in host_of_rank if h >= 0})
     server_of_rank = np.array([used.index(h) if h >= 0 else -1 for h in host_of_rank], dtype=np.int64)
     ev = _events(run, host_of_rank)
-    acc = Accumulator(server_of_rank, max(1, len(used)))
     newest: dict[tuple[int, int, str], int] = {}
     for mid, step, layer, phase in rows.values_list("id", "step", "layer", "phase").order_by("id"):
         newest[(step, layer, phase)] = mid  # several sources: the newest row (as the phase views)
+    window = set(sorted({k[0] for k in newest})[-RANK_WINDOW_STEPS:])
+    acc = Accumulator(server_of_rank, max(1, len(used)), rank_steps=window)
     by_id = {mid: key for key, mid in newest.items()}
     for m in (
         TrafficMatrix.objects.filter(pk__in=list(by_id))

@@ -79,18 +79,27 @@ def ring_rank_order(ranks: Ranks, bytes_per_rank: float, collective: str = "allr
     return m
 
 
+def _same_index_edges(ranks: Ranks, pairs: list[tuple[int, int]], c: int) -> tuple[IntArray, IntArray]:
+    """Ranks on GPU index ``c`` of each (host a, host b) pair (host positions), where both exist."""
+    table, hosts = ranks.table(), np.asarray(ranks.hosts(), dtype=np.int64)
+    if not pairs or c >= table.shape[1]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    p = np.asarray(pairs, dtype=np.int64)
+    a, b = table[hosts[p[:, 0]], c], table[hosts[p[:, 1]], c]
+    ok = (a >= 0) & (b >= 0) & (a != b)
+    return a[ok], b[ok]
+
+
 def ring_rail_aligned(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> FloatArray:
     """n_local rings, ring c crossing from host h to host h+1 on GPU c (the intra-host part of each
     ring is NVLink and left out: this is the network matrix)."""
-    n, at, hosts = ranks.n, ranks.at(), ranks.hosts()
+    n, k = ranks.n, len(ranks.hosts())
     factor = (2 if collective == "allreduce" else 1) * (n - 1) / n
     locals_ = sorted({int(c) for c in ranks.local if c >= 0})
     m = np.zeros((n, n))
     for c in locals_:
-        for i, h in enumerate(hosts):
-            a, b = at.get((h, c)), at.get((hosts[(i + 1) % len(hosts)], c))
-            if a is not None and b is not None and a != b:
-                m[a, b] += factor * bytes_per_rank / len(locals_)
+        a, b = _same_index_edges(ranks, [(i, (i + 1) % k) for i in range(k)], c)
+        np.add.at(m, (a, b), factor * bytes_per_rank / len(locals_))
     return m
 
 
@@ -102,45 +111,62 @@ def _tree_edges(k: int, mirrored: bool) -> list[tuple[int, int]]:
 
 def double_binary_tree(ranks: Ranks, bytes_per_rank: float) -> FloatArray:
     """Two trees over hosts, each S/2 each way per edge; tree t uses GPU t mod n_local of each host."""
-    n, at, hosts = ranks.n, ranks.at(), ranks.hosts()
+    n, k = ranks.n, len(ranks.hosts())
     locals_ = sorted({int(c) for c in ranks.local if c >= 0})
     m = np.zeros((n, n))
     for t in (0, 1):
-        c = locals_[t % len(locals_)]
-        for child, parent in _tree_edges(len(hosts), mirrored=bool(t)):
-            a, b = at.get((hosts[child], c)), at.get((hosts[parent], c))
-            if a is not None and b is not None:
-                m[a, b] += bytes_per_rank / 2  # reduce up
-                m[b, a] += bytes_per_rank / 2  # broadcast down
+        a, b = _same_index_edges(ranks, _tree_edges(k, mirrored=bool(t)), locals_[t % len(locals_)])
+        np.add.at(m, (a, b), bytes_per_rank / 2)  # reduce up
+        np.add.at(m, (b, a), bytes_per_rank / 2)  # broadcast down
     return m
+
+
+def _by_rows(m: FloatArray, group: IntArray, n_groups: int) -> FloatArray:
+    """(R, R) → (groups, R): column d's bytes summed over the source rows of every group (one
+    reduceat over group-sorted rows)."""
+    out = np.zeros((n_groups, m.shape[1]))
+    order = np.argsort(group, kind="stable")
+    counts = np.bincount(group, minlength=n_groups)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rows = m if np.array_equal(order, np.arange(len(order))) else m[order]
+    present = counts > 0
+    out[present] = np.add.reduceat(rows, starts[present], axis=0, dtype=np.float64)
+    return out
 
 
 def hierarchical_alltoall(ranks: Ranks, traffic: FloatArray) -> tuple[FloatArray, float]:
     """The inter-host stage of a 2D all-to-all (bytes s→d re-sent from the GPU on s's host with d's
-    local index), and the NVLink bytes of the regrouping stage."""
+    local index), and the NVLink bytes of the regrouping stage::
+
+        F[h, d] = Σ_{s on h} T[s, d]   →   m[rank(h, local(d)), d] = F[h, d]   for h ≠ host(d)
+    """
     table = ranks.table()
-    placed = ranks.host >= 0
-    proxy = np.where(placed[:, None] & placed[None, :],
-                     table[np.maximum(ranks.host, 0)[:, None], np.maximum(ranks.local, 0)[None, :]], -1)
-    m = np.zeros_like(traffic, dtype=np.float64)
-    cross = (ranks.host[:, None] != ranks.host[None, :]) & (proxy >= 0)
-    s_idx, d_idx = np.nonzero(cross)
-    np.add.at(m, (proxy[s_idx, d_idx], d_idx), traffic[s_idx, d_idx])
-    regroup = float(traffic[s_idx, d_idx][proxy[s_idx, d_idx] != s_idx].sum())
-    return m, regroup
+    placed = np.flatnonzero(ranks.host >= 0)
+    t = np.asarray(traffic, dtype=np.float64)
+    host, local = ranks.host, ranks.local
+    sub = t if len(placed) == len(t) else t[np.ix_(placed, placed)]
+    f = _by_rows(sub, host[placed], table.shape[0])  # (hosts, placed)
+    g = _by_rows(sub, local[placed], table.shape[1])  # (locals, placed)
+    m = np.zeros_like(t)
+    dst = placed
+    h = np.arange(table.shape[0])[:, None]
+    proxy = table[h, local[dst][None, :]]  # (hosts, placed): the GPU of host h on d's index
+    ok = (proxy >= 0) & (h != host[dst][None, :])
+    m[proxy[ok], np.broadcast_to(dst[None, :], proxy.shape)[ok]] = f[ok]
+    j = np.arange(len(dst))
+    cross = float(sub.sum() - f[host[dst], j].sum())
+    same_index_cross = float((g[local[dst], j] - t[dst, dst]).sum())
+    return m, cross - same_index_cross
 
 
 def link_loads(projector: Projector, schedules: dict[str, FloatArray], port_names: list[str],
                top: int = 5) -> dict[str, dict[str, object]]:
     """Per schedule: ports used, peak and mean port load (bytes, busier direction), the busiest
-    ports by name, and the share on spine-facing cables (one projection of the whole stack)."""
-    names = list(schedules)
-    stack = np.stack([schedules[k] for k in names]).astype(np.float64)
-    loads = projector.project(stack).load_bytes
+    ports by name, and the bytes on spine-facing cables."""
     out: dict[str, dict[str, object]] = {}
     up = ~projector.layout.index.host_facing
-    for i, name in enumerate(names):
-        load = loads[i]
+    for name, matrix in schedules.items():  # one at a time: each is R×R (134 MB at 4,096 ranks)
+        load = projector.project(matrix).load_bytes
         used = load > 0
         order = np.argsort(load)[::-1][:top]
         out[name] = {

@@ -16,6 +16,7 @@ The gain is reported as predicted peak port load and uplink bytes before/after, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from scipy.optimize import linear_sum_assignment
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement
 from fabricmon.core.phases.projector import Projector
 from fabricmon.core.phases.routing import Routing
+from fabricmon.core.whatif.terrace_run import by_group_columns
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -33,22 +35,26 @@ IntArray = npt.NDArray[np.int64]
 def host_swaps(w: FloatArray, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
     """Improve the host of each rank by pairwise swaps (sizes per host kept). ``w`` symmetric bytes."""
     host = host.copy()
-    n_hosts = int(host.max()) + 1
+    aff = by_group_columns(w, host)  # (R, hosts): bytes between rank r and host h's ranks (one read)
+    diag = np.diag(w).copy()
+    hot = np.argsort(-w.sum(axis=1))[:candidates]
+    w_hot = w[hot]
+    tiny = 1e-9 * max(1.0, float(w_hot.sum()))
     for _ in range(max_swaps):
-        member = np.zeros((len(host), n_hosts))
-        member[np.arange(len(host)), host] = 1.0
-        aff = w @ member  # (R, hosts): bytes between rank r and host h's ranks
-        own = aff[np.arange(len(host)), host] - np.diag(w)
-        hot = np.argsort(-w.sum(axis=1))[:candidates]
+        own = aff[np.arange(len(host)), host] - diag
         # gain of swapping a (hot) with b: a joins host[b], b joins host[a]
         gain = (aff[hot][:, host] - own[hot][:, None]
-                + aff[:, host[hot]].T - own[None, :] - 2 * w[hot])
+                + aff[:, host[hot]].T - own[None, :] - 2 * w_hot)
         gain[host[hot][:, None] == host[None, :]] = -np.inf
-        i, b = np.unravel_index(int(np.argmax(gain)), gain.shape)
-        if not gain[i, b] > 1e-9 * max(1.0, float(w.sum())):
+        i, j = (int(x) for x in np.unravel_index(int(np.argmax(gain)), gain.shape))
+        if not gain[i, j] > tiny:
             break
-        a = int(hot[i])
-        host[a], host[int(b)] = host[int(b)], host[a]
+        a, b = int(hot[i]), j
+        ha, hb = int(host[a]), int(host[b])
+        delta = w[:, b] - w[:, a]  # the affinity table follows the swap: two columns change
+        aff[:, ha] += delta
+        aff[:, hb] -= delta
+        host[a], host[b] = hb, ha
     return host
 
 
@@ -76,8 +82,11 @@ def rail_slots(w: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]
     return gpu
 
 
-def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray,
-            routing: Routing) -> dict[str, Any]:
+ProjectorFactory = Callable[[FabricLayout, RankPlacement, Routing], Projector]
+
+
+def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray, routing: Routing,
+            projector: ProjectorFactory = Projector) -> dict[str, Any]:
     """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes."""
     g0 = placement.gpu_of_rank
     if (g0 < 0).any():
@@ -92,7 +101,7 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray,
     suggested = RankPlacement(gpu1)
 
     def figures(p: RankPlacement) -> dict[str, float]:
-        loads = Projector(layout, p, routing).project(stack).load_bytes
+        loads = projector(layout, p, routing).project(stack).load_bytes
         up = ~layout.index.host_facing
         h, r = layout.gpu_host[p.gpu_of_rank], layout.gpu_rail[p.gpu_of_rank]
         cross_host = h[:, None] != h[None, :]

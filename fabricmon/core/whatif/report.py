@@ -6,8 +6,10 @@ then every figure (hierarchy, locality and optics, collectives, routing, placeme
         per-(layer, phase) sum of T                → hierarchy geometry, collectives, routing, placement
         sent/received/event byte totals, timings   → the gates
 
-Rank×rank work (projections, placement) runs on the per-(layer, phase) means over steps — what
-the phase page's folded view shows — so its cost follows layers × phases, not the run's length.
+Rank×rank work (projections, placement) runs on the per-(layer, phase) means over the newest
+``RANK_WINDOW_STEPS`` steps (the phase page's folded view of its window), so its cost follows
+layers × phases, not the run's length; per-step figures (server matrices, drift, the flat-time
+prediction) use every step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy.typing as npt
 
 from fabricmon.core.phases.gates import Gate, check, coverage_gate
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement
-from fabricmon.core.phases.projector import Projector
+from fabricmon.core.phases.projector import Projector, ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.whatif import locality as loc
 from fabricmon.core.whatif import ocs
@@ -30,13 +32,14 @@ from fabricmon.core.whatif.collectives import collectives_figure_values
 from fabricmon.core.whatif.placement import suggest
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
 from fabricmon.core.whatif.terrace import Calibration
-from fabricmon.core.whatif.terrace_run import LayerDispatch, terrace_figure
+from fabricmon.core.whatif.terrace_run import LayerDispatch, row_bytes, terrace_figure
 from fabricmon.core.whatif.verdicts import SENSITIVITY, Figure
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 Key = tuple[int, int, str]
 DISPATCH, COMBINE = "dispatch", "combine"
+RANK_WINDOW_STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Accumulator:
 
     server_of_rank: IntArray
     n_servers: int
+    rank_steps: set[int] | None = None  # steps whose rank×rank matrices are summed (None: all)
     keys: list[Key] = field(default_factory=list)
     server: list[FloatArray] = field(default_factory=list)  # (N, N) per key
     sums: dict[tuple[int, str], FloatArray] = field(default_factory=dict)  # (layer, phase) → Σ T
@@ -68,16 +72,22 @@ class Accumulator:
     start_s: list[float] = field(default_factory=list)
     end_s: list[float] = field(default_factory=list)
     busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
+    _means: dict[tuple[int, str], FloatArray] = field(default_factory=dict, repr=False)
+    _means_at: dict[tuple[int, str], int] = field(default_factory=dict, repr=False)
 
     def add(self, key: Key, sent: FloatArray, received: FloatArray | None = None, *,
             event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
-        _, layer, phase = key
+        layer, phase = key[1], key[2]
         r = len(self.server_of_rank)
         sent = sent[:r, :r]
         self.keys.append(key)
         server, busiest = _server_and_busiest(sent, self.server_of_rank, self.n_servers)
         self.server.append(server)
         self.busiest_cross.append(busiest)
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        if self.rank_steps is not None and key[0] not in self.rank_steps:
+            return
         lp = (layer, phase)
         if lp not in self.sums:
             self.sums[lp] = np.zeros((r, r))
@@ -92,35 +102,43 @@ class Accumulator:
         np.add(self.sums[lp], sent, out=self.sums[lp], casting="unsafe")
         self.steps_of[lp] += 1
         self.event_bytes[lp] += event_bytes
-        self.start_s.append(start_s)
-        self.end_s.append(end_s)
 
     def mean(self, lp: tuple[int, str]) -> FloatArray:
-        return self.sums[lp] / max(1, self.steps_of[lp])
+        """Σ T / steps of one (layer, phase), computed once (R×R: 134 MB at 4,096 ranks)."""
+        hit = self._means.get(lp)
+        if hit is None or self._means_at.get(lp) != self.steps_of[lp]:
+            hit = self._means[lp] = self.sums[lp] / max(1, self.steps_of[lp])
+            self._means_at[lp] = self.steps_of[lp]
+        return hit
 
 
 def _server_and_busiest(t: FloatArray, server_of_rank: IntArray, n: int) -> tuple[FloatArray, float]:
-    """S of one matrix and the busiest rank's bytes to or from other servers, in two reads of T
-    (contiguous equal hosts: reshape sums; else membership products)."""
+    """S of one matrix and the busiest rank's bytes to or from other servers. Contiguous equal
+    hosts (the rail-optimized order): one BLAS pass folding each server's senders, one for the
+    row sums, and the diagonal blocks (about 8 ms at 4,096 ranks); else membership products."""
     r = len(server_of_rank)
     g = r // n if n else 0
+    ar = np.arange(r)
+    own = np.maximum(server_of_rank, 0)
     if g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)):
         t32 = np.asarray(t, dtype=np.float32)
-        to_server = t32.reshape(r, n, g).sum(axis=2, dtype=np.float64)  # (R, N): rank → server
-        from_server = t32.reshape(n, g, r).sum(axis=1, dtype=np.float64)  # (N, R): server → rank
+        from_server = (np.ones(g, dtype=np.float32) @ t32.reshape(n, g, r)).astype(np.float64)  # (N, R)
+        s = from_server.reshape(n, n, g).sum(axis=2)
+        row = (t32 @ np.ones(r, dtype=np.float32)).astype(np.float64)
+        idx = np.arange(n)
+        own_out = t32.reshape(n, g, n, g)[idx, :, idx, :].sum(axis=2, dtype=np.float64).ravel()
     else:
         member = np.zeros((r, n))
         ok = server_of_rank >= 0
         member[np.flatnonzero(ok), server_of_rank[ok]] = 1.0
-        to_server, from_server = np.asarray(t) @ member, member.T @ np.asarray(t)
-    own = np.maximum(server_of_rank, 0)
-    out_cross = to_server.sum(axis=1) - to_server[np.arange(r), own]
-    in_cross = from_server.sum(axis=0) - from_server[own, np.arange(r)]
-    s = np.zeros((n, n))
-    if g and g * n == r:
-        s += to_server.reshape(n, g, n).sum(axis=1)
-    else:
-        np.add.at(s, own, to_server)
+        tt = np.asarray(t, dtype=np.float64)
+        to_server, from_server = tt @ member, member.T @ tt
+        s = member.T @ to_server
+        row = to_server.sum(axis=1)
+        own_out = to_server[ar, own]
+    out_cross = row - own_out
+    in_cross = from_server.sum(axis=0) - from_server[own, ar]
+    s = np.array(s, dtype=np.float64)
     np.fill_diagonal(s, 0.0)
     return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
 
@@ -159,10 +177,12 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
         mine = [i for i, k in enumerate(acc.keys) if k[1] == layer and k[2] == phase]
         dur = d[mine]
         median = float(np.median(dur)) if len(dur) and np.isfinite(dur).all() else math.nan
-        layers.append(LayerDispatch(layer, total / n, acc.sums_recv.get((layer, phase), total) / n,
+        recv = acc.sums_recv.get((layer, phase))
+        layers.append(LayerDispatch(layer, total / n, None if recv is None else recv / n,
                                     acc.event_bytes[(layer, phase)] / n, median,
                                     busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
-                                    step_durations_s=dur))
+                                    step_durations_s=dur,
+                                    row_gcd=row_bytes(total) if params.row_bytes is None else 0))
     return terrace_figure(layers, acc.server_of_rank, top_k=params.top_k, slow_gbs=link_gbs, ratio=ratio,
                           cal=params.calibration, assumed_ratio=params.assumed_ratio, row=params.row_bytes)
 
@@ -281,10 +301,25 @@ def _gaps(acc: Accumulator) -> FloatArray:
     return out
 
 
+FULL_ROUTING_WORLD = 1024  # ECMP and spray are projected flow by flow (R² flows) up to this world
+
+
+_CACHE = ProjectorCache(max_entries=8)  # routing built once per (fabric, placement, routing)
+
+
+def _projector(layout: FabricLayout, placement: RankPlacement, routing_: Routing) -> Projector:
+    return _CACHE.get(layout, placement, routing_)
+
+
 def _projectors(layout: FabricLayout, placement: RankPlacement, seeds: int = 3) -> dict[str, Projector]:
-    out = {m: Projector(layout, placement, Routing(m)) for m in ("pxn", "spray")}
-    for s in range(seeds):
-        out[f"ecmp(seed={s})"] = Projector(layout, placement, Routing("ecmp", s))
+    """PXN always (flows per source host: 2 M at 4,096 ranks); ECMP (3 seeds) and spraying route
+    every rank pair, so beyond FULL_ROUTING_WORLD ranks they are left to the balls-into-bins
+    expectation rather than building a 16 M-flow incidence."""
+    out = {"pxn": _projector(layout, placement, Routing("pxn"))}
+    if placement.world_size <= FULL_ROUTING_WORLD:
+        out["spray"] = _projector(layout, placement, Routing("spray"))
+        for s in range(seeds):
+            out[f"ecmp(seed={s})"] = _projector(layout, placement, Routing("ecmp", s))
     return out
 
 
@@ -314,6 +349,8 @@ def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *,
     gates = (gates[0], _flag_only(gates[1]))
     return Figure("routing", "Routing: PXN, ECMP (hash model, 3 seeds) and packet spraying",
                   assumptions=("per (layer, phase): the measured matrices' mean over the run's steps",
+                               f"above {FULL_ROUTING_WORLD} ranks only PXN is projected; ECMP's cost is "
+                               "then the balls-into-bins expectation",
                                "ECMP: the phases projector's splitmix64 hash model, seeds 0–2 (the spread is "
                                "the collision risk); spraying splits every flow evenly over usable uplinks",
                                "measured: the phase view's attributed per-port bytes, folded the same way"),
@@ -332,7 +369,7 @@ def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement
                 port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
     disp = [acc.mean(lp) for lp in sorted(acc.sums) if lp[1] == DISPATCH]
     a2a = np.mean(disp, axis=0) if disp else None
-    proj = Projector(layout, placement, routing_)
+    proj = _projector(layout, placement, routing_)
     values = collectives_figure_values(proj, a2a, measured_sizes, port_names)
     return Figure("collectives", "Collective algorithms on this placement",
                   assumptions=(f"routing {routing_.label()} (the run's phase view)",
@@ -348,7 +385,8 @@ def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlac
                      coverage: Gate) -> Figure:
     lps = sorted(acc.sums)
     stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
-    values = suggest(layout, placement, stack, routing_) if len(stack) else {"error": "no matrices"}
+    values = (suggest(layout, placement, stack, routing_, projector=_projector) if len(stack)
+              else {"error": "no matrices"})
     return Figure("placement", "Placement suggestion",
                   assumptions=("only the run's own GPUs; ranks swapped between hosts (heaviest receivers "
                                "first), then permuted over local GPU indices (rails)",

@@ -50,12 +50,13 @@ class LayerDispatch:
 
     layer: int
     sent: FloatArray  # (R, R) bytes per step
-    received: FloatArray
+    received: FloatArray | None  # None: the receivers reported nothing apart (taken as equal)
     event_bytes: float  # the events' own bytes_sent per step, summed over ranks
     duration_s: float  # median over steps (NaN: some step has no timing)
     # per step: the busiest rank's cross-group bytes (in or out) and the phase's measured duration
     busiest_cross_bytes: FloatArray | None = None
     step_durations_s: FloatArray | None = None
+    row_gcd: int = 0  # gcd of the summed (exact, integer) cells; 0 when unknown
 
 
 def row_bytes(matrix: FloatArray) -> int:
@@ -65,32 +66,55 @@ def row_bytes(matrix: FloatArray) -> int:
     return int(np.gcd.reduce(cells)) if len(cells) else 0
 
 
-def groups_per_token(sent: FloatArray, group_of_rank: IntArray, top_k: float) -> float:
-    """Expected distinct groups a token's k choices hit, averaged over sources."""
+def by_group_columns(m: FloatArray, group_of_rank: IntArray) -> FloatArray:
+    """(R, R) → (R, groups): each row's bytes summed over the columns of every group (one read)."""
     n_groups = int(group_of_rank.max()) + 1
-    to_group = np.zeros((sent.shape[0], n_groups))
-    np.add.at(to_group.T, group_of_rank, sent.T)
+    order = np.argsort(group_of_rank, kind="stable")
+    counts = np.bincount(group_of_rank, minlength=n_groups)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    cols = m if np.array_equal(order, np.arange(len(order))) else m[:, order]
+    out = np.zeros((m.shape[0], n_groups))
+    present = counts > 0
+    out[:, present] = np.add.reduceat(cols, starts[present], axis=1, dtype=np.float64)
+    return out
+
+
+def _shares(sent: FloatArray, group_of_rank: IntArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    to_group = by_group_columns(sent, group_of_rank)
     total = to_group.sum(axis=1, keepdims=True)
     share = np.divide(to_group, total, out=np.zeros_like(to_group), where=total > 0)
+    return share, total[:, 0] > 0
+
+
+def groups_per_token(sent: FloatArray, group_of_rank: IntArray, top_k: float) -> float:
+    """Expected distinct groups a token's k choices hit, averaged over sources."""
+    share, active = _shares(sent, group_of_rank)
     hit = (1 - (1 - share) ** top_k).sum(axis=1)
-    return float(hit[total[:, 0] > 0].mean()) if (total > 0).any() else math.nan
+    return float(hit[active].mean()) if active.any() else math.nan
 
 
 def geometry(d: LayerDispatch, group_of_rank: IntArray, top_k: float, row: int | None = None) -> Geometry:
-    """The layer's geometry; ``row`` declared (H × bytes per element) or the gcd of the cells."""
-    n_groups = int(group_of_rank.max()) + 1
+    """The layer's geometry. N_g is the number of groups a source's dispatch reaches (median over
+    sources: an EP group smaller than the job spans only its own servers); ``row`` declared
+    (H × bytes per element), else the gcd of the summed cells, else of the mean's."""
+    share, active = _shares(d.sent, group_of_rank)
+    reached = (share > 0).sum(axis=1)[active]
+    n_groups = int(np.median(reached)) if len(reached) else int(group_of_rank.max()) + 1
     r = int(np.bincount(group_of_rank).max())
-    row = row or row_bytes(d.sent)
+    row = row or d.row_gcd or row_bytes(d.sent)
     rows = float(d.sent.sum(axis=1).mean()) / row if row else math.nan
-    return Geometry(groups=n_groups, ranks_per_group=r, top_k=top_k,
-                    groups_per_token=groups_per_token(d.sent, group_of_rank, top_k),
+    hit = (1 - (1 - share) ** top_k).sum(axis=1)
+    m = float(hit[active].mean()) if active.any() else math.nan
+    return Geometry(groups=max(1, n_groups), ranks_per_group=r, top_k=top_k, groups_per_token=m,
                     row_bytes=row, tokens_per_rank=rows / top_k)
 
 
 def busiest_cross(sent: FloatArray, group_of_rank: IntArray) -> float:
     """The busiest rank's bytes to or from other groups (what a flat all-to-all waits for)."""
-    cross = group_of_rank[:, None] != group_of_rank[None, :]
-    return max(float((sent * cross).sum(axis=0).max()), float((sent * cross).sum(axis=1).max()))
+    r = np.arange(len(group_of_rank))
+    out = sent.sum(axis=1) - by_group_columns(sent, group_of_rank)[r, group_of_rank]
+    into = sent.sum(axis=0) - by_group_columns(sent.T, group_of_rank)[r, group_of_rank]
+    return max(float(out.max()), float(into.max()))
 
 
 def prediction_error(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal: Calibration,
@@ -125,7 +149,7 @@ def _accounting_error(layers: list[LayerDispatch]) -> float:
     if not layers or sent <= 0:
         return math.nan
     events = sum(d.event_bytes for d in layers)
-    mismatch = sum(float(np.abs(d.sent - d.received).sum()) for d in layers)
+    mismatch = sum(float(np.abs(d.sent - d.received).sum()) for d in layers if d.received is not None)
     return max(abs(sent - events) / sent, mismatch / sent)
 
 
