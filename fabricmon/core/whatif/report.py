@@ -144,15 +144,7 @@ def _server_and_busiest(t: FloatArray, server_of_rank: IntArray, n: int) -> tupl
 
 
 def _server(t: FloatArray, server_of_rank: IntArray, n: int) -> FloatArray:
-    """S of one matrix; contiguous equal hosts take the reshape fast path (one read of T)."""
-    r = len(server_of_rank)
-    g = r // n if n else 0
-    if g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)):
-        s = np.asarray(t, dtype=np.float32).reshape(r, n, g).sum(axis=2, dtype=np.float64)
-        s = s.reshape(n, g, n).sum(axis=1)
-        np.fill_diagonal(s, 0.0)
-        return np.asarray(s, dtype=np.float64)
-    return loc.server_matrix(np.asarray(t, dtype=np.float64), server_of_rank, n)
+    return _server_and_busiest(t, server_of_rank, n)[0]
 
 
 def _durations(acc: Accumulator) -> FloatArray:
@@ -367,8 +359,13 @@ def _flag_only(g: Gate) -> Gate:
 
 def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, routing_: Routing,
                 port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
-    disp = [acc.mean(lp) for lp in sorted(acc.sums) if lp[1] == DISPATCH]
-    a2a = np.mean(disp, axis=0) if disp else None
+    disp = [lp for lp in sorted(acc.sums) if lp[1] == DISPATCH]
+    a2a = acc.mean(disp[0]) if len(disp) == 1 else None
+    if len(disp) > 1:  # mean of the layers, summed in place (one R×R buffer)
+        a2a = acc.mean(disp[0]).copy()
+        for lp in disp[1:]:
+            a2a += acc.mean(lp)
+        a2a /= len(disp)
     proj = _projector(layout, placement, routing_)
     values = collectives_figure_values(proj, a2a, measured_sizes, port_names)
     return Figure("collectives", "Collective algorithms on this placement",
