@@ -30,7 +30,7 @@ import numpy as np
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
-from fabricmon.core.whatif.report import RANK_WINDOW_STEPS, Accumulator, Params, whatif
+from fabricmon.core.whatif.report import RANK_WINDOW_STEPS, Accumulator, Params, _server_and_busiest, whatif
 
 GPUS_PER_SERVER, SERVERS, EP = 8, 512, 64
 STEPS = int(os.environ.get("WHATIF_STEPS", "100"))
@@ -41,6 +41,7 @@ def _matrices(n: int, steps: int, seed: int = 0):  # type: ignore[no-untyped-def
     """(key, matrix, start_s, end_s) per phase: block-diagonal EP traffic, drifting Zipf popularity."""
     rng = np.random.default_rng(seed)
     groups = n // EP
+    server_of_rank = np.repeat(np.arange(SERVERS), GPUS_PER_SERVER)
     pop = 1.0 / np.arange(1, EP + 1) ** 0.6
     base = np.zeros((n, n), dtype=np.float32)
     t = 0.0
@@ -52,7 +53,7 @@ def _matrices(n: int, steps: int, seed: int = 0):  # type: ignore[no-untyped-def
             base[sl, sl] = np.rint(4096 * 8 * p)[None, :] * ROW
         combine = np.ascontiguousarray(base.T) * 2  # C order, as the phase state's arrays
         for phase, m in (("dispatch", base), ("combine", combine)):
-            dur = float(m.sum(axis=0).max()) / 50e9
+            dur = _server_and_busiest(m, server_of_rank, SERVERS)[1] / 50e9  # what the links would take
             yield (step, 0, phase), m, t, t + dur
             t += dur + 0.005
         t += 0.04
@@ -96,6 +97,7 @@ def main() -> None:
         print(f"routing {mode}: peak {r['peak_bytes'] / 1e9:.3g} GB at {r['peak_port']}")
     p = figs["placement"]["values"]
     print(f"placement: suggest={p.get('suggest')} moved={p.get('ranks_moved')}")
+    print("seconds per figure: " + ", ".join(f"{k} {v:.2f}" for k, v in out["seconds"].items()))
     each_ms = 1e3 * pass_s / len(acc.keys)
     print(f"one pass over {len(acc.keys)} matrices {pass_s:.2f} s ({each_ms:.1f} ms each), "
           f"figures {figures_s:.2f} s, floor (one np.sum each) {floor_s:.2f} s")

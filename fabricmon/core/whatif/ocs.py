@@ -74,13 +74,16 @@ def circuits_batch(demand: FloatArray, alpha: int, link_bytes_s: float = 1.0, ep
 
 
 def _repair(c: IntArray, free: IntArray, d: FloatArray) -> None:
-    """A server left with ≥ 2 free ports takes over a circuit (a, b) between two others: (i,a), (i,b)."""
+    """A server left with ≥ 2 free ports takes over a circuit (a, b) between two others: (i,a), (i,b)
+    — the circuit whose ends i exchanges most demand with."""
+    dd = d + d.T
     for i in np.flatnonzero(free >= 2).tolist():
         while free[i] >= 2:
-            a_b = [(int(a), int(b)) for a, b in zip(*np.nonzero(c), strict=True) if i not in (a, b)]
-            if not a_b:
+            pairs = np.argwhere(c > 0)
+            pairs = pairs[(pairs[:, 0] != i) & (pairs[:, 1] != i)]
+            if not len(pairs):
                 break
-            a, b = max(a_b, key=lambda ab: d[min(i, ab[0]), max(i, ab[0])] + d[min(i, ab[1]), max(i, ab[1])])
+            a, b = (int(x) for x in pairs[int(np.argmax(dd[i, pairs[:, 0]] + dd[i, pairs[:, 1]]))])
             c[a, b] -= 1
             for x in (a, b):
                 c[min(i, x), max(i, x)] += 1

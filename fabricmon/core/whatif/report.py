@@ -15,7 +15,8 @@ prediction) use every step.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -395,23 +396,33 @@ def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlac
 def whatif(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, params: Params, *,
            link_gbs: float, ratio: float, measured: FloatArray | None, port_names: list[str],
            measured_sizes: dict[str, float] | None = None) -> dict[str, Any]:
-    """Every figure of the page, as plain data."""
+    """Every figure of the page, as plain data (with the seconds each took, for the bench)."""
     coverage = coverage_gate(placement.coverage)
     timings = _timings_gate(acc)
-    figs: list[Figure] = [hierarchy(acc, params, link_gbs=link_gbs, ratio=ratio)]
-    figs[0] = Figure(figs[0].name, figs[0].title, figs[0].assumptions, (*figs[0].gates, timings),
-                     figs[0].values, figs[0].always)
-    figs.append(optics(acc, params, link_gbs=link_gbs, timings=timings))
+    spent: dict[str, float] = {}
+
+    def timed(name: str, make: Callable[[], Figure]) -> Figure:
+        t = time.perf_counter()
+        fig = make()
+        spent[name] = time.perf_counter() - t
+        return fig
+
+    h = timed("hierarchy", lambda: hierarchy(acc, params, link_gbs=link_gbs, ratio=ratio))
+    figs = [Figure(h.name, h.title, h.assumptions, (*h.gates, timings), h.values, h.always),
+            timed("optics", lambda: optics(acc, params, link_gbs=link_gbs, timings=timings))]
     if placement.coverage >= 0.9:
-        figs.append(collectives(acc, layout, placement, routing_=params.routing, port_names=port_names,
-                                measured_sizes=measured_sizes or {}, coverage=coverage))
-        figs.append(routing(acc, layout, placement, measured=measured, port_names=port_names,
-                            coverage=coverage))
-        figs.append(placement_figure(acc, layout, placement, params.routing, coverage))
+        figs.append(timed("collectives", lambda: collectives(
+            acc, layout, placement, routing_=params.routing, port_names=port_names,
+            measured_sizes=measured_sizes or {}, coverage=coverage)))
+        figs.append(timed("routing", lambda: routing(acc, layout, placement, measured=measured,
+                                                     port_names=port_names, coverage=coverage)))
+        figs.append(timed("placement", lambda: placement_figure(acc, layout, placement, params.routing,
+                                                                coverage)))
     else:
         for name in ("collectives", "routing", "placement"):
             figs.append(Figure(name, name, ("ranks placed on the fabric by the rank map",), (coverage,), {}))
-    return {"note": SENSITIVITY, "keys": len(acc.keys), "figures": [f.as_dict() for f in figs]}
+    return {"note": SENSITIVITY, "keys": len(acc.keys), "figures": [f.as_dict() for f in figs],
+            "seconds": spent}
 
 
 def accumulate(server_of_rank: IntArray, n_servers: int,

@@ -67,15 +67,25 @@ def row_bytes(matrix: FloatArray) -> int:
 
 
 def by_group_columns(m: FloatArray, group_of_rank: IntArray) -> FloatArray:
-    """(R, R) → (R, groups): each row's bytes summed over the columns of every group (one read)."""
+    """(R, R) → (R, groups): each row's bytes summed over the columns of every group, in one read:
+    equal contiguous groups (hosts in fabric order) as a BLAS fold, few groups (rails) as a
+    product with their membership, else a reduceat over group-sorted columns."""
     n_groups = int(group_of_rank.max()) + 1
+    r = len(group_of_rank)
+    g = r // n_groups
+    if g * n_groups == r and np.array_equal(group_of_rank, np.repeat(np.arange(n_groups), g)):
+        folded = np.ascontiguousarray(m).reshape(m.shape[0] * n_groups, g) @ np.ones(g, dtype=m.dtype)
+        return np.asarray(folded, dtype=np.float64).reshape(m.shape[0], n_groups)
+    if n_groups <= 64:
+        member = np.zeros((r, n_groups), dtype=m.dtype)
+        member[np.arange(r), group_of_rank] = 1.0
+        return np.asarray(m @ member, dtype=np.float64)
     order = np.argsort(group_of_rank, kind="stable")
     counts = np.bincount(group_of_rank, minlength=n_groups)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    cols = m if np.array_equal(order, np.arange(len(order))) else m[:, order]
     out = np.zeros((m.shape[0], n_groups))
     present = counts > 0
-    out[:, present] = np.add.reduceat(cols, starts[present], axis=1, dtype=np.float64)
+    out[:, present] = np.add.reduceat(m[:, order], starts[present], axis=1, dtype=np.float64)
     return out
 
 
@@ -121,7 +131,9 @@ def prediction_error(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal
                      slow_gbs: float) -> tuple[float, float]:
     """(model flat time s, its worse-direction ratio to the measured duration): per step where the
     steps' busiest bytes are known (median of the ratios), else from the layer's mean matrix."""
-    sat = cal.saturation(d.sent.sum() / max(1, d.sent.shape[0] ** 2))
+    # the per-peer message: a rank's bytes over the peers it actually sends to
+    peers = max(1, int(np.count_nonzero(d.sent)))
+    sat = cal.saturation(float(d.sent.sum()) / peers)
     if not sat:
         return math.nan, math.nan
     beta = slow_gbs * 1e9 * sat
