@@ -131,8 +131,9 @@ def symmetry(dispatch: FloatArray, combine: FloatArray) -> float:
     return float(np.abs(combine / sc - dispatch.T / sd).sum())
 
 
-def stability(s: FloatArray, circuits: int) -> dict[str, Any]:
-    """Drift and top-K predictability over an (steps, layers, N, N) stack of server matrices."""
+def stability(s: Any, circuits: int) -> dict[str, Any]:
+    """Drift and top-K predictability over (steps, layers) of server matrices: an (S, L, N, N)
+    array or anything with that ``shape`` whose ``s[i, j]`` is one (N, N) matrix."""
     n_steps, n_layers = s.shape[:2]
     step_drift = [drift(s[i, j], s[i - 1, j]) for i in range(1, n_steps) for j in range(n_layers)]
     layer_drift = [drift(s[i, j], s[i, j - 1]) for i in range(n_steps) for j in range(1, n_layers)]

@@ -195,7 +195,9 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     """mFabric's locality metrics and a regional OCS domain against the run's fabric."""
     n = acc.n_servers
     ep = [i for i, k in enumerate(acc.keys) if k[2] in (DISPATCH, COMBINE)]
-    w = np.sum([acc.server[i] for i in ep], axis=0) if ep else np.zeros((n, n))
+    w = np.zeros((n, n))
+    for i in ep:  # summed in place: no (K, N, N) copy
+        w += acc.server[i]
     k_max = ocs.port_budget(params.alpha)
     k = min(n, params.region_servers or k_max)
     regions = loc.greedy_regions(w, k) if n > 1 else np.zeros(n, dtype=np.int64)
@@ -204,12 +206,8 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     steps = sorted({key[0] for key in acc.keys})
     layers = sorted({key[1] for key in acc.keys if key[2] == DISPATCH})
     by_key = {key: i for i, key in enumerate(acc.keys)}
-    stack = np.zeros((len(steps), max(1, len(layers)), n, n))
-    for a, s in enumerate(steps):
-        for b, layer in enumerate(layers):
-            i = by_key.get((s, layer, DISPATCH))
-            if i is not None:
-                stack[a, b] = acc.server[i]
+    grid = _Grid(acc.server, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
+                                       for s in steps], dtype=np.int64).reshape(len(steps), -1), n)
     circuits_k = params.alpha * max(1, min(k, n)) // 2
     link_bytes_s = link_gbs * 1e9
     # phase times with per-phase circuits (reconfigured) and with one static topology from W
@@ -243,7 +241,7 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
         "regions": regions.tolist(), "curve": curve,
         "k_locality": {"k": k, "median": float(np.nanmedian(loc.k_locality(w, k))) if n > 1 else math.nan,
                        "min": float(np.nanmin(loc.k_locality(w, k))) if n > 1 and w.sum() else math.nan},
-        "stability": loc.stability(stack, circuits_k) if steps else {},
+        "stability": loc.stability(grid, circuits_k) if steps else {},
         "intensity": loc.intensity(acc.mean(next(iter(acc.sums)))) if acc.sums else {},
         "pair_sparsity": _sparsity(w, circuits_k),
         "times_s": {"fat_tree": t_ft, "mix": t_mix, "reconfig_penalty": penalty,
@@ -269,6 +267,18 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
         ),
         gates=gates, values=values, always={"symmetry_per_layer": per_layer, "port_budget_servers": k_max},
     )
+
+
+class _Grid:
+    """(steps, layers) of server matrices without copying them: ``grid[i, j]`` (zeros if missing)."""
+
+    def __init__(self, mats: list[FloatArray], index: IntArray, n: int) -> None:
+        self.mats, self.index, self.zero = mats, index, np.zeros((n, n))
+        self.shape = (*index.shape, n, n)
+
+    def __getitem__(self, ij: tuple[int, int]) -> FloatArray:
+        k = int(self.index[ij])
+        return self.mats[k] if k >= 0 else self.zero
 
 
 def _sparsity(w: FloatArray, m: int) -> dict[str, float]:
