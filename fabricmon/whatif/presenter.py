@@ -150,4 +150,12 @@ def rows(fig: dict[str, Any]) -> list[tuple[str, str]]:
                 ),
                 ("ranks moved", str(v["ranks_moved"])),
             ]
+            nc = v.get("node_choice") or {}
+            if "fewest_sus" in nc:
+                out.append((
+                    "node choice",
+                    f"{nc['run_hosts']} hosts span {nc['run_spans_sus']} of {nc['scalable_units']} scalable "
+                    f"units ({_f(100 * nc['cross_su_share'])} % of bytes between SUs); fewest: "
+                    f"{nc['fewest_sus']} ({', '.join(nc['suggested_sus'])})",
+                ))
     return out

@@ -134,3 +134,39 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray, r
             "suggest": bool(better and moved),
             "gpu_of_rank": gpu1.tolist() if better and moved else None,
             "hosts": [layout.host_names[h] for h in hosts]}
+
+
+def node_choice(layout: FabricLayout, placement: RankPlacement, total: FloatArray) -> dict[str, Any]:
+    """Which scalable units (hosts sharing the same rail leaves) the run's hosts span, the bytes
+    between SUs (they climb to the spines even under PXN), and the fewest SUs that would hold the
+    run — filled from those already holding most of its hosts (assumes their other hosts are free)."""
+    g = placement.gpu_of_rank
+    if (g < 0).any():
+        return {"error": "the rank map does not place every rank"}
+    leaves_of_host: dict[int, tuple[int, ...]] = {}
+    for gpu in range(layout.n_gpus):
+        leaves_of_host.setdefault(int(layout.gpu_host[gpu]), ())
+        leaves_of_host[int(layout.gpu_host[gpu])] += (int(layout.nic_leaf[gpu]),)
+    su_key = {h: tuple(sorted(set(v))) for h, v in leaves_of_host.items()}
+    keys = sorted(set(su_key.values()))
+    su_of_host = {h: keys.index(k) for h, k in su_key.items()}
+    capacity = np.bincount(list(su_of_host.values()), minlength=len(keys))
+    host = layout.gpu_host[g]
+    run_hosts = sorted(set(host.tolist()))
+    su = np.array([su_of_host[int(h)] for h in host], dtype=np.int64)
+    held = np.bincount([su_of_host[h] for h in run_hosts], minlength=len(keys))
+    order = sorted(range(len(keys)), key=lambda s: (-held[s], -capacity[s], s))
+    need, room = [], 0
+    for s in order:
+        if room >= len(run_hosts):
+            break
+        need.append(s)
+        room += int(capacity[s])
+    ar = np.arange(len(g))
+    _, dense = np.unique(su, return_inverse=True)
+    same_su = float(by_group_columns(total, dense.astype(np.int64))[ar, dense].sum()) if len(g) else 0.0
+    all_bytes = float(total.sum())
+    return {"scalable_units": len(keys), "run_hosts": len(run_hosts),
+            "run_spans_sus": int((held > 0).sum()), "fewest_sus": len(need),
+            "suggested_sus": [f"su{s}" for s in need],
+            "cross_su_share": max(0.0, (all_bytes - same_su) / all_bytes) if all_bytes > 0 else 0.0}

@@ -30,7 +30,7 @@ from fabricmon.core.phases.routing import Routing
 from fabricmon.core.whatif import locality as loc
 from fabricmon.core.whatif import ocs
 from fabricmon.core.whatif.collectives import collectives_figure_values
-from fabricmon.core.whatif.placement import suggest
+from fabricmon.core.whatif.placement import node_choice, suggest
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
 from fabricmon.core.whatif.terrace import Calibration
 from fabricmon.core.whatif.terrace_run import LayerDispatch, row_bytes, terrace_figure
@@ -393,13 +393,17 @@ def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlac
                      coverage: Gate) -> Figure:
     lps = sorted(acc.sums)
     stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
-    values = (suggest(layout, placement, stack, routing_, projector=_projector) if len(stack)
-              else {"error": "no matrices"})
+    values: dict[str, Any] = (suggest(layout, placement, stack, routing_, projector=_projector) if len(stack)
+                              else {"error": "no matrices"})
+    if len(stack):
+        values["node_choice"] = node_choice(layout, placement, stack.sum(axis=0))
     return Figure("placement", "Placement suggestion",
                   assumptions=("only the run's own GPUs; ranks swapped between hosts (heaviest receivers "
                                "first), then permuted over local GPU indices (rails)",
                                f"judged by projecting the per-(layer, phase) means under {routing_.label()}",
-                               "tensor/pipeline groups are not constrained: check before applying"),
+                               "tensor/pipeline groups are not constrained: check before applying",
+                               "node choice: scalable units are hosts sharing the same rail leaves; a "
+                               "suggested SU's other hosts are assumed free"),
                   gates=(coverage,), values=values)
 
 

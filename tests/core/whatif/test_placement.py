@@ -32,3 +32,18 @@ def test_uniform_traffic_needs_no_move() -> None:
     t = np.ones((16, 16)) * 1e6
     out = suggest(layout, RankPlacement(np.arange(16)), t[None], Routing("pxn"))
     assert not out["suggest"] and out["gpu_of_rank"] is None
+
+
+def test_node_choice_counts_scalable_units_and_bytes_between_them() -> None:
+    from fabricmon.core.topology.railgen import rail_optimized
+    from fabricmon.core.whatif.placement import node_choice
+
+    spec = rail_optimized("two-su", servers=8, gpus_per_server=2, spines=2, servers_per_su=4, uplinks_per_leaf=4)
+    layout = FabricLayout.from_spec(spec, build_port_index(spec))
+    # 4 ranks on hosts 2, 3 (SU 0) and 4, 5 (SU 1): a job that would fit in one SU spans two
+    gpus = np.array([4, 5, 6, 7, 8, 9, 10, 11])
+    t = np.ones((8, 8))
+    np.fill_diagonal(t, 0)
+    out = node_choice(layout, RankPlacement(gpus), t)
+    assert (out["scalable_units"], out["run_hosts"], out["run_spans_sus"], out["fewest_sus"]) == (2, 4, 2, 1)
+    assert out["cross_su_share"] == 32 / 56  # each rank: 4 of its 7 peers in the other SU
