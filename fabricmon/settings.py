@@ -180,6 +180,7 @@ INSTALLED_APPS = [
     "fabricmon.jobs",
     "fabricmon.alerts",
     "fabricmon.phases",
+    "fabricmon.whatif",
 ]
 
 MIDDLEWARE = [
