@@ -10,5 +10,6 @@ urlpatterns = [
     path("jobs/", include("fabricmon.jobs.urls")),
     path("alerts/", include("fabricmon.alerts.urls")),
     path("phases/", include("fabricmon.phases.urls")),
+    path("", include("fabricmon.metrics.urls")),
     path("", include("fabricmon.live.urls")),
 ]

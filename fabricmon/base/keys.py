@@ -16,6 +16,7 @@ everything::
     fm:hist:{fabric}:{start_ns}   string  history step written (NX)    telemetry.shard_loop
     fm:alerts:cursor:{fabric}     string  last frame evaluated         alerts.evaluation
     fm:alerts:state:{fabric}      string  moving-incast state (JSON)   alerts.evaluation
+    fm:counters                   hash    counter name → total         base.counters
     fabricmon:jobs:rate:{token}   hash    ingest token bucket          jobs.ratelimit
 """
 
@@ -79,6 +80,9 @@ def alerts_cursor(fabric: str) -> str:
 
 def alerts_state(fabric: str) -> str:
     return f"fm:alerts:state:{fabric}"
+
+
+COUNTERS = "fm:counters"  # totals every process adds to (the /metrics counters)
 
 
 def rate_bucket(token: str) -> str:
