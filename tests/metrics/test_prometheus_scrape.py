@@ -26,6 +26,7 @@ from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.yaml_dump import dump_fabric
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "scrape-token-for-tests"
 SETUP = """
 from django.contrib.auth import get_user_model
@@ -171,6 +172,19 @@ def test_prometheus_scrapes_the_twin_and_finds_its_hot_port(redis_url, fabric_na
                 if judged:
                     break
             assert judged, f"the twin's hottest port never held still around a scraped frame: {seen}"
+
+            # Every query of the shipped Grafana dashboard runs on the scraped data; the panels an
+            # operator opens it for show something.
+            dashboard = json.loads((ROOT / "docs" / "grafana-fabricmon.json").read_text())
+            shown = {}
+            for panel in dashboard["panels"]:
+                for target in panel["targets"]:
+                    expr = target["expr"].replace("$fabric", fabric_name).replace("$__rate_interval", "1m")
+                    shown[panel["title"]] = bool(prom.query(expr))
+            must_show = ["Hottest ports (utilization)", "Hot set size (moving incast)", "Incast alerts firing",
+                         "Frame age", "Collector up per switch", "Poll duration per switch",
+                         "Ingest rate (phase events/s)", "Celery queue depth"]
+            assert all(shown[title] for title in must_show), shown
     finally:
         if prom is not None:
             prom.stop()
