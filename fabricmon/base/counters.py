@@ -29,7 +29,8 @@ def _client() -> redis.Redis:
     global _CLIENT  # noqa: PLW0603  (a per-process connection pool, made on first use)
     with _LOCK:
         if _CLIENT is None:
-            _CLIENT = connect()
+            # Short timeouts: an unreachable Redis costs a batch a second, not a hung request.
+            _CLIENT = connect(socket_connect_timeout=1.0, socket_timeout=1.0)
         return _CLIENT
 
 
