@@ -115,8 +115,9 @@ def formatting(servers: int, repeat: int, uplinks: int | None = None) -> tuple[i
     return len(index), ours, ref, labels_ms
 
 
-def whole_scrape(scrapes: int) -> tuple[float, float, int]:
-    """Median and p95 ms of GET /metrics on a real server with the 768-port fabric, and its size."""
+def whole_scrape(scrapes: int, servers: int = 32, uplinks: int | None = None) -> tuple[float, float, int]:
+    """Median and p95 ms of GET /metrics on a real server with the fabric (default: the demo's
+    768 ports), and its size."""
     import asgi_server
     import redis
 
@@ -125,7 +126,7 @@ def whole_scrape(scrapes: int) -> tuple[float, float, int]:
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     tmp = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
     name = f"benchmetrics{os.getpid()}"
-    spec = rail_optimized(name, servers=32, gpus_per_server=8, spines=4)
+    spec = rail_optimized(name, servers=servers, gpus_per_server=8, spines=4, uplinks_per_leaf=uplinks)
     (tmp / "fabric.yaml").write_text(dump_fabric(spec))
     server = asgi_server.live_server(tmp, redis_url, FABRICMON_METRICS_TOKEN=TOKEN)
     r = redis.Redis.from_url(redis_url)
@@ -163,6 +164,8 @@ def whole_scrape(scrapes: int) -> tuple[float, float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scrapes", type=int, default=50)
+    ap.add_argument("--large", action="store_true",
+                    help="also scrape a 16,384-port fabric (FABRICMON_METRICS_MAX_PORTS applies)")
     args = ap.parse_args()
     print("per-port families of one frame (median of repeats):")
     n768, ours768, ref768, _ = formatting(32, 20)
@@ -170,11 +173,17 @@ def main() -> None:
     print(f"GET /metrics on a real server, {n768} ports, {args.scrapes} scrapes:")
     med, p95, size = whole_scrape(args.scrapes)
     print(f"  median {med:.1f} ms, p95 {p95:.1f} ms, {size / 1024:.0f} KiB")
+    large = ""
+    if args.large:
+        print(f"GET /metrics on a real server, 16384 ports, {args.scrapes // 5} scrapes:")
+        lmed, lp95, lsize = whole_scrape(max(3, args.scrapes // 5), servers=1024, uplinks=16)
+        print(f"  median {lmed:.1f} ms, p95 {lp95:.1f} ms, {lsize / 1024:.0f} KiB")
+        large = f" scrape_16k_ms={lmed:.1f}"
     print(f"BENCH metrics scrape_768_ms={med:.1f} scrape_768_p95_ms={p95:.1f} format_768_ms={ours768:.2f} "
           f"format_768_prometheus_client_ms={ref768:.1f} ratio_768={ref768 / ours768:.1f} "
           f"format_16k_ms={ours16k:.1f} "
           f"format_16k_prometheus_client_ms={ref16k:.1f} ratio_16k={ref16k / ours16k:.1f} "
-          f"labels_16k_ms={labels16k:.0f}")
+          f"labels_16k_ms={labels16k:.0f}{large}")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,9 @@ def read_state(r: redis.Redis | None = None) -> ScrapeState:
     own = r is None
     r = r or connect()
     try:
-        names = sorted(set(Fabric.objects.values_list("name", flat=True)) | set(live_window.fabrics(r)))
+        # Fabrics of the topology database only: a window left in Redis by a deleted fabric has no
+        # labels to give its ports (and is not worth decoding at every scrape).
+        names = sorted(Fabric.objects.values_list("name", flat=True))
         now_s = time.time()
         fabrics = [_fabric(r, n, settings.FABRICMON_METRICS_MAX_PORTS, now_s) for n in names]
         shared = counters.read_all(r)

@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 from asgi_server import live_server
 from prometheus_server import start_prometheus
 from telemetry.telemetry_harness import TwinProcess, collector_spec, run_collectors
 
+from fabricmon.base import keys
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.yaml_dump import dump_fabric
 
@@ -191,4 +193,7 @@ def test_prometheus_scrapes_the_twin_and_finds_its_hot_port(redis_url, fabric_na
         if server is not None:
             server.forget_fabric(fabric_name)
             server.stop()
+        with redis.Redis.from_url(redis_url) as r:  # the window and health this test's collector left
+            r.delete(keys.frames(fabric_name), keys.health(fabric_name), keys.alerts_state(fabric_name),
+                     keys.alerts_cursor(fabric_name))
         twin.stop()
