@@ -271,6 +271,10 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
     token = sup.run("api_token", [*manage, "create_api_token", "demo", "--name", "demo twin job"]).strip()
     token_file = var_dir / "twin-api-token"
     write_secret(token_file, token)
+    # /metrics for a local Prometheus: the web process gets a scrape token, kept owner-only.
+    if not env.get("FABRICMON_METRICS_TOKEN"):
+        env["FABRICMON_METRICS_TOKEN"] = secrets.token_urlsafe(24)
+    write_secret(var_dir / "metrics-token", env["FABRICMON_METRICS_TOKEN"])
 
     topology_file = var_dir / "twin-topology.yaml"
     topology_file.unlink(missing_ok=True)
@@ -312,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sup.env["REDIS_URL"] = start_redis(sup, var_dir)
         stack = start_stack(sup, var_dir, args)
-        print(BANNER.format(port=stack.values["web_port"], password=stack.password, log_dir=sup.log_dir))
+        print(BANNER.format(port=stack.values["web_port"], password=stack.password, log_dir=sup.log_dir,
+                            var_dir=var_dir))
         return watch(sup, sup.env, args, stack.fabric)
     except KeyboardInterrupt:
         print("\ndemo: stopping …")
@@ -332,6 +337,7 @@ BANNER = """
 
     Dashboard   http://127.0.0.1:{port}/          user: demo   password: {password}
     Admin       http://127.0.0.1:{port}/admin/
+    Prometheus  http://127.0.0.1:{port}/metrics      bearer token: {var_dir}/metrics-token
     Terminal    .venv/bin/python manage.py fabric_status
     Logs        {log_dir}/
 

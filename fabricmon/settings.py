@@ -335,6 +335,13 @@ CELERY_BEAT_SCHEDULE["alerts-check-cabling"] = {
     "options": {"expires": FABRICMON_CABLING_CHECK_S},
 }
 
+# --- Prometheus /metrics -----------------------------------------------------------------------
+# The bearer token a scraper sends to GET /metrics (empty: /metrics answers 401 to everyone).
+FABRICMON_METRICS_TOKEN = env_str("FABRICMON_METRICS_TOKEN", "")
+# Ports with per-port series per fabric and scrape (over it: the hottest by utilization); with
+# ~11 per-port families this bounds a fabric's series at about 11 × this.
+FABRICMON_METRICS_MAX_PORTS = env_int("FABRICMON_METRICS_MAX_PORTS", 2048)
+
 # --- Jobs: trace uploads ------------------------------------------------------------------------
 # Uploads up to this size are imported inside the request (the answer carries the result); larger
 # ones are saved under FABRICMON_UPLOAD_DIR and imported by a Celery task whose progress the API

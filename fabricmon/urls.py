@@ -11,5 +11,6 @@ urlpatterns = [
     path("alerts/", include("fabricmon.alerts.urls")),
     path("phases/", include("fabricmon.phases.urls")),
     path("whatif/", include("fabricmon.whatif.urls")),
+    path("", include("fabricmon.metrics.urls")),
     path("", include("fabricmon.live.urls")),
 ]

@@ -66,6 +66,16 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
     )
 
 
+def hot_set(r: redis.Redis, fabric: str) -> tuple[str, list[int]] | None:
+    """The moving-incast detector's current hot set: (topology version, port positions), or None
+    before the fabric's first evaluation (``/metrics`` reads it at scrape time)."""
+    raw = r.get(keys.alerts_state(fabric))
+    if not raw:
+        return None
+    saved = json.loads(raw)
+    return str(saved.get("topo", "")), [int(p) for p in saved.get("hot", [])]
+
+
 def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: int = 200) -> int:
     """Evaluate every frame not yet seen (oldest first). Returns how many frames were evaluated."""
     r = r or connect()

@@ -14,9 +14,10 @@ def _url(url: str | None) -> str:
     return str(settings.REDIS_URL)
 
 
-def connect(url: str | None = None) -> redis.Redis:
-    """A client of ``url`` (default: ``settings.REDIS_URL``)."""
-    return redis.Redis.from_url(_url(url))
+def connect(url: str | None = None, **options: float) -> redis.Redis:
+    """A client of ``url`` (default: ``settings.REDIS_URL``); ``options`` as redis-py takes them
+    (e.g. ``socket_timeout``)."""
+    return redis.Redis.from_url(_url(url), **options)
 
 
 def connect_async(url: str | None = None) -> aioredis.Redis:

@@ -17,6 +17,7 @@ everything::
     fm:alerts:cursor:{fabric}     string  last frame evaluated         alerts.evaluation
     fm:alerts:state:{fabric}      string  moving-incast state (JSON)   alerts.evaluation
     fm:cabling:errors:{fabric}    string  switch → unreadable LLDP     alerts.cabling
+    fm:counters                   hash    counter name → total         base.counters
     fabricmon:jobs:rate:{token}   hash    ingest token bucket          jobs.ratelimit
 """
 
@@ -89,6 +90,9 @@ def alerts_state(fabric: str) -> str:
 
 def cabling_errors(fabric: str) -> str:
     return f"fm:cabling:errors:{fabric}"
+
+
+COUNTERS = "fm:counters"  # totals every process adds to (the /metrics counters)
 
 
 def rate_bucket(token: str) -> str:

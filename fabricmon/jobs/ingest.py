@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from collectors.traces.schema import PHASES, SOURCES
+from fabricmon.base import counters
 from fabricmon.jobs import blocks, matrices
 from fabricmon.jobs.columns import (
     EventColumns,
@@ -73,7 +74,17 @@ def store_batch(run: Run, batch: ParsedBatch) -> IngestResult:
     """Store a batch validated row by row (importers); see ``store_columns``."""
     result = store_columns(run, columns_from_rows(batch.rows, batch.peers))
     result.lines, result.rejected = batch.lines, list(batch.errors)
+    count(result, "import")
     return result
+
+
+def count(result: IngestResult, path: str) -> None:
+    """Add a batch's outcome to the shared ingest counters (``/metrics``:
+    ``fabricmon_ingest_events_total{path, outcome}``)."""
+    counters.add({f"ingest_events:{path}:stored": result.stored,
+                  f"ingest_events:{path}:duplicate": result.duplicates,
+                  f"ingest_events:{path}:rejected": len(result.rejected),
+                  f"ingest_batches:{path}": 1})
 
 
 def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
@@ -208,6 +219,7 @@ def ingest_ndjson(run: Run, body: bytes, clock_offset_ns: int = 0, max_lines: in
     cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns, max_lines, rank_limit(run))
     result = store_columns(run, cols)
     result.lines, result.rejected = lines, errors
+    count(result, "api")
     return result
 
 
