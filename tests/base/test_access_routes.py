@@ -225,6 +225,12 @@ ROUTES: dict[str, Entry] = {
     # a run's phase views: the run rule (they were open to any logged-in user)
     "phases:run": Entry((Probe(rule=run_seen),), run_kw, owned=True),
     "phases:run-api": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    # a run's what-if figures and its fabric's scheduler exports: the run rule
+    "whatif:run": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    "whatif:run-api": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    "whatif:export": Entry((Probe(rule=run_seen),), lambda ctx: run_kw(ctx) | {"kind": "topology.conf"}, owned=True),
+    # /metrics: a scraper's bearer token only (a session is not a scraper): 401 for every person
+    "metrics": Entry((Probe(rule=lambda role, own: "unauth"),)),
     # the fabric: viewers and above; a run's markers on it follow the run rule
     "live:index": Entry((Probe(rule=needs(Role.VIEWER)),)),
     "live:fabric": Entry((Probe(rule=needs(Role.VIEWER)),), lambda ctx: FAB),
