@@ -378,7 +378,7 @@ def matrix(request: HttpRequest, run: Run) -> HttpResponse:
         if value is not None:
             qs = qs.filter(**{key: value})
     phase = request.GET.get("phase")
-    if phase:
+    if phase is not None:  # given empty is not "every phase": the schema's enum has no ""
         if phase not in PHASES:
             raise validation.InputError("phase", f"unknown phase {validation.brief(phase)}")
         qs = qs.filter(phase=phase)
