@@ -14,6 +14,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FABRICMON_VAR_DIR", BASE_DIR / "var"))
@@ -238,12 +242,19 @@ STATIC_ROOT = VAR_DIR / "static"
 # --- Redis: Celery broker, channel layer and the live window of frames -------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+CHANNEL_LAYER_RETRY = {
+    "retry": AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+    "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+}
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # socket_timeout > channels_redis's 5 s BZPOPMIN: redis-py 8 defaults to 5 s too, and the
         # tie kills every idle consumer with "Timeout reading from …" after 5 s.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 200, "expiry": 30},
+        # retry: after a Redis restart the pool's connections are dead, and without it the first
+        # socket to connect got a 500 ("Connection closed by server", 60-minute soak)
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, **CHANNEL_LAYER_RETRY}],
+                   "capacity": 200, "expiry": 30},
     }
 }
 
