@@ -442,6 +442,9 @@ def _stamp(line: bytes) -> float | None:
     return time.mktime(time.strptime(m.group(1).decode().replace("T", " "), "%Y-%m-%d %H:%M:%S"))
 
 
+EXCEPTION_LINE = re.compile(rb"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
 def scan_logs(log_dir: Path, faults: list[tuple[float, float]]) -> LogScan:
     """Tracebacks and 5xx answers in every log. A traceback is the soak's own doing — and excused —
     only when no frame of it is in fabricmon's code and it was logged while a fault the soak
@@ -466,7 +469,12 @@ def scan_logs(log_dir: Path, faults: list[tuple[float, float]]) -> LogScan:
                 during = last is not None and any(a - 2 <= last <= b + 10 for a, b in faults)
                 if ours or not during:
                     scan.tracebacks += 1
-                    scan.samples.append(f"{log.name}: {lines[j - 1][:160].decode(errors='replace')}")
+                    # name it by its exception (the last unindented line), not by whatever log line
+                    # without a timestamp (an access log's) happened to come last
+                    heads = [ln for ln in lines[i + 1 : j] if EXCEPTION_LINE.match(ln)]
+                    said = (heads[-1] if heads else lines[j - 1])[:160].decode(errors="replace")
+                    at = time.strftime("%H:%M:%S", time.localtime(last)) if last else "?"
+                    scan.samples.append(f"{log.name} ({at}): {said}")
                 else:
                     scan.excused += 1
                 i = j
