@@ -158,7 +158,11 @@ class _Claim:
         if self.held:
             self.held = False
             with contextlib.suppress(redis.RedisError):  # Redis gone: the key expires on its own
-                self.r.eval(_RELEASE, 1, self.key, self.token)
+                self._give_up()
+
+    def _give_up(self) -> None:
+        """Delete the key if it still holds our token (one round trip)."""
+        self.r.eval(_RELEASE, 1, self.key, self.token)
 
 
 class Lease(_Claim):
@@ -174,14 +178,9 @@ class Lease(_Claim):
         got = cls._take(r, keys.lease(shard_id), ttl_s)
         return cls(r, shard_id, got[0], ttl_s, got[1]) if got else None
 
-    def release(self) -> None:
+    def _give_up(self) -> None:
         """Hand the shard back and wake its standby at once."""
-        self._stop.set()
-        if self.held:
-            self.held = False
-            with contextlib.suppress(redis.RedisError):  # Redis gone: the key expires on its own
-                self.r.eval(_HAND_BACK, 2, self.key, keys.handback(self.shard_id), self.token,
-                            _ms(self.ttl_s))
+        self.r.eval(_HAND_BACK, 2, self.key, keys.handback(self.shard_id), self.token, _ms(self.ttl_s))
 
 
 def wait_for_handback(r: redis.Redis, shard_id: str, timeout_s: float) -> bool:
