@@ -55,8 +55,7 @@ def _peer_bytes(cols: EventColumns, inverse: np.ndarray) -> _PeerBytes | None:
 
 
 class _DenseSums:
-    """Every touched matrix summed in one (touched, 2, n, n) array: one scatter-add for the batch,
-    and every new matrix's blobs slices of one buffer."""
+    """Every touched matrix summed in one (touched, 2, n, n) array: one scatter-add for the batch."""
 
     def __init__(self, peers: _PeerBytes, local: np.ndarray, touched: int) -> None:
         n = peers.n
@@ -68,9 +67,6 @@ class _DenseSums:
 
     def part(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         return self.parts[j, 0], self.parts[j, 1]
-
-    def blobs(self, j: int) -> tuple[bytes, bytes]:
-        return _blobs(*self.part(j))
 
 
 class _SortedSums:
@@ -89,9 +85,6 @@ class _SortedSums:
         m = np.zeros((2, n, n), dtype=np.int64)
         np.add.at(m, (p.kind[sel], p.src[sel], p.dst[sel]), p.nbytes[sel])
         return m[0], m[1]
-
-    def blobs(self, j: int) -> tuple[bytes, bytes]:
-        return _blobs(*self.part(j))
 
 
 def _blobs(sent: np.ndarray, received: np.ndarray) -> tuple[bytes, bytes]:
@@ -129,7 +122,7 @@ def _write(
         for j, key in enumerate(wanted):
             old = existing.get(key)
             if old is None:
-                inserts.append((run.pk, *key, n, *sums.blobs(j), calls[j]))
+                inserts.append((run.pk, *key, n, *_blobs(*sums.part(j)), calls[j]))
                 continue
             part_sent, part_recv = sums.part(j)
             n_old = old[5]
