@@ -77,6 +77,12 @@ class Episode(models.Model):
         return str(self.attribution.get("line") or "unknown")
 
 
+def family_of(kind: str) -> str:
+    """The episode an alert kind joins: a hot set's incast and moving incast share one (it is the
+    same congestion, moving or not); every other kind has episodes of its own (one per outage)."""
+    return "incast" if kind in ("incast", "moving_incast") else kind
+
+
 class Alert(models.Model):
     """The current state of one fingerprint (fabric + kind + scope key + run)."""
 

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from fabricmon.alerts import attribution
 from fabricmon.alerts.culprit import culprit_of_ports
 from fabricmon.alerts.models import (
     Alert,
@@ -33,6 +34,7 @@ from fabricmon.alerts.models import (
     Receiver,
     Rule,
     Silence,
+    family_of,
 )
 from fabricmon.alerts.transports import Message
 from fabricmon.core.detection.conditions import Condition, conditions, trajectory_step
@@ -106,7 +108,9 @@ def record_window(
     Alert.objects.filter(fingerprint__in=still).update(last_true=now)
     for episode in window.episodes.values():
         _follow_episode(episode, findings, geo, rank_of_port, now)
-    _refresh_culprits(window, rows, findings)
+    attribution.refresh(fabric, run_name, [a for a in rows.values() if a.state == Alert.State.FIRING],
+                        hot_now=_port_names(geo, tuple(int(p) for p in findings.hot_ports)), now=now,
+                        episodes=window.episodes)
     return stored
 
 
@@ -150,12 +154,6 @@ def _held_without_data(findings: WindowFindings, slots: Mapping[str, Slot], now:
     held = {fp for fp, s in slots.items() if family_of(s.kind) == "incast"}
     Alert.objects.filter(fingerprint__in=held).update(last_true=now)
     return held
-
-
-def family_of(kind: str) -> str:
-    """The episode an alert kind joins: a hot set's incast and moving incast share one (it is the
-    same congestion, moving or not); every other kind has episodes of its own (one per outage)."""
-    return "incast" if kind in ("incast", "moving_incast") else kind
 
 
 @dataclasses.dataclass
@@ -232,44 +230,10 @@ def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
                              alert.active_since, w.now)
     alert.attribution = {**found.as_json(), "checked_ns": _ns(w.now)}
     if found.known and (not episode.attribution.get("run_name") or
-                        (found.phase and not _phase_named(episode.attribution))):
+                        (found.phase and not attribution.phase_named(episode.attribution))):
         episode.attribution = alert.attribution
     if ch.kind not in episode.kinds:
         episode.kinds = [*episode.kinds, ch.kind]
-
-
-CULPRIT_REFRESH_S = 5.0  # how often a firing alert without a named phase looks again
-CULPRIT_LOOKBACK_S = 15.0  # … at events this far back (a job's reporter posts in batches)
-
-
-def _phase_named(attribution: Mapping[str, Any]) -> bool:
-    return bool(attribution.get("run_name")) and bool(attribution.get("phase"))
-
-
-def _refresh_culprits(w: _Window, rows: dict[str, Alert], findings: WindowFindings) -> None:
-    """A firing incast-family alert whose culprit has no phase yet looks again (at most every
-    ``CULPRIT_REFRESH_S``) at the ports hot now: a job that reports a sample of its steps, or
-    posts late, is named as soon as its events for the hot port arrive, not never."""
-    now_ns = _ns(w.now)
-    for alert in rows.values():
-        if alert.state != Alert.State.FIRING or family_of(alert.kind) != "incast":
-            continue
-        if _phase_named(alert.attribution):
-            continue
-        if now_ns - int(alert.attribution.get("checked_ns", 0)) < CULPRIT_REFRESH_S * 1e9:
-            continue
-        hot = _port_names(w.geo, tuple(int(p) for p in findings.hot_ports))
-        ports = (hot if alert.kind == "moving_incast" else []) or [alert.key]
-        since = w.now - timedelta(seconds=CULPRIT_LOOKBACK_S)
-        found = culprit_of_ports(w.fabric, ports, since, w.now)
-        attribution = found.as_json() if found.known else dict(alert.attribution)
-        attribution["checked_ns"] = now_ns
-        Alert.objects.filter(pk=alert.pk).update(attribution=attribution)
-        alert.attribution = attribution
-        episode = w.episodes.get("incast")
-        if episode is not None and found.known and not _phase_named(episode.attribution):
-            episode.attribution = attribution
-            Episode.objects.filter(pk=episode.pk).update(attribution=attribution)
 
 
 def _follow_episode(

@@ -172,7 +172,7 @@ def test_a_firing_alert_names_the_phase_once_the_jobs_events_arrive(geo, run_on_
     """A job that reports a sample of its steps (or posts late): the alert fires with the run and
     rank but no phase; within CULPRIT_REFRESH_S of the events for the hot port arriving, the
     alert and its episode name the layer and phase."""
-    from fabricmon.alerts.services import CULPRIT_REFRESH_S
+    from fabricmon.alerts.attribution import REFRESH_S as CULPRIT_REFRESH_S
 
     run, port = run_on_port
     windows(geo, [[port]] * 3, fabric="su1", start=100)  # nothing reported near T0+100 s
@@ -186,3 +186,45 @@ def test_a_firing_alert_names_the_phase_once_the_jobs_events_arrive(geo, run_on_
     line = "run moe-7b · layer 6 combine · rank 5 (node003 gpu1)"
     assert alert.state == "firing" and alert.attribution["line"] == line
     assert Episode.objects.get().attribution_line == line
+
+
+def test_a_late_batch_names_the_phase_from_anywhere_in_the_alerts_span(geo, run_on_port) -> None:  # noqa: F811
+    """A sampling job reports one block of steps in every k: the only events for the hot port may
+    be from the alert's first seconds, and arrive half a minute later. The refresh looks over the
+    alert's whole span (bounded by LOOKBACK_S), not only the last few seconds."""
+    from fabricmon.alerts.attribution import LOOKBACK_S, REFRESH_S
+
+    run, port = run_on_port
+    windows(geo, [[port]] * 40, fabric="su1", start=300)
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    assert alert.state == "firing" and not alert.attribution["phase"]
+    ingest.ingest_events(run, [_ev(30, 5, 2, "dispatch", T0_NS + 302 * S, recv={"0": 7_000})])
+    assert 340 - 302 < LOOKBACK_S
+    windows(geo, [[port]] * (int(REFRESH_S) + 2), fabric="su1", start=340)
+    alert.refresh_from_db()
+    assert (alert.attribution["layer"], alert.attribution["phase"]) == (2, "dispatch")
+    assert Episode.objects.get().attribution["phase"] == "dispatch"
+
+
+def test_a_resolved_alert_is_named_when_its_events_post_after_it_resolved(geo, run_on_port) -> None:  # noqa: F811
+    """The hot port cooled before the job's batch arrived: within LATE_S of resolving, the resolved
+    alert (and its closed episode) still get the layer and phase; after LATE_S nothing is read."""
+    from fabricmon.alerts.attribution import LATE_S, REFRESH_S
+
+    run, port = run_on_port
+    windows(geo, [[port]] * 3 + [[]] * 8, fabric="su1", start=500)
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    assert alert.state == "resolved" and not alert.attribution["phase"]
+    ingest.ingest_events(run, [_ev(40, 5, 4, "combine_bwd", T0_NS + 501 * S, recv={"0": 9_000})])
+    windows(geo, [[]] * (int(REFRESH_S) + 2), fabric="su1", start=511)
+    alert.refresh_from_db()
+    assert alert.state == "resolved"
+    assert (alert.attribution["layer"], alert.attribution["phase"]) == (4, "combine_bwd")
+    assert Episode.objects.get().attribution["phase"] == "combine_bwd"
+    # long after it resolved, a resolved alert is no longer looked at (bounded work per window)
+    windows(geo, [[port]] * 3 + [[]] * 8, fabric="su1", start=700)
+    second = Alert.objects.filter(kind="incast", fired_at__isnull=False).order_by("-fired_at")[0]
+    ingest.ingest_events(run, [_ev(41, 5, 1, "dispatch", T0_NS + 701 * S, recv={"0": 9_000})])
+    windows(geo, [[]] * 4, fabric="su1", start=int(711 + LATE_S))
+    second.refresh_from_db()
+    assert not second.attribution["phase"]

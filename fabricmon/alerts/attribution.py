@@ -1,0 +1,80 @@
+"""Keeping an incast alert's culprit named while the job's events are still arriving.
+
+An alert names its culprit when it fires (``services._fire``), from the events stored by then. A
+job rarely has them stored yet: the probe posts in batches, a sampling job (the demo's twin)
+reports a block of steps out of every k, and a hot port is often hot for less than one batch. So
+an incast-family alert whose culprit has no (layer, phase) yet looks again, every
+``REFRESH_S``, over its whole span so far — not only the last few seconds — and keeps looking for
+``LATE_S`` after it resolved, because the events of its last seconds may post after that. A
+moving incast looks at every port its episode visited, most recent first.
+
+Cost is bounded: at most ``REFRESH_S`` apart per alert, over at most ``LOOKBACK_S`` of events
+(``jobs.blocks.columns_near`` decodes only the blocks overlapping it), and only for alerts that
+still lack a phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from fabricmon.alerts.culprit import culprit_of_ports
+from fabricmon.alerts.models import Alert, Episode, family_of
+
+REFRESH_S = 5.0  # how often an alert without a named phase looks again
+LOOKBACK_S = 180.0  # … at most this far back over its span (a sampled job reports every ~12 s)
+LATE_S = 90.0  # … and for this long after it resolved (its last events post late)
+
+
+def _ns(dt: datetime) -> int:
+    return int(dt.timestamp() * 1e9)
+
+
+def phase_named(attribution: Mapping[str, Any]) -> bool:
+    return bool(attribution.get("run_name")) and bool(attribution.get("phase"))
+
+
+def _visited(episode: Episode | None) -> list[str]:
+    """The ports an episode's hot set visited, most recent first, each once."""
+    seen: dict[str, None] = {}
+    for step in reversed((episode.trajectory if episode else []) or []):
+        for name in step.get("ports", []):
+            seen.setdefault(str(name), None)
+    return list(seen)
+
+
+def refresh(
+    fabric: str, run_name: str, firing: Iterable[Alert], *, hot_now: list[str], now: datetime,
+    episodes: Mapping[str, Episode],
+) -> None:
+    """Look again for the culprit of ``firing`` incast-family alerts and of those resolved in the
+    last ``LATE_S`` whose culprit has no phase; store what is found on the alert and its episode."""
+    late = Alert.objects.filter(
+        fabric=fabric, run_name=run_name, state=Alert.State.RESOLVED,
+        kind__in=("incast", "moving_incast"), resolved_at__gte=now - timedelta(seconds=LATE_S),
+    ).select_related("episode")
+    now_ns = _ns(now)
+    for alert in [*firing, *late]:
+        if family_of(alert.kind) != "incast" or phase_named(alert.attribution):
+            continue
+        if now_ns - int(alert.attribution.get("checked_ns", 0)) < REFRESH_S * 1e9:
+            continue
+        episode = alert.episode if alert.episode_id else None
+        if alert.state == Alert.State.FIRING:
+            episode = episodes.get("incast", episode)
+        if alert.kind == "moving_incast":
+            ports = list(dict.fromkeys([*(hot_now if alert.state == Alert.State.FIRING else []),
+                                        *_visited(episode)]))
+        else:
+            ports = [alert.key]
+        until = alert.resolved_at or now
+        since = max(alert.active_since, until - timedelta(seconds=LOOKBACK_S))
+        found = culprit_of_ports(fabric, ports or [alert.key], since, until)
+        attribution = found.as_json() if found.known else dict(alert.attribution)
+        attribution["checked_ns"] = now_ns
+        Alert.objects.filter(pk=alert.pk).update(attribution=attribution)
+        alert.attribution = attribution
+        if episode is not None and found.known and not phase_named(episode.attribution):
+            episode.attribution = attribution
+            Episode.objects.filter(pk=episode.pk).update(attribution=attribution)
