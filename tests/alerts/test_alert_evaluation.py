@@ -58,3 +58,21 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
         redis_client.delete(
             keys.frames(fabric_name), keys.alerts_cursor(fabric_name), keys.alerts_state(fabric_name)
         )
+
+
+def test_redis_gone_is_one_line_and_the_next_beat_goes_on(fabric_name, settings, caplog) -> None:
+    """Redis restarting under the beat: ``alerts.evaluate`` logs one line naming the fabric, not a
+    task traceback, and returns (nothing evaluated)."""
+    import socket
+
+    from fabricmon.alerts.evaluation import evaluate_all
+
+    topology.import_fabric(two_leaf_two_spine(fabric_name, servers=4))
+    with socket.socket() as s:  # a port nothing listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    with caplog.at_level("WARNING", logger="fabricmon.alerts.evaluation"):
+        assert evaluate_all() == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert any(fabric_name in m and "Redis unreachable" in m for m in said), said
