@@ -36,8 +36,11 @@ class LifecycleConfig:
 DEFAULT_LIFECYCLE: Mapping[str, LifecycleConfig] = {
     "incast": LifecycleConfig(for_s=1.0, keep_firing_s=3.0),
     # a hot set that moves every few seconds, then rests a little longer than moving_hold_windows,
-    # is still the same moving incast: one alert while the hotspot keeps moving, not one per hop
-    "moving_incast": LifecycleConfig(for_s=1.0, keep_firing_s=15.0),
+    # is still the same moving incast: one alert while the hotspot keeps moving, not one per hop.
+    # It fires in the window that sees the migration (for 0): a migration already spans two windows
+    # — the hot set before it and the new one, with fan-in — so waiting one more would only make
+    # the alert late (three windows after the hotspot moved, not two).
+    "moving_incast": LifecycleConfig(for_s=0.0, keep_firing_s=15.0),
     "pfc_storm": LifecycleConfig(for_s=1.0, keep_firing_s=3.0),
     "ecmp_imbalance": LifecycleConfig(for_s=1.0, keep_firing_s=3.0),
     "rail_violation": LifecycleConfig(for_s=2.0, keep_firing_s=5.0),
