@@ -54,7 +54,9 @@ from soak_score import (
     NS,
     Detection,
     balanced_spans,
+    culprit_naming,
     false_alerts,
+    first_alert_delay_s,
     lost_ticks,
     merge_stretches,
     p95,
@@ -75,6 +77,9 @@ WARMUP_S = 150.0  # collectors start, the first episode opens, RSS settles
 RSS_BOUND_MB = {"web": 600, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800, "twin2": 1000}
 DB_SLACK_MB = 300  # history frames, alerts, topology and SQLite's free pages beside the run budgets
 PAGE_BOUND_S = 1.0
+# the issue's "within two windows of the twin's first migration", plus the window straddling it
+FIRST_ALERT_BOUND_S = 2 * WINDOW_S + 0.5
+CULPRIT_LATE_S = 120.0  # alerts this close to the end may still get their culprit's events
 
 
 # --- the processes -------------------------------------------------------------------------------
@@ -419,12 +424,15 @@ class Soak:
 
 FACTS = """
 import json
-from fabricmon.alerts.models import Alert, Episode
+from fabricmon.alerts.models import AlertTransition, Episode
 from fabricmon.jobs.models import Run
 eps = [{"id": e.pk, "family": e.family, "opened": e.opened_at.timestamp(),
         "trajectory": [[s["ts_ns"], s["ports"]] for s in e.trajectory]} for e in Episode.objects.all()]
-alerts = [{"kind": a.kind, "fired": a.fired_at.timestamp() if a.fired_at else None}
-          for a in Alert.objects.exclude(fired_at=None)]
+# every time an alert fired (an alert row is one fingerprint: it keeps only its latest firing), with
+# the culprit its row names now
+alerts = [{"kind": t.alert.kind, "fired": t.at.timestamp(), "run": t.alert.attribution.get("run_name", ""),
+           "phase": t.alert.attribution.get("phase", "")}
+          for t in AlertTransition.objects.filter(to_state="firing").select_related("alert")]
 runs = [{"name": r.name, "stored_bytes": r.stored_bytes, "pruned": r.pruned_note} for r in Run.objects.all()]
 print(json.dumps({"episodes": eps, "alerts": alerts, "runs": runs}))
 """
@@ -520,6 +528,14 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     fired = [(a["kind"], int(a["fired"] * NS)) for a in facts["alerts"]]  # type: ignore[attr-defined]
     false = false_alerts([f for f in fired if f[0] in ("incast", "moving_incast")],
                          balanced_spans(stretches, 20 * NS))
+    # the first migration the product could see: its old hot spot was polled for two windows first
+    seen = [m for m in truth if m.ts_ns >= start_ns + int(MIN_DWELL_S * NS)]
+    first_alert_s = first_alert_delay_s(seen, [t for k, t in fired if k == "moving_incast"])
+    # culprits: alerts fired after warm-up and long enough before the end for their events to post
+    naming = culprit_naming([(a["kind"], int(a["fired"] * NS), a["run"], a["phase"])  # type: ignore[index]
+                             for a in facts["alerts"]],  # type: ignore[attr-defined]
+                            (judged[0][0], judged[0][1] - int(CULPRIT_LATE_S * NS)))
+    named_share = naming.named / naming.attributed if naming.attributed else math.nan
     takeovers = takeover_times(rec.kills, rec.frames)
     faults = [(k["at_ns"] / NS, k["at_ns"] / NS + 5) for k in rec.kills]
     faults += [(a / NS, b / NS) for a, b in rec.outages]
@@ -550,6 +566,9 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
         "kills": len(rec.kills), "takeover_s": [round(t, 2) for t in takeovers],
         "migrations": score.migrations, "detected": score.detected, "recall": round(score.recall, 3),
         "detections": score.detections, "precision": round(score.precision, 3), "false_alerts": len(false),
+        "first_moving_alert_s": round(first_alert_s, 1),
+        "culprits_attributed": naming.attributed, "culprits_named": naming.named,
+        "culprit_named_share": round(named_share, 3),
         "mem_mb_5min": {k: round(v) for k, v in rss5.items()},  # PSS of each process tree
         "mem_mb_end": {k: round(v) for k, v in rss_end.items()},
         "redis_mb": round(redis_end[1], 1), "window_mb": round(redis_end[2], 1),
@@ -571,6 +590,12 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
         problems.append(f"moving-incast recall {score.recall:.2f} < {args.min_recall}")
     if score.detections and score.precision < args.min_precision:
         problems.append(f"moving-incast precision {score.precision:.2f} < {args.min_precision}")
+    if first_alert_s > FIRST_ALERT_BOUND_S:
+        problems.append(f"the first moving-incast alert fired {first_alert_s:.1f} s after the twin's "
+                        f"first migration (> {FIRST_ALERT_BOUND_S:g} s)")
+    if naming.attributed >= 5 and named_share < args.min_named:
+        problems.append(f"only {naming.named} of {naming.attributed} attributed incast alerts name their "
+                        f"layer and phase ({named_share:.2f} < {args.min_named})")
     if false:
         problems.append(f"{len(false)} incast alerts fired in balanced stretches: {false[:3]}")
     for name, mb in rss_end.items():
@@ -603,7 +628,8 @@ def bench_line(fig: dict[str, object]) -> str:
              f"outage_ticks={fig['outage_ticks']}", f"kills={fig['kills']}",
              f"takeover_max_s={max(fig['takeover_s'], default=0)}",  # type: ignore[type-var,arg-type]
              f"migrations={fig['migrations']}", f"recall={fig['recall']}", f"precision={fig['precision']}",
-             f"false_alerts={fig['false_alerts']}"]
+             f"false_alerts={fig['false_alerts']}", f"first_moving_alert_s={fig['first_moving_alert_s']}",
+             f"culprit_named_share={fig['culprit_named_share']}"]
     parts += [f"mem_{k}_5min_mb={v}" for k, v in rss5.items()]  # type: ignore[attr-defined]
     parts += [f"mem_{k}_end_mb={v}" for k, v in rss_end.items()]  # type: ignore[attr-defined]
     parts += [f"redis_mb={fig['redis_mb']}", f"window_mb={fig['window_mb']}",
@@ -626,6 +652,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--balanced-cycle", default="900,300", help="the twin job's skewed,balanced steps")
     ap.add_argument("--run-budget-mb", type=float, default=300.0)
     ap.add_argument("--min-recall", type=float, default=0.8)
+    ap.add_argument("--min-named", type=float, default=0.8,
+                    help="share of run-attributed incast alerts whose culprit names layer and phase")
     ap.add_argument("--min-precision", type=float, default=0.8)
     ap.add_argument("--no-browser", dest="browser", action="store_false")
     ap.add_argument("--out", help="keep everything here (default: a new temporary directory)")

@@ -149,3 +149,27 @@ def p95(values: Sequence[float]) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def first_alert_delay_s(truth: Sequence[Migration], fired_ns: Iterable[int]) -> float:
+    """Seconds from the twin's first migration to the first moving-incast alert firing (0 when it
+    fired before: a faster hop the truth does not count); NaN when there was no migration or no alert."""
+    times = sorted(fired_ns)
+    if not truth or not times:
+        return math.nan
+    return max(0.0, (times[0] - truth[0].ts_ns) / NS)
+
+
+@dataclass(frozen=True)
+class Naming:
+    attributed: int  # incast-family alerts whose culprit names a run
+    named: int  # … of which the culprit also names the (layer,) phase
+
+
+def culprit_naming(alerts: Iterable[tuple[str, int, str, str]], span: tuple[int, int]) -> Naming:
+    """Of the incast-family alerts (kind, fired ns, culprit run, culprit phase) fired inside
+    ``span``, those attributed to a run, and of these the share whose phase is named too."""
+    judged = [(run, phase) for kind, ts, run, phase in alerts
+              if kind in ("incast", "moving_incast") and span[0] <= ts <= span[1]]
+    attributed = [phase for run, phase in judged if run]
+    return Naming(len(attributed), sum(1 for p in attributed if p))

@@ -15,7 +15,9 @@ from soak_score import (
     Migration,
     Stretch,
     balanced_spans,
+    culprit_naming,
     false_alerts,
+    first_alert_delay_s,
     lost_ticks,
     merge_stretches,
     p95,
@@ -70,3 +72,18 @@ def test_an_alert_firing_in_a_balanced_stretch_after_its_grace_is_false() -> Non
 
 def test_p95() -> None:
     assert p95(list(range(1, 101))) == 95 and math.isnan(p95([]))
+
+
+def test_first_alert_delay_is_from_the_first_migration_to_the_first_moving_alert() -> None:
+    truth = [Migration(10 * NS, "a", "b"), Migration(30 * NS, "b", "c")]
+    assert first_alert_delay_s(truth, [32 * NS, 11 * NS + NS // 2]) == 1.5
+    assert first_alert_delay_s(truth, [8 * NS]) == 0.0  # fired on an earlier, shorter hop
+    assert math.isnan(first_alert_delay_s([], [8 * NS])) and math.isnan(first_alert_delay_s(truth, []))
+
+
+def test_culprit_naming_counts_run_attributed_incast_alerts_inside_the_span() -> None:
+    alerts = [("incast", 5 * NS, "job", "dispatch"), ("incast", 6 * NS, "job", ""),
+              ("moving_incast", 7 * NS, "job", "combine"), ("incast", 8 * NS, "", ""),  # spine: no run
+              ("target_down", 9 * NS, "", ""), ("incast", 99 * NS, "job", "")]  # after the span
+    got = culprit_naming(alerts, (0, 50 * NS))
+    assert (got.attributed, got.named) == (3, 2)
