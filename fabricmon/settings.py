@@ -329,6 +329,16 @@ CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
     "schedule": FABRICMON_ALERTS_DELIVER_S,
     "options": {"expires": FABRICMON_ALERTS_DELIVER_S},
 }
+# Notification groups (docs/alerts.md) whose group_wait / group_interval is over are flushed this
+# often (on the main queue: a group's timer never waits on a slow receiver); a group without
+# alerts is kept this long (Alertmanager's --data.retention, 120 h) before it is deleted.
+FABRICMON_ALERTS_FLUSH_S = env_float("FABRICMON_ALERTS_FLUSH_S", 1.0)
+FABRICMON_ALERTS_GROUP_RETENTION_S = env_float("FABRICMON_ALERTS_GROUP_RETENTION_S", 120 * 3600.0)
+CELERY_BEAT_SCHEDULE["alerts-flush-groups"] = {
+    "task": "alerts.flush_groups",
+    "schedule": FABRICMON_ALERTS_FLUSH_S,
+    "options": {"expires": FABRICMON_ALERTS_FLUSH_S},
+}
 # Detection runs over each fabric's new frames this often.
 FABRICMON_ALERTS_EVALUATE_S = env_float("FABRICMON_ALERTS_EVALUATE_S", 1.0)
 CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {

@@ -17,7 +17,7 @@ from standardwebhooks import Webhook
 from fabricmon.alerts import delivery
 from fabricmon.alerts.models import Outbox, Receiver
 from fabricmon.alerts.netguard import Policy, RefusedAddressError, post
-from fabricmon.alerts.transports import Message, Target, transport_for
+from fabricmon.alerts.transports import Message, Notification, Target, transport_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -116,7 +116,8 @@ def test_generic_webhook_signature_verifies_with_standard_webhooks(receiver, all
 
 @pytest.mark.parametrize("kind", ["slack", "msteams", "mattermost", "discord"])
 def test_chat_payloads_arrive_in_each_format(receiver, allow_loopback, kind: str) -> None:
-    transport_for(kind, Target(kind, receiver.url), Policy(("127.0.0.1",))).notify(message())
+    note = Notification.of("grp_1_1", kind, [message()], {"alertname": "moving_incast", "fabric": "su1"})
+    transport_for(kind, Target(kind, receiver.url), Policy(("127.0.0.1",))).notify(note)
     body = receiver.requests[0].json()
     assert isinstance(body, dict)
     if kind == "slack":
