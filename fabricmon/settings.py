@@ -316,7 +316,9 @@ FABRICMON_ALERTS_DELIVER_S = env_float("FABRICMON_ALERTS_DELIVER_S", 2.0)
 # errors (timeouts, 5xx, 429, refused connections) fails for good after this many attempts.
 FABRICMON_ALERTS_DELIVERY_DEADLINE_S = env_float("FABRICMON_ALERTS_DELIVERY_DEADLINE_S", 10.0)
 FABRICMON_ALERTS_MAX_RESPONSE_KB = env_int("FABRICMON_ALERTS_MAX_RESPONSE_KB", 64)
-FABRICMON_ALERTS_MAX_ATTEMPTS = env_int("FABRICMON_ALERTS_MAX_ATTEMPTS", 10)
+# (15: with full jitter a retry waits half its bound on average, so 15 attempts span about the
+# 20 minutes that 10 un-jittered ones did.)
+FABRICMON_ALERTS_MAX_ATTEMPTS = env_int("FABRICMON_ALERTS_MAX_ATTEMPTS", 15)
 # Deliveries run on their own Celery queue, consumed by their own worker (`make demo`, compose):
 # a slow receiver then holds a delivery worker, never the one that evaluates alerts or collects.
 FABRICMON_DELIVERY_QUEUE = env_str("FABRICMON_DELIVERY_QUEUE", "delivery")

@@ -101,7 +101,7 @@ class GroupTiming:
             elif value == 0 and not zero_ok:
                 out[name] = f"{name.removesuffix('_s')} cannot be zero"
             elif value > MAX_INTERVAL_S:
-                out[name] = f"at most {format_duration(MAX_INTERVAL_S)}"
+                out[name] = f"at most {MAX_INTERVAL_S / 86400:g} days"
         return out
 
 
