@@ -78,26 +78,19 @@ class ReceiverAdmin(admin.ModelAdmin):
 class GroupMemberInline(admin.TabularInline):
     model = GroupMember
     extra = 0
-    can_delete = False
-    readonly_fields = ("fingerprint", "firing", "changed_at", "message")
 
 
 @admin.register(NotificationGroup)
 class NotificationGroupAdmin(admin.ModelAdmin):
-    """Read-only: a group is the dispatcher's state, changed only by grouping."""
+    """A receiver's notification groups: their timers, what they last said, their alerts."""
 
     list_display = ("receiver", "shown_key", "next_flush_at", "notified_at", "flushes", "emptied_at")
     list_filter = ("receiver",)
-    readonly_fields = ("receiver", "key", "labels", "created_at", "next_flush_at", "flushes", "notified_at",
-                       "notified_firing", "notified_resolved", "emptied_at")
     inlines = (GroupMemberInline,)
 
     @admin.display(description="group key")
     def shown_key(self, obj: NotificationGroup) -> str:
         return group_key(obj.labels)
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
 
 
 admin.site.register(Rule)

@@ -220,7 +220,9 @@ def send_test(receiver: Receiver, now: datetime | None = None) -> str:
         starts_at=now.isoformat(),
     )
     note = Notification.of(msg.id, receiver.name, [msg], {"alertname": "test"}, '{}:{alertname="test"}')
-    row = Outbox.objects.create(receiver=receiver, payload=note.as_json(), created_at=now, next_attempt_at=now)
+    row = Outbox.objects.create(
+        receiver=receiver, payload=note.as_json(), created_at=now, next_attempt_at=now
+    )
     if receiver.disabled:  # a test is how an operator checks a fixed receiver: try it anyway
         Receiver.objects.filter(id=receiver.id).update(disabled=False)
     status = deliver(row.id, now)

@@ -58,7 +58,8 @@ def route_fields() -> tuple[forms.Field, ...]:
                        help_text="labels whose values make a group: alertname, fabric, scope, run "
                                  "(comma-separated; ... = every label; empty = one group)"),
         DurationField(label="group_wait", default_s=timing.DEFAULT_GROUP_WAIT_S,
-                      help_text="a new group's first notification waits this long for more alerts (0 or more)"),
+                      help_text="a new group's first notification waits this long for more alerts "
+                                "(0 or more)"),
         DurationField(label="group_interval", default_s=timing.DEFAULT_GROUP_INTERVAL_S,
                       help_text="a group's changes are sent at most this often (more than 0)"),
         DurationField(label="repeat_interval", default_s=timing.DEFAULT_REPEAT_INTERVAL_S,

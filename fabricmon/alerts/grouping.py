@@ -91,7 +91,8 @@ def flush_due(now: datetime | None = None, limit: int = 500) -> list[int]:
     those with a notification still being delivered; drop groups empty for longer than the
     retention. Returns the new outbox rows' ids (the task hands them to the delivery queue)."""
     now = now or timezone.now()
-    busy = Outbox.objects.filter(group=OuterRef("pk"), status__in=(Outbox.Status.PENDING, Outbox.Status.SENDING))
+    unfinished = (Outbox.Status.PENDING, Outbox.Status.SENDING)
+    busy = Outbox.objects.filter(group=OuterRef("pk"), status__in=unfinished)
     due = (NotificationGroup.objects.filter(next_flush_at__lte=now, receiver__disabled=False)
            .filter(~Exists(busy)).order_by("next_flush_at", "pk").values_list("pk", flat=True)[:limit])
     made = [row for pk in list(due) if (row := _flush_one(pk, now))]

@@ -94,7 +94,8 @@ class GroupTiming:
             clean_group_by(self.group_by)
         except ValueError as exc:
             out["group_by"] = str(exc)
-        for name, zero_ok in (("group_wait_s", True), ("group_interval_s", False), ("repeat_interval_s", False)):
+        zero_allowed = (("group_wait_s", True), ("group_interval_s", False), ("repeat_interval_s", False))
+        for name, zero_ok in zero_allowed:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 out[name] = "must be a duration of 0 or more"

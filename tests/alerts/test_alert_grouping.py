@@ -13,6 +13,7 @@ margin" (a loaded 2-core machine).
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -32,6 +33,7 @@ from fabricmon.core.topology.port_index import build_port_index
 from tests.topologies import two_leaf_two_spine
 
 KIND = "rail_plan_violation"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GW, GI, RI = 1.5, 3.0, 6.0  # group_wait, group_interval, repeat_interval (s)
 MARGIN_S = 6.0  # generous: scheduling on a shared machine, and the 0.1 s tick
 TICK_S = 0.1
@@ -120,7 +122,6 @@ def test_group_wait_group_interval_repeat_interval_and_resolve(geo, receiver, al
 @pytest.mark.integration
 @pytest.mark.django_db
 def test_two_groups_and_send_resolved_off(geo, receiver, allow_loopback) -> None:
-    T0 = datetime(2026, 1, 1, tzinfo=UTC)
     Receiver.objects.create(name="quiet", kind="webhook", url=receiver.url, group_wait_s=0, send_resolved=False)
     check(geo, "node001:nic0", fabric="su1", now=T0)
     check(geo, "node002:nic0", fabric="su2", now=T0)
@@ -143,7 +144,6 @@ def test_retries_wait_within_the_jittered_bounds_and_the_group_waits_for_them(
     [0, min(300 s, 5 s · 2^(n−1))] (+ one step) of the failure before it, the waits spread over
     their bounds, and the group flushes nothing new while its notification is being retried."""
     monkeypatch.setattr(delivery, "jitter", random.Random(7).random)
-    T0 = datetime(2026, 1, 1, tzinfo=UTC)
     step_s = 1.0
     receiver.respond = lambda seen: (503, {}, b"down")
     Receiver.objects.create(name="down", kind="webhook", url=receiver.url, group_wait_s=0, group_interval_s=1)
@@ -164,10 +164,10 @@ def test_retries_wait_within_the_jittered_bounds_and_the_group_waits_for_them(
     attempts = [r.clock for r in receiver.requests]
     assert len(attempts) == delivery.max_attempts()
     assert len({r.headers["webhook-id"] for r in receiver.requests}) == 1  # one notification, retried
-    waits = [later - earlier for earlier, later in zip(attempts, attempts[1:], strict=False)]
+    waits = [later - earlier for earlier, later in itertools.pairwise(attempts)]
     bounds = [timing.retry_bound_s(n, delivery.BACKOFF_BASE_S, delivery.BACKOFF_MAX_S)
               for n in range(1, len(attempts))]
-    assert all(0 <= w <= bound + step_s for w, bound in zip(waits, bounds, strict=True)), list(zip(waits, bounds))
+    assert all(0 <= w <= bound + step_s for w, bound in zip(waits, bounds, strict=True)), (waits, bounds)
     spread = [w / bound for w, bound in zip(waits, bounds, strict=True)]
     assert min(spread) < 0.5 < max(spread)  # jittered: not every retry at its bound (nor at 0)
     assert "gave up after" in Outbox.objects.get().last_error

@@ -144,8 +144,8 @@ def test_silence_stores_transitions_but_sends_nothing(geo) -> None:
 
 def test_owner_receiver_gets_only_its_runs_alerts(geo, django_user_model) -> None:
     alice = django_user_model.objects.create_user("alice", password="pw")
-    mine = Receiver.objects.create(name="alice", kind="slack", url="http://127.0.0.1:9/a", owner=alice)
-    ops = Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
+    Receiver.objects.create(name="alice", kind="slack", url="http://127.0.0.1:9/a", owner=alice)
+    Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     windows(geo, [[host[0]]] * 3, fabric="su1", run_name="", owner_id=None)
     windows(geo, [[host[3]]] * 3, fabric="su2", run_name="moe-7b", owner_id=alice.pk)
