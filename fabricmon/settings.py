@@ -316,7 +316,9 @@ FABRICMON_ALERTS_DELIVER_S = env_float("FABRICMON_ALERTS_DELIVER_S", 2.0)
 # errors (timeouts, 5xx, 429, refused connections) fails for good after this many attempts.
 FABRICMON_ALERTS_DELIVERY_DEADLINE_S = env_float("FABRICMON_ALERTS_DELIVERY_DEADLINE_S", 10.0)
 FABRICMON_ALERTS_MAX_RESPONSE_KB = env_int("FABRICMON_ALERTS_MAX_RESPONSE_KB", 64)
-FABRICMON_ALERTS_MAX_ATTEMPTS = env_int("FABRICMON_ALERTS_MAX_ATTEMPTS", 10)
+# (15: with full jitter a retry waits half its bound on average, so 15 attempts span about the
+# 20 minutes that 10 un-jittered ones did.)
+FABRICMON_ALERTS_MAX_ATTEMPTS = env_int("FABRICMON_ALERTS_MAX_ATTEMPTS", 15)
 # Deliveries run on their own Celery queue, consumed by their own worker (`make demo`, compose):
 # a slow receiver then holds a delivery worker, never the one that evaluates alerts or collects.
 FABRICMON_DELIVERY_QUEUE = env_str("FABRICMON_DELIVERY_QUEUE", "delivery")
@@ -328,6 +330,16 @@ CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
     "task": "alerts.deliver_due",
     "schedule": FABRICMON_ALERTS_DELIVER_S,
     "options": {"expires": FABRICMON_ALERTS_DELIVER_S},
+}
+# Notification groups (docs/alerts.md) whose group_wait / group_interval is over are flushed this
+# often (on the main queue: a group's timer never waits on a slow receiver); a group without
+# alerts is kept this long (Alertmanager's --data.retention, 120 h) before it is deleted.
+FABRICMON_ALERTS_FLUSH_S = env_float("FABRICMON_ALERTS_FLUSH_S", 1.0)
+FABRICMON_ALERTS_GROUP_RETENTION_S = env_float("FABRICMON_ALERTS_GROUP_RETENTION_S", 120 * 3600.0)
+CELERY_BEAT_SCHEDULE["alerts-flush-groups"] = {
+    "task": "alerts.flush_groups",
+    "schedule": FABRICMON_ALERTS_FLUSH_S,
+    "options": {"expires": FABRICMON_ALERTS_FLUSH_S},
 }
 # Detection runs over each fabric's new frames this often.
 FABRICMON_ALERTS_EVALUATE_S = env_float("FABRICMON_ALERTS_EVALUATE_S", 1.0)

@@ -9,16 +9,20 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
+from fabricmon.alerts.forms import ROUTE_FIELDS, route_fields
 from fabricmon.alerts.models import (
     Alert,
     AlertTransition,
     AllowedHost,
     Episode,
+    GroupMember,
+    NotificationGroup,
     Outbox,
     Receiver,
     Rule,
     Silence,
 )
+from fabricmon.alerts.timing import group_key
 from fabricmon.base.sealed import shown
 
 
@@ -27,11 +31,12 @@ class ReceiverAdminForm(forms.ModelForm):
                          widget=forms.TextInput(attrs={"size": 80, "autocomplete": "off"}))
     secret = forms.CharField(max_length=200, required=False, widget=forms.PasswordInput(render_value=False))
     clear_secret = forms.BooleanField(required=False, label="clear secret")
+    group_by, group_wait_s, group_interval_s, repeat_interval_s = route_fields()
 
     class Meta:
         model = Receiver
-        fields = ("name", "kind", "url", "secret", "fabric", "kinds", "owner", "send_resolved", "disabled",
-                  "last_error")
+        fields = ("name", "kind", "url", "secret", "fabric", "kinds", "owner", "send_resolved", *ROUTE_FIELDS,
+                  "disabled", "last_error")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,11 +68,29 @@ class ReceiverAdmin(admin.ModelAdmin):
     list_filter = ("kind", "disabled")
     search_fields = ("name", "fabric")
     fields = ("name", "kind", "url", "secret", "clear_secret", "fabric", "kinds", "owner", "send_resolved",
-              "disabled", "last_error")
+              *ROUTE_FIELDS, "disabled", "last_error")
 
     @admin.display(description="URL")
     def masked_url(self, obj: Receiver) -> str:
         return shown(obj.url)
+
+
+class GroupMemberInline(admin.TabularInline):
+    model = GroupMember
+    extra = 0
+
+
+@admin.register(NotificationGroup)
+class NotificationGroupAdmin(admin.ModelAdmin):
+    """A receiver's notification groups: their timers, what they last said, their alerts."""
+
+    list_display = ("receiver", "shown_key", "next_flush_at", "notified_at", "flushes", "emptied_at")
+    list_filter = ("receiver",)
+    inlines = (GroupMemberInline,)
+
+    @admin.display(description="group key")
+    def shown_key(self, obj: NotificationGroup) -> str:
+        return group_key(obj.labels)
 
 
 admin.site.register(Rule)

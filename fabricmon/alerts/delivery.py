@@ -1,6 +1,7 @@
 """Delivery of the outbox: claim a due row under a lease, send it through its receiver's transport
-within one deadline, and record the outcome — sent, retried with backoff (or the receiver's
-Retry-After), or failed for good with the reason on the row and on the receiver's page.
+within one deadline, and record the outcome — sent, retried with backoff (exponential, capped,
+full jitter; or the receiver's Retry-After), or failed for good with the reason on the row and on
+the receiver's page. A row is one flush of one notification group (``grouping``).
 
 ::
 
@@ -18,14 +19,16 @@ attempt number is the fence), so a late writer can never overwrite a newer claim
 
 from __future__ import annotations
 
-import dataclasses
+import random
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from fabricmon.alerts import timing
 from fabricmon.alerts.models import (
     AllowedHost,
     Outbox,
@@ -33,11 +36,14 @@ from fabricmon.alerts.models import (
 )
 from fabricmon.alerts.netguard import Policy
 from fabricmon.alerts.services import log
-from fabricmon.alerts.transports import Message, Target, TransportError, transport_for
+from fabricmon.alerts.transports import Message, Notification, Target, TransportError, transport_for
 from fabricmon.base.sealed import SecretUnreadableError, reveal
 
+# Retry n waits uniformly in [0, min(BACKOFF_MAX_S, BACKOFF_BASE_S · 2^(n−1))] (timing.retry_delay_s).
 BACKOFF_BASE_S = 5.0
 BACKOFF_MAX_S = 300.0
+# Where the jitter comes from: a number in [0, 1). Tests put a seeded or fixed one here.
+jitter: Callable[[], float] = random.random
 # A receiver's Retry-After is honoured up to this (a huge one would park the row past MAX_AGE_S).
 RETRY_AFTER_MAX_S = 3600.0
 # Give up on a notification this old (a receiver down for a day gets a fresh alert later).
@@ -95,7 +101,8 @@ def _finish(outbox_id: int, attempt: int, **fields: object) -> bool:
 
 
 def backoff_s(attempts: int) -> float:
-    return min(BACKOFF_BASE_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S)
+    """How long the row waits after its attempt number ``attempts`` failed."""
+    return timing.retry_delay_s(attempts, BACKOFF_BASE_S, BACKOFF_MAX_S, jitter)
 
 
 def deliver(outbox_id: int, now: datetime | None = None) -> str:
@@ -110,7 +117,7 @@ def deliver(outbox_id: int, now: datetime | None = None) -> str:
         _finish(row.id, attempt, status=Outbox.Status.FAILED, last_error="receiver disabled")
         return Outbox.Status.FAILED
     try:
-        transport_for(rcv.kind, target(rcv), policy()).notify(Message(**row.payload))
+        transport_for(rcv.kind, target(rcv), policy()).notify(Notification.from_json(row.payload))
     except TransportError as exc:
         return _failed(row, attempt, rcv, exc, now)
     except ValueError as exc:  # transport_for: a receiver kind this version does not know
@@ -212,8 +219,9 @@ def send_test(receiver: Receiver, now: datetime | None = None) -> str:
         summary="fabricmon test notification",
         starts_at=now.isoformat(),
     )
+    note = Notification.of(msg.id, receiver.name, [msg], {"alertname": "test"}, '{}:{alertname="test"}')
     row = Outbox.objects.create(
-        receiver=receiver, payload=dataclasses.asdict(msg), created_at=now, next_attempt_at=now
+        receiver=receiver, payload=note.as_json(), created_at=now, next_attempt_at=now
     )
     if receiver.disabled:  # a test is how an operator checks a fixed receiver: try it anyway
         Receiver.objects.filter(id=receiver.id).update(disabled=False)

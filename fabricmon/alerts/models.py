@@ -9,6 +9,9 @@
                      fabric (and run) that overlap in time; a moving incast is one episode while
                      it moves, its trajectory stored on the episode; a switch outage is one
     Silence   matches fabric/kind/key; silenced transitions are stored but not sent
+    NotificationGroup (receiver + group labels) ──< GroupMember   the firing and not yet sent
+                      resolved alerts a receiver's group holds, its timer and its notification log;
+                      a flush of it is one Outbox row (alerts.grouping, docs/alerts.md)
 
 Nothing here has behaviour hidden in ``save()`` or signals: the verbs live in ``services``.
 """
@@ -16,8 +19,10 @@ Nothing here has behaviour hidden in ``save()`` or signals: the verbs live in ``
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from fabricmon.alerts import timing
 from fabricmon.base.sealed import SealedField
 
 KINDS = [
@@ -159,9 +164,38 @@ class Silence(models.Model):
         return f"silence {self.fabric}/{self.kind or '*'}/{self.key_contains or '*'} until {self.ends_at}"
 
 
+def valid_group_by(value: object) -> None:
+    if not isinstance(value, list):
+        raise ValidationError("a list of label names")
+    try:
+        timing.clean_group_by(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+def _check_interval(field: str, value: float) -> None:
+    problem = timing.GroupTiming(**{field: value}).problems().get(field)  # type: ignore[arg-type]
+    if problem:
+        raise ValidationError(problem)
+
+
+def valid_group_wait(value: float) -> None:
+    _check_interval("group_wait_s", value)
+
+
+def valid_group_interval(value: float) -> None:
+    _check_interval("group_interval_s", value)
+
+
+def valid_repeat_interval(value: float) -> None:
+    _check_interval("repeat_interval_s", value)
+
+
 class Receiver(models.Model):
-    """Where notifications go. The URL is a credential (Slack/Teams/… hooks): never logged, and
-    stored encrypted like the webhook secret (revealed only by ``delivery``)."""
+    """Where notifications go, and when (Alertmanager's route settings: group_by, group_wait,
+    group_interval, repeat_interval; docs/alerts.md). The URL is a credential (Slack/Teams/…
+    hooks): never logged, and stored encrypted like the webhook secret (revealed only by
+    ``delivery``)."""
 
     class Kind(models.TextChoices):
         SLACK = "slack"
@@ -186,6 +220,23 @@ class Receiver(models.Model):
         help_text="set: only alerts attributed to this user's runs",
     )
     send_resolved = models.BooleanField(default=True)
+    group_by = models.JSONField(
+        default=timing.default_group_by, blank=True, validators=[valid_group_by],
+        help_text="labels whose values make a group (alertname, fabric, scope, run; ... = every "
+                  "label; empty = one group)",
+    )
+    group_wait_s = models.FloatField(
+        default=timing.DEFAULT_GROUP_WAIT_S, validators=[valid_group_wait],
+        help_text="a new group's first notification waits this long for more alerts",
+    )
+    group_interval_s = models.FloatField(
+        default=timing.DEFAULT_GROUP_INTERVAL_S, validators=[valid_group_interval],
+        help_text="a group's changes are sent at most this often",
+    )
+    repeat_interval_s = models.FloatField(
+        default=timing.DEFAULT_REPEAT_INTERVAL_S, validators=[valid_repeat_interval],
+        help_text="an unchanged firing group is sent again after this long",
+    )
     disabled = models.BooleanField(default=False)
     last_error = models.TextField(blank=True, default="")
 
@@ -222,8 +273,12 @@ class Outbox(models.Model):
     transition = models.ForeignKey(
         AlertTransition, null=True, on_delete=models.CASCADE, related_name="outbox"
     )
+    # The group whose flush this is (None: a test message, or a row from before grouping).
+    group = models.ForeignKey(
+        "NotificationGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications"
+    )
     receiver = models.ForeignKey(Receiver, on_delete=models.CASCADE, related_name="outbox")
-    payload = models.JSONField()  # the message content, frozen when the transition happened
+    payload = models.JSONField()  # transports.Notification as JSON, frozen when the group flushed
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField()
     next_attempt_at = models.DateTimeField()
@@ -247,3 +302,48 @@ class Outbox(models.Model):
 
     def __str__(self) -> str:
         return f"outbox {self.pk} → receiver {self.receiver_id} ({self.status})"
+
+
+class NotificationGroup(models.Model):
+    """One aggregation group of one receiver: the alerts whose ``group_by`` labels have these
+    values, its timer (``next_flush_at``) and its notification log (what the last notification
+    said). A group without alerts stops ticking (``emptied_at``) and is dropped after
+    ``FABRICMON_ALERTS_GROUP_RETENTION_S``; its next alert starts a new group_wait."""
+
+    receiver = models.ForeignKey(Receiver, on_delete=models.CASCADE, related_name="groups")
+    key = models.CharField(max_length=32)  # timing.group_id(labels)
+    labels = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    next_flush_at = models.DateTimeField(null=True, blank=True)
+    flushes = models.PositiveIntegerField(default=0)  # numbers the notifications (their id)
+    notified_at = models.DateTimeField(null=True, blank=True)
+    notified_firing = models.JSONField(default=list, blank=True)  # fingerprints
+    notified_resolved = models.JSONField(default=list, blank=True)
+    emptied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("receiver", "key")
+        constraints = [models.UniqueConstraint(fields=("receiver", "key"), name="alerts_group_unique")]
+        indexes = [models.Index(fields=("next_flush_at",)), models.Index(fields=("emptied_at",))]
+
+    def __str__(self) -> str:
+        return f"{self.receiver_id} {timing.group_key(self.labels)}"
+
+
+class GroupMember(models.Model):
+    """One alert in one group as the group knows it: firing, or resolved and not yet flushed;
+    ``message`` is the alert's ``transports.Message`` from its latest firing or resolution."""
+
+    group = models.ForeignKey(NotificationGroup, on_delete=models.CASCADE, related_name="members")
+    fingerprint = models.CharField(max_length=32)
+    firing = models.BooleanField()
+    message = models.JSONField()
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("group", "fingerprint")
+        constraints = [models.UniqueConstraint(fields=("group", "fingerprint"), name="alerts_member_unique")]
+        indexes = [models.Index(fields=("fingerprint",))]
+
+    def __str__(self) -> str:
+        return f"{self.fingerprint} in group {self.group_id} ({'firing' if self.firing else 'resolved'})"

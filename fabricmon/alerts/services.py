@@ -5,7 +5,8 @@ Pipeline (Alertmanager's stages, as functions)::
 
     record_window ─ conditions → lifecycle (for / keep_firing, dedup by fingerprint)
                   → AlertTransition rows → episode grouping + trajectory + culprit
-                  → silence stage → Outbox rows (one per receiver)
+                  → silence stage → grouping.admit (each receiver's notification group)
+    grouping.py   ─ group_wait / group_interval / repeat_interval → one Outbox row per flush
     delivery.py   ─ claim (conditional UPDATE) → transport → sent | retry with backoff /
                     Retry-After | permanent failure (receiver disabled, error shown)
 
@@ -24,13 +25,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fabricmon.alerts import attribution
+from fabricmon.alerts import attribution, grouping
 from fabricmon.alerts.culprit import culprit_of_ports
 from fabricmon.alerts.models import (
     Alert,
     AlertTransition,
     Episode,
-    Outbox,
     Receiver,
     Rule,
     Silence,
@@ -290,14 +290,8 @@ def _enqueue(
     for rcv in receivers:
         if rcv.kinds and alert.kind not in rcv.kinds:
             continue
-        if row.to_state == "resolved" and not rcv.send_resolved:
-            continue
-        msg = _message(row, alert, episode, rcv, link_base)
-        Outbox.objects.get_or_create(
-            transition=row,
-            receiver=rcv,
-            defaults={"payload": dataclasses.asdict(msg), "created_at": now, "next_attempt_at": now},
-        )
+        # a resolution goes to the group even without send_resolved: its firing set shrinks
+        grouping.admit(rcv, _message(row, alert, episode, rcv, link_base), now)
 
 
 def acknowledge(alert: Alert, user: Any, now: datetime | None = None) -> None:

@@ -1,11 +1,14 @@
-"""Celery shells over the alerts app: evaluation and delivery run on the beat, never in a request.
+"""Celery shells over the alerts app: evaluation, group flushes and delivery run on the beat, never
+in a request.
 
 The delivery tasks are routed to their own queue (``CELERY_TASK_ROUTES``: FABRICMON_DELIVERY_QUEUE)
-with its own worker, so a receiver that answers slowly holds only delivery processes."""
+with its own worker, so a receiver that answers slowly holds only delivery processes; group
+flushes only write rows, and run on the main queue beside evaluation, so a slow receiver never
+delays a group's timer."""
 
 from celery import shared_task
 
-from fabricmon.alerts import cabling, delivery, evaluation, retention
+from fabricmon.alerts import cabling, delivery, evaluation, grouping, retention
 
 
 @shared_task(name="alerts.deliver_due", ignore_result=True, acks_late=True)
@@ -20,6 +23,16 @@ def deliver_due() -> int:
 def deliver(outbox_id: int) -> str:
     """Send one row now if it is due (the claim makes a duplicate task harmless)."""
     return delivery.deliver(outbox_id)
+
+
+@shared_task(name="alerts.flush_groups", ignore_result=True)
+def flush_groups() -> int:
+    """Flush the notification groups whose group_wait / group_interval is over (beat: every
+    FABRICMON_ALERTS_FLUSH_S) and hand each new notification to the delivery queue at once."""
+    made = grouping.flush_due()
+    for outbox_id in made:
+        deliver.delay(outbox_id)
+    return len(made)
 
 
 @shared_task(name="alerts.evaluate", ignore_result=True)

@@ -37,6 +37,7 @@ class Seen:
     headers: dict[str, str]
     body: bytes
     clock: float  # the test's simulated clock when the request arrived
+    arrived: float = field(default_factory=time.time)  # … and the wall clock's
 
     def json(self) -> object:
         return json.loads(self.body)

@@ -55,7 +55,10 @@ def enqueue(rcv: Receiver, n: int = 1) -> Outbox:
 
 
 @pytest.fixture
-def hostile(settings) -> Iterator[list[RawReceiver]]:
+def hostile(settings, monkeypatch) -> Iterator[list[RawReceiver]]:
+    # One fixed point of the retry jitter: these tests are about the exchange, not the spread of
+    # retries (test_alert_grouping.py checks that against a failing receiver).
+    monkeypatch.setattr(delivery, "jitter", lambda: 0.9)
     settings.FABRICMON_ALERTS_ALLOW_HOSTS = ["127.0.0.1"]
     settings.FABRICMON_ALERTS_DELIVERY_DEADLINE_S = DEADLINE_S
     started: list[RawReceiver] = []

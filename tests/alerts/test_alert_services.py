@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from django.contrib.auth.models import Group
 
-from fabricmon.alerts import services
-from fabricmon.alerts.models import Alert, AlertTransition, Episode, Outbox, Receiver, Rule
+from fabricmon.alerts import grouping, services
+from fabricmon.alerts.models import Alert, AlertTransition, Episode, NotificationGroup, Outbox, Receiver, Rule
+from fabricmon.alerts.transports import Notification
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import fabric_geometry
 from fabricmon.core.detection.window import MovingState, detect_window
@@ -30,8 +31,9 @@ def geo():
     return fabric_geometry(build_port_index(fabric), fabric)
 
 
-def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, start=0):
-    """Feed one window per entry (a list of hot ports) through detection and the service."""
+def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, start=0, notes=None):
+    """Feed one window per entry (a list of hot ports) through detection and the service; with
+    ``notes``, flush the groups due after each window into it."""
     state = MovingState.initial(geo.n_ports)
     out = []
     for t, hot in enumerate(hot_per_window, start=start):
@@ -54,12 +56,23 @@ def windows(geo, hot_per_window, *, fabric="su1", run_name="", owner_id=None, st
             owner_id=owner_id,
             link_base="http://fabricmon.example",
         )
+        if notes is not None:
+            notes += flushed(T0 + timedelta(seconds=t))
     return out
+
+
+def flushed(at: datetime) -> list[Notification]:
+    """Flush every group due at ``at`` (its rows then count as delivered): the notifications made."""
+    ids = grouping.flush_due(at)
+    Outbox.objects.filter(id__in=ids).update(status=Outbox.Status.SENT)
+    return [Notification.from_json(p) for p in Outbox.objects.filter(id__in=ids).values_list("payload", flat=True)]
 
 
 def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     host = np.flatnonzero(geo.is_leaf_host).tolist()
-    Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
+    Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x", group_wait_s=0,
+                            group_interval_s=1)
+    notes: list[Notification] = []
     path = [
         [host[0]],
         [host[0]],
@@ -69,7 +82,7 @@ def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
         [host[7]],
         [host[7]],
     ] + [[]] * 16  # moving incast keeps firing 15 s after it last held
-    windows(geo, path)
+    windows(geo, path, notes=notes)
     assert Episode.objects.count() == 1
     ep = Episode.objects.get()
     assert ep.kinds == ["incast", "moving_incast"] and ep.migrations == 3 and ep.closed_at is not None
@@ -84,10 +97,12 @@ def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     assert moving.state == "resolved"
     states = list(moving.transitions.values_list("to_state", flat=True))
     assert states == ["pending", "firing", "resolved"]  # one alert while it moved: no flapping
-    # Notifications: one per firing/resolved transition of each alert, none for pending.
-    sent = Outbox.objects.filter(transition__alert=moving)
-    assert sorted(o.payload["status"] for o in sent) == ["firing", "resolved"]
-    assert sent[0].payload["link"].endswith(f"/alerts/episodes/{ep.pk}/")
+    # Notifications: its group (su1, moving_incast) told of the firing and of the resolution, with
+    # the episode's link; the pending state reached no group.
+    sent = [(a.status, a.link) for n in notes for a in n.alerts if a.fingerprint == moving.fingerprint]
+    assert [status for status, _ in sent] == ["firing", "resolved"]
+    assert sent[0][1].endswith(f"/alerts/episodes/{ep.pk}/")
+    assert not NotificationGroup.objects.filter(next_flush_at__isnull=False).exists()  # all emptied
 
 
 def test_windows_without_data_hold_the_episode_and_a_move_across_them_is_a_migration(geo) -> None:
@@ -114,7 +129,8 @@ def test_one_window_blip_never_notifies(geo) -> None:
     Receiver.objects.create(name="all", kind="webhook", url="http://127.0.0.1:9/x")
     windows(geo, [[host[1]], [], [], []])
     assert list(AlertTransition.objects.values_list("to_state", flat=True)) == ["pending", "inactive"]
-    assert not Outbox.objects.exists() and not Episode.objects.exists()
+    assert flushed(T0 + timedelta(hours=1)) == [] and not NotificationGroup.objects.exists()
+    assert not Episode.objects.exists()
 
 
 def test_silence_stores_transitions_but_sends_nothing(geo) -> None:
@@ -123,18 +139,19 @@ def test_silence_stores_transitions_but_sends_nothing(geo) -> None:
     services.silence("su1", kind="incast", key_contains="leaf-r0", duration_s=600, now=T0)
     windows(geo, [[host[0]]] * 3)
     t = AlertTransition.objects.get(to_state="firing")
-    assert t.silenced and not Outbox.objects.exists()
+    assert t.silenced and flushed(T0 + timedelta(hours=1)) == [] and not NotificationGroup.objects.exists()
 
 
 def test_owner_receiver_gets_only_its_runs_alerts(geo, django_user_model) -> None:
     alice = django_user_model.objects.create_user("alice", password="pw")
-    mine = Receiver.objects.create(name="alice", kind="slack", url="http://127.0.0.1:9/a", owner=alice)
-    ops = Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
+    Receiver.objects.create(name="alice", kind="slack", url="http://127.0.0.1:9/a", owner=alice)
+    Receiver.objects.create(name="ops", kind="slack", url="http://127.0.0.1:9/o")
     host = np.flatnonzero(geo.is_leaf_host).tolist()
     windows(geo, [[host[0]]] * 3, fabric="su1", run_name="", owner_id=None)
     windows(geo, [[host[3]]] * 3, fabric="su2", run_name="moe-7b", owner_id=alice.pk)
-    assert set(Outbox.objects.filter(receiver=mine).values_list("payload__run_name", flat=True)) == {"moe-7b"}
-    assert Outbox.objects.filter(receiver=ops).count() == 2
+    notes = flushed(T0 + timedelta(minutes=1))
+    assert {a.run_name for n in notes if n.receiver == "alice" for a in n.alerts} == {"moe-7b"}
+    assert sorted(a.fabric for n in notes if n.receiver == "ops" for a in n.alerts) == ["su1", "su2"]
 
 
 def test_rules_from_database_disable_kinds_and_set_thresholds(geo) -> None:

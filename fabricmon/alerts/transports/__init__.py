@@ -1,9 +1,11 @@
 """One module per receiver kind (``<kind>.py`` with a ``Transport`` class), sharing one error type.
 
-Transports only build the request and read the answer; retry timing, dedup and silences are
-pipeline stages in ``services`` (Alertmanager's split). A transport says *whether* to retry:
-``TransportError(message, permanent=…, retry_after_s=…)``. Messages never contain the receiver
-URL — for chat hooks the URL is the credential.
+Transports only build the request and read the answer; grouping, group timing, retry timing,
+dedup and silences are pipeline stages in ``services``, ``grouping`` and ``delivery``
+(Alertmanager's split). What a transport sends is one ``Notification``: one flush of one group,
+carrying every alert of the group (firing, and resolved ones not yet sent). A transport says
+*whether* to retry: ``TransportError(message, permanent=…, retry_after_s=…)``. Messages never
+contain the receiver URL — for chat hooks the URL is the credential.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import http.client
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import import_module
 from typing import Any
 
@@ -33,9 +35,9 @@ class TransportError(Exception):
 
 @dataclass(frozen=True)
 class Message:
-    """What is known about one alert transition, frozen into the outbox row as JSON."""
+    """One alert as a notification carries it: what its latest firing or resolution said."""
 
-    id: str  # stable per (transition, receiver): the idempotency key receivers may use
+    id: str  # the alert's transition and receiver (a pre-grouping row: the idempotency key)
     fingerprint: str
     fabric: str
     kind: str
@@ -50,10 +52,13 @@ class Message:
     link: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def title(self) -> str:
-        icon = {"firing": "🔥", "resolved": "✅", "test": "🧪"}.get(self.status, "")
-        return f"{icon} [{self.status.upper()}] {self.kind.replace('_', ' ')} on {self.fabric}"
+    def labels(self) -> dict[str, str]:
+        """The alert's labels (timing.LABELS): what group_by picks from, and what Alertmanager and
+        the webhook receive."""
+        out = {"alertname": self.kind, "fabric": self.fabric, "scope": self.key}
+        if self.run_name:
+            out["run"] = self.run_name
+        return out
 
     def facts(self) -> list[tuple[str, str]]:
         out = [("Where", self.key), ("Since", self.starts_at)]
@@ -67,6 +72,75 @@ class Message:
         if traj:
             out.append(("Moved", " → ".join(traj[-6:])))
         return out
+
+
+# Alerts carried by one notification at most (Alertmanager's webhook ``max_alerts``); the rest are
+# counted in ``truncated``. Chat messages list fewer (``CHAT_ALERTS``), and say how many more.
+MAX_ALERTS = 200
+CHAT_ALERTS = 10
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One flush of one group to one receiver, frozen into the outbox row as JSON."""
+
+    id: str  # stable per flush: the idempotency key receivers may use (webhook-id)
+    receiver: str
+    group_key: str  # Alertmanager's form: {}:{alertname="incast", fabric="su1"}
+    group_labels: dict[str, str]
+    alerts: tuple[Message, ...]
+    truncated: int = 0  # alerts of the group left out (over MAX_ALERTS)
+
+    @property
+    def firing(self) -> list[Message]:
+        return [a for a in self.alerts if a.status == "firing"]
+
+    @property
+    def status(self) -> str:
+        """``firing`` while any alert fires, else ``resolved`` (``test`` for the test button)."""
+        if self.firing:
+            return "firing"
+        return "test" if self.alerts and all(a.status == "test" for a in self.alerts) else "resolved"
+
+    @property
+    def title(self) -> str:
+        """``🔥 [FIRING:2] incast on su1`` — Alertmanager's ``[FIRING:n]``, our kind and fabric."""
+        icon = {"firing": "🔥", "resolved": "✅", "test": "🧪"}.get(self.status, "")
+        count = f":{len(self.firing)}" if self.status == "firing" else ""
+        kinds = {a.kind for a in self.alerts}
+        fabrics = {a.fabric for a in self.alerts}
+        what = kinds.pop().replace("_", " ") if len(kinds) == 1 else "alerts"
+        where = fabrics.pop() if len(fabrics) == 1 else "several fabrics"
+        return f"{icon} [{self.status.upper()}{count}] {what} on {where}"
+
+    @property
+    def summary(self) -> str:
+        """One line per alert (the first ``CHAT_ALERTS``), and how many more there are."""
+        lines = [f"{'✅ ' if a.status == 'resolved' else ''}{a.summary}" for a in self.alerts[:CHAT_ALERTS]]
+        more = len(self.alerts) - CHAT_ALERTS + self.truncated
+        return "\n".join(lines + ([f"… and {more} more"] if more > 0 else []))
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> Notification:
+        """A stored row; one from before grouping (a single ``Message``) becomes a one-alert
+        notification with the message's id."""
+        if "alerts" not in payload:
+            msg = Message(**payload)
+            return cls.of(msg.id, "", [msg])
+        data = dict(payload)
+        data["alerts"] = tuple(Message(**a) for a in data["alerts"])
+        return cls(**data)
+
+    @classmethod
+    def of(cls, id: str, receiver: str, alerts: list[Message], group_labels: dict[str, str] | None = None,
+           group_key: str = "") -> Notification:
+        """A notification of ``alerts``, firing ones first, at most ``MAX_ALERTS``."""
+        ordered = sorted(alerts, key=lambda a: (a.status != "firing", a.starts_at, a.key))
+        return cls(id, receiver, group_key, dict(group_labels or {}), tuple(ordered[:MAX_ALERTS]),
+                   max(0, len(ordered) - MAX_ALERTS))
 
 
 @dataclass(frozen=True)
@@ -110,16 +184,16 @@ class HttpTransport:
         self.target = target
         self.policy = policy
 
-    def url(self, msg: Message) -> str:
+    def url(self, msg: Notification) -> str:
         return self.target.url
 
-    def payload(self, msg: Message) -> Any:
+    def payload(self, msg: Notification) -> Any:
         raise NotImplementedError
 
-    def headers(self, body: bytes, msg: Message) -> dict[str, str]:
+    def headers(self, body: bytes, msg: Notification) -> dict[str, str]:
         return {}
 
-    def notify(self, msg: Message) -> None:
+    def notify(self, msg: Notification) -> None:
         """Send ``msg``; return if the receiver took it, else raise ``TransportError`` saying
         whether a retry can help (the classification table in ``classify``)."""
         name = self.target.name
