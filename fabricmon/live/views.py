@@ -27,8 +27,12 @@ def _redis() -> Any:
     return connect()
 
 
-@access.viewer_required
+@access.logged_in
 def index(request: HttpRequest) -> HttpResponse:
+    """The landing page (``/``, and where the login form sends): the fabric for viewers and
+    above, a job owner's own runs for anyone else (the fabric is not theirs to see)."""
+    if not access.is_viewer(request.user):
+        return redirect("jobs:runs")
     stored, live_only = services.known_fabrics(_redis())
     if len(stored) == 1:  # the usual case (and `make demo`): straight to the heatmap
         return redirect("live:fabric", fabric=stored[0])
