@@ -98,7 +98,7 @@ async function drawMatrix() {
   const z = m.sent.map((row) => row.map((v) => v / div));
   const label = select.options[select.selectedIndex].textContent;
   const axis = (title) => ({title: {text: title}, dtick: n <= 32 ? 1 : undefined, zeroline: false, constrain: "domain"});
-  Plotly.react("matrix", [{type: "heatmap", z, x: ranks, y: ranks, colorscale: "YlOrRd", reversescale: true, zmin: 0,
+  Plotly.react("matrix", [{type: "heatmap", z, x: ranks, y: ranks, colorscale: "YlOrRd", reversescale: true, zmin: 0, zmax: max / div || 1,
     colorbar: {title: {text: `sent (${unit})`, side: "right"}},
     hovertemplate: `rank %{y} → rank %{x}: %{z:.3~f} ${unit}<extra></extra>`}],
     {title: {text: `Bytes sent, source → destination rank<br><sub>${label} · ${over}</sub>`, font: {size: 14}},
