@@ -12,7 +12,16 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from fabricmon.alerts.models import Alert, AlertTransition, AllowedHost, Episode, Outbox, Receiver, Rule, Silence
+from fabricmon.alerts.models import (
+    Alert,
+    AlertTransition,
+    AllowedHost,
+    Episode,
+    Outbox,
+    Receiver,
+    Rule,
+    Silence,
+)
 from fabricmon.jobs.models import ApiToken, RankMapEntry, Run, TraceUpload
 from fabricmon.jobs.tokens import issue_token
 from fabricmon.topology.services import import_fabric

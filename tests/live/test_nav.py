@@ -153,5 +153,5 @@ def test_the_run_page_opens_on_the_first_moe_layers_dispatch() -> None:
     ]
     assert [m["selected"] for m in menu].index(True) == 0 and sum(m["selected"] for m in menu) == 1
     # no dispatch matrix: the first layer's first phase; only unlayered ones: the first of those
-    assert [m for m in matrix_menu([("twin", 3, "combine"), ("twin", -1, "other")]) if m["selected"]][0]["layer"] == 3
+    assert next(m for m in matrix_menu([("twin", 3, "combine"), ("twin", -1, "other")]) if m["selected"])["layer"] == 3
     assert matrix_menu([("api", -1, "other")])[0]["selected"] and matrix_menu([]) == []

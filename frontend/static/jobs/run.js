@@ -83,7 +83,13 @@ function byteUnit(max) { return BYTE_UNITS.find(([div]) => max >= div) || BYTE_U
 
 async function drawMatrix() {
   const select = document.getElementById("matrix-key"), key = select.value;
-  if (!key) return;
+  if (!key) {  // no matrix yet: say so instead of leaving an empty chart's space
+    const div = document.getElementById("matrix");
+    div.style.height = "auto";
+    div.textContent = "No traffic matrix yet: the job's all-to-all events (probe, API or an uploaded trace) make one per step, layer and phase.";
+    div.className = "hint";
+    return;
+  }
   const [source, layer, phase] = key.split("|");
   const params = new URLSearchParams({source, layer, phase});
   const resp = await fetch(`${root.dataset.matrix}?${params}`);
