@@ -210,6 +210,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "fabricmon.live.nav.nav",  # the top bar's links, by role (live/nav.py)
             ],
         },
     },

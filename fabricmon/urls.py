@@ -2,6 +2,9 @@
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
+
+from fabricmon.base import access
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -9,6 +12,8 @@ urlpatterns = [
     path("topology/", include("fabricmon.topology.urls")),
     path("jobs/", include("fabricmon.jobs.urls")),
     path("alerts/", include("fabricmon.alerts.urls")),
+    # /phases/ (the README's name for the phase views): the runs list, which links each run's view
+    path("phases/", access.logged_in(RedirectView.as_view(pattern_name="jobs:runs")), name="phases-index"),
     path("phases/", include("fabricmon.phases.urls")),
     path("whatif/", include("fabricmon.whatif.urls")),
     path("", include("fabricmon.metrics.urls")),

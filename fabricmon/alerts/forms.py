@@ -68,20 +68,27 @@ def route_fields() -> tuple[forms.Field, ...]:
 
 
 class ReceiverForm(forms.ModelForm):
-    url = forms.URLField(max_length=500, assume_scheme="https")
+    url = forms.URLField(max_length=500, assume_scheme="https", label="URL",
+                         help_text="the chat hook, webhook or Alertmanager URL (stored encrypted)")
     group_by, group_wait_s, group_interval_s, repeat_interval_s = route_fields()
 
     class Meta:
         model = Receiver
         fields = ("name", "kind", "url", "secret", "fabric", "kinds", "send_resolved", *ROUTE_FIELDS)
         # a signing secret is never echoed back into the page (not even after a form error)
-        widgets = {"secret": forms.PasswordInput(render_value=False)}
+        widgets = {
+            "secret": forms.PasswordInput(render_value=False),
+            "kinds": forms.Textarea(attrs={"rows": 2}),
+        }
+        labels = {"kinds": "Alert kinds", "send_resolved": "Also send when resolved"}
 
 
 class RuleForm(forms.ModelForm):
     class Meta:
         model = Rule
         fields = ("fabric", "kind", "enabled", "for_s", "keep_firing_s", "params")
+        labels = {"for_s": "For (s)", "keep_firing_s": "Keep firing (s)", "params": "Detection parameters"}
+        widgets = {"params": forms.Textarea(attrs={"rows": 3})}
 
     def clean_params(self) -> dict:
         params = self.cleaned_data.get("params") or {}
@@ -96,5 +103,5 @@ class SilenceForm(forms.Form):
     fabric = forms.CharField(max_length=100)
     kind = forms.ChoiceField(choices=[("", "any kind"), *KINDS], required=False)
     key_contains = forms.CharField(max_length=200, required=False)
-    duration_s = forms.FloatField(min_value=60, initial=3600)
+    duration_s = forms.FloatField(min_value=60, initial=3600, label="Duration (s)")
     comment = forms.CharField(max_length=300, required=False)

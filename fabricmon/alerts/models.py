@@ -140,6 +140,7 @@ class AlertTransition(models.Model):
     silenced = models.BooleanField(default=False)
 
     class Meta:
+        verbose_name = "alert state change"
         ordering = ("at", "id")
 
     def __str__(self) -> str:
@@ -290,6 +291,8 @@ class Outbox(models.Model):
     last_error = models.TextField(blank=True, default="")
 
     class Meta:
+        verbose_name = "outbox entry"
+        verbose_name_plural = "outbox"
         ordering = ("created_at", "id")
         indexes = [models.Index(fields=("status", "next_attempt_at"))]
         constraints = [

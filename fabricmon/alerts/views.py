@@ -127,7 +127,11 @@ def receivers(request: HttpRequest) -> HttpResponse:
         rcv.save()
         return redirect("alerts:receivers")
     visible = access.receivers_visible_to(request.user, Receiver.objects.all())
-    return render(request, "alerts/receivers.html", {"receivers": visible, "form": form})
+    return render(
+        request,
+        "alerts/receivers.html",
+        {"receivers": visible, "form": form, "fabric_wide": access.is_admin(request.user)},
+    )
 
 
 @access.logged_in

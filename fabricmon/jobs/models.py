@@ -80,6 +80,7 @@ class RankMapEntry(models.Model):
     source = models.CharField(max_length=16, default="upload")  # upload | probe
 
     class Meta:
+        verbose_name_plural = "rank map entries"
         constraints = [models.UniqueConstraint(fields=("run", "rank"), name="jobs_rank_unique")]
         ordering = ("run", "rank")
 
@@ -196,6 +197,9 @@ class RecentKeyBatch(models.Model):
     )
     hashes = models.BinaryField()
 
+    class Meta:
+        verbose_name_plural = "recent key batches"
+
     def __str__(self) -> str:
         return f"{len(self.hashes) // 8} recent keys of run {self.run_id}"
 
@@ -217,6 +221,7 @@ class TrafficMatrix(models.Model):
     calls = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name_plural = "traffic matrices"
         constraints = [
             models.UniqueConstraint(
                 fields=("run", "source", "step", "layer", "phase"), name="jobs_matrix_unique"
@@ -257,6 +262,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

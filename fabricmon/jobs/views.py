@@ -19,7 +19,7 @@ from fabricmon.base import access
 from fabricmon.jobs import blocks, imports, ingest, matrices, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.api import import_inline, inline_size
-from fabricmon.jobs.models import ApiToken, Run, TraceUpload, TrafficMatrix
+from fabricmon.jobs.models import PHASES, ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.timeline import DEFAULT_BUCKETS, DEFAULT_ROWS, TimelineQuery, ranks_by_time
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
@@ -57,7 +57,12 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "jobs/runs.html",
-        {"runs": runs, "tokens": tokens, "new_token": request.session.pop("jobs_new_token", None)},
+        {
+            "runs": runs,
+            "all_runs": access.is_operator(request.user),
+            "tokens": tokens,
+            "new_token": request.session.pop("jobs_new_token", None),
+        },
     )
 
 
@@ -78,6 +83,22 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     return redirect("jobs:runs")
 
 
+def matrix_menu(keys: list[tuple[str, int, str]]) -> list[dict[str, object]]:
+    """The run page's matrix choices in reading order: per source, the MoE layers in order (each
+    phase in the job's order: dispatch, combine, their backward twins, …), events without a layer
+    (-1, "other") last; the first layer's dispatch is the one shown first."""
+    rank = {p: i for i, p in enumerate(PHASES)}
+
+    def order(k: tuple[str, int, str]) -> tuple[object, ...]:
+        source, layer, phase = k
+        return (source != "probe", source, layer < 0, layer, rank.get(phase, len(rank)), phase)
+
+    ordered = sorted(keys, key=order)
+    first = next((k for k in ordered if k[1] >= 0 and k[2] == "dispatch"), None)
+    first = first or next((k for k in ordered if k[1] >= 0), ordered[0] if ordered else None)
+    return [{"source": k[0], "layer": k[1], "phase": k[2], "selected": k == first} for k in ordered]
+
+
 @access.logged_in
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id, change=request.method == "POST")
@@ -87,12 +108,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         except validation.InputError as exc:
             messages.error(request, str(exc))
         return redirect("jobs:run", run_id=run.pk)
-    keys = (
-        TrafficMatrix.objects.filter(run=run)
-        .values_list("source", "layer", "phase")
-        .distinct()
-        .order_by("source", "layer", "phase")
-    )
+    keys = TrafficMatrix.objects.filter(run=run).values_list("source", "layer", "phase").distinct()
     return render(
         request,
         "jobs/run.html",
@@ -101,7 +117,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "can_change": access.can_change_run(request.user, run),
             "ranks": run.ranks.all()[:1024],
             "uploads": run.uploads.order_by("-created_at")[:20],
-            "matrix_keys": [{"source": s, "layer": layer, "phase": p} for s, layer, p in keys],
+            "matrix_keys": matrix_menu(list(keys)),
             "event_count": blocks.event_count(run),
             "budget_mb": settings.FABRICMON_RUN_BUDGET_MB,
         },

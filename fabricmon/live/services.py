@@ -11,9 +11,9 @@ import redis
 
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.live import wire
-from fabricmon.telemetry import live_window
+from fabricmon.telemetry import leases, live_window
 from fabricmon.topology.fabric_view import find_view
-from fabricmon.topology.models import Fabric
+from fabricmon.topology.models import Fabric, Switch
 
 DEFAULT_WINDOW_S = 300.0
 MAX_WINDOW_S = 3600.0
@@ -71,19 +71,72 @@ def layout_for(fabric: str) -> dict[str, Any] | None:
 
 def switch_health(r: redis.Redis, fabric: str, switches: list[str]) -> list[dict[str, Any]]:
     """One row per switch (topology order, then any only the collectors know), ``state`` one of
-    up / down / stale / never polled. Stale: no success for 3 poll intervals."""
+    up / down / stale / never polled. Stale: no success for 3 poll intervals.
+
+    Beside what the collector wrote (``live_window`` health: its process, shard and lease token,
+    last poll, poll duration, error counts by kind, the last error), each row says how the switch
+    is read (``protocol``, from the topology), whether that collector still holds its shard's lease
+    (``lease``, asked of ``telemetry.leases``), the errors counted (``errors_total``, every failed
+    poll since the counts began, beside ``failing_for``: the failures in a row now, 0 once a poll
+    succeeds) and how old the last error is."""
     health = live_window.read_health(r, fabric)
+    protocols = _protocols(fabric)
+    shards = sorted({str(h["shard"]) for h in health.values() if h.get("shard")})
+    held = {shard: _lease_of(r, shard) for shard in shards}
     now_ns = time.time_ns()
     rows = []
     for name in [*switches, *sorted(set(health) - set(switches))]:
         h = health.get(name)
         if h is None:
-            rows.append({"switch": name, "state": "never polled"})
+            rows.append({"switch": name, "state": "never polled", "protocol": protocols.get(name, "")})
             continue
         last_ns = h.get("last_success_ns") or 0
         interval_s = float(h.get("interval_s") or 1.0)
         age_s = (now_ns - last_ns) / 1e9 if last_ns else None
         stale = age_s is None or age_s > 3 * interval_s + 2
         state = "down" if not h.get("up") else ("stale" if stale else "up")
-        rows.append({"switch": name, "state": state, "age_s": age_s, **h})
+        error_ns = h.get("last_error_ns")
+        rows.append({
+            "switch": name, "state": state, "age_s": age_s, **h,
+            "protocol": protocols.get(name, ""),
+            "errors_total": int(sum((h.get("error_counts") or {}).values())),
+            "failing_for": int(h.get("consecutive_failures", h.get("errors", 0)) or 0),
+            "last_error_age_s": (now_ns - error_ns) / 1e9 if error_ns else None,
+            "lease": _lease_state(h.get("collector"), held.get(str(h.get("shard", "")))),
+        })
     return rows
+
+
+def newest_frame_age_s(r: redis.Redis, fabric: str) -> float | None:
+    """Seconds since the fabric's newest frame was appended to the live window (None: no frames)."""
+    newest = live_window.newest_id(r, fabric)
+    if newest is None:
+        return None
+    return max(0.0, time.time() - int(newest.split(b"-")[0]) / 1e3)
+
+
+def _protocols(fabric: str) -> dict[str, str]:
+    """How each switch of the topology is read: "SNMP v2c", "SNMP v3", "gNMI", "SNMP v2c + gNMI"."""
+    out = {}
+    for name, collector, version in Switch.objects.filter(fabric__name=fabric).values_list(
+        "name", "collector", "snmp_version"
+    ):
+        snmp = f"SNMP v{version}"
+        out[name] = {"snmp": snmp, "gnmi": "gNMI"}.get(collector, f"{snmp} + gNMI")
+    return out
+
+
+def _lease_of(r: redis.Redis, shard: str) -> dict[str, Any]:
+    return {"holder": leases.holder(r, shard), "expires_in_s": leases.lease_expires_in_s(r, shard),
+            "standby": leases.standby(r, shard) is not None}
+
+
+def _lease_state(collector: dict[str, Any] | None, lease: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``held``: the collector that wrote this health still holds the shard; ``taken``: another one
+    holds it now (a takeover: the new holder writes at its next poll); ``free``: nobody does."""
+    if not collector or lease is None:
+        return None
+    holder = lease["holder"]
+    state = "free" if holder is None else ("held" if holder == collector.get("lease") else "taken")
+    return {"state": state, "expires_in_s": lease["expires_in_s"], "standby": lease["standby"],
+            "ttl_s": collector.get("lease_ttl_s")}

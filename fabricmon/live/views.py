@@ -27,8 +27,12 @@ def _redis() -> Any:
     return connect()
 
 
-@access.viewer_required
+@access.logged_in
 def index(request: HttpRequest) -> HttpResponse:
+    """The landing page (``/``, and where the login form sends): the fabric for viewers and
+    above, a job owner's own runs for anyone else (the fabric is not theirs to see)."""
+    if not access.is_viewer(request.user):
+        return redirect("jobs:runs")
     stored, live_only = services.known_fabrics(_redis())
     if len(stored) == 1:  # the usual case (and `make demo`): straight to the heatmap
         return redirect("live:fabric", fabric=stored[0])
@@ -67,6 +71,7 @@ def port(request: HttpRequest, fabric: str, position: int) -> HttpResponse:
             "name": p["name"][position],
             "ifindex": p["ifindex"][position],
             "speed_gbps": p["speed_bps"][position] / 1e9,
+            "speed_bps": int(p["speed_bps"][position]),
             "peer": p["peer"][position],
             "facing": "host-facing" if p["host_facing"][position] else "fabric-facing",
         }
@@ -95,7 +100,11 @@ def switches(request: HttpRequest, fabric: str) -> HttpResponse:
 def health_json(request: HttpRequest, fabric: str) -> HttpResponse:
     layout = services.layout_for(fabric)
     names = layout["switches"] if layout else []
-    return JsonResponse({"switches": services.switch_health(_redis(), fabric, names)})
+    r = _redis()
+    return JsonResponse({
+        "switches": services.switch_health(r, fabric, names),
+        "newest_frame_age_s": services.newest_frame_age_s(r, fabric),
+    })
 
 
 def static(request: HttpRequest, path: str) -> HttpResponse:

@@ -130,6 +130,7 @@ class _Health:
     error_counts: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
     last_error: str = ""
+    last_error_ns: int | None = None  # when last_error happened (the page says how long ago)
     extra: dict[str, Any] = field(default_factory=dict)  # protocol specifics (gNMI session health)
     state: str = ""  # "up" or "down: <error kind>", as last logged (a change is logged once)
 
@@ -145,6 +146,7 @@ class _Health:
             h.error_counts.update(old.get("error_counts", {}))
             h.dropped.update(old.get("dropped", {}))
             h.last_error = str(old.get("last_error", ""))
+            h.last_error_ns = old.get("last_error_ns")
             h.state = str(old.get("logged_state", ""))
             h.up = bool(old.get("up", False))
         return h
@@ -156,7 +158,8 @@ class _Health:
             "consecutive_failures": self.consecutive_failures, "polls": self.polls,
             "late_polls": self.late_polls,
             "error_counts": dict(self.error_counts), "dropped": dict(self.dropped),
-            "last_error": self.last_error, "interval_s": self.interval_s, "shard": self.shard_id,
+            "last_error": self.last_error, "last_error_ns": self.last_error_ns,
+            "interval_s": self.interval_s, "shard": self.shard_id,
             "logged_state": self.state, **self.extra,
         }
 
@@ -394,6 +397,7 @@ class ShardCollector:
         else:
             h.consecutive_failures += 1
             h.last_error = str(session.get("last_error") or "no new gNMI sample in the interval")
+            h.last_error_ns = h.last_poll_ns
             self.report.failures += 1
         h.error_counts = Counter(session.get("error_counts", {}))
         self._log_state(switch, h, None if h.up else "gnmi", h.last_error)
@@ -423,6 +427,7 @@ class ShardCollector:
             h.up = h.consecutive_failures < DOWN_AFTER_FAILURES and h.up
             h.error_counts[kind] += 1
             h.last_error = error[:300]
+            h.last_error_ns = finished
             self.report.failures += 1
         else:
             h.up = True

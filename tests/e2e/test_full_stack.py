@@ -157,4 +157,17 @@ def test_live_heatmap_of_the_twin(page, daphne_server, twin_and_collectors, fabr
     page.wait_for_function(f"document.querySelectorAll('#health-rows tr').length === {len(spec.switches)}")
     states = page.locator("#health-rows .state").all_inner_texts()
     assert states == ["up"] * len(spec.switches), states
+    # who polls each switch and how, from the collectors' health and the shard's lease in Redis
+    page.wait_for_function("Number(document.getElementById('switches-view').dataset.refreshed || 0) >= 2")
+    cells = {k: page.locator(f"#health-rows td.{k}").all_inner_texts()
+             for k in ("protocol", "collector", "lease", "errors", "last-error", "poll-ms", "last-sample")}
+    assert set(cells["protocol"]) == {"SNMP v2c"}, cells["protocol"]
+    assert all(re.fullmatch(r"[\w.-]+:\d+", c) for c in cells["collector"]), cells["collector"]
+    assert all(re.match(r"shard \S+ · lease held · ", c) for c in cells["lease"]), cells["lease"]
+    assert all(re.match(r"\d[\d,]* of [\d,]+ polls", c) for c in cells["errors"]), cells["errors"]
+    assert all(re.fullmatch(r"[\d.]+ ms", c) for c in cells["poll-ms"]), cells["poll-ms"]
+    # errors and the last error agree: a switch shows "none" only where it counted no error
+    for errs, last in zip(cells["errors"], cells["last-error"], strict=True):
+        assert (last == "none") == errs.startswith("0 of"), (errs, last)
+    assert "newest fabric frame" in page.inner_text("#summary")
     screenshot("switches-twin")

@@ -13,7 +13,7 @@ from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.core.topology.port_index import build_port_index
 from fabricmon.core.topology.railgen import rail_optimized
-from fabricmon.telemetry import live_window
+from fabricmon.telemetry import leases, live_window
 from fabricmon.topology.services import import_fabric
 from tests.topologies import two_leaf_two_spine
 
@@ -106,3 +106,38 @@ def test_plotly_is_served_locally(client) -> None:
     resp = client.get("/static/vendor/plotly.min.js")
     assert resp.status_code == 200
     assert b"plotly" in b"".join(resp.streaming_content)[:2000].lower()
+
+
+def test_switch_health_says_who_polls_how_and_counts_the_errors_it_names(client, fabric, redis_client) -> None:
+    """The errors count agrees with the last error: a switch that timed out 3 times and recovered
+    shows 3 errors (failing for 0 polls now), not "0" beside "timeout"; the lease is asked of Redis."""
+    login(client)
+    now = time.time_ns()
+    shard = f"{fabric.name}-0"
+    lease = leases.Lease.acquire(redis_client, shard, 5.0)
+    assert lease is not None
+    try:
+        collector = {"process": "node9:4242", "shard": shard, "lease": lease.token, "lease_ttl_s": 5.0}
+        base = {"up": True, "last_success_ns": now, "last_poll_ns": now, "poll_ms": 11.0, "interval_s": 1.0,
+                "shard": shard, "collector": collector, "polls": 120}
+        live_window.write_health(redis_client, fabric.name, "leaf-r0", base | {
+            "errors": 0, "consecutive_failures": 0, "error_counts": {"timeout": 3},
+            "last_error": "timeout", "last_error_ns": now - 30 * 10**9})
+        live_window.write_health(redis_client, fabric.name, "leaf-r1", base | {
+            "up": False, "errors": 2, "consecutive_failures": 2, "error_counts": {"timeout": 1, "malformed": 1},
+            "last_error": "malformed: bad BER", "last_error_ns": now,
+            "collector": collector | {"lease": "someone-before"}})
+        rows = {r["switch"]: r for r in client.get(f"/fabric/{fabric.name}/health.json").json()["switches"]}
+        ok, failing = rows["leaf-r0"], rows["leaf-r1"]
+        assert (ok["errors_total"], ok["failing_for"], ok["last_error"]) == (3, 0, "timeout")
+        assert 29 < ok["last_error_age_s"] < 60
+        assert (failing["errors_total"], failing["failing_for"]) == (2, 2)
+        assert ok["protocol"] == "SNMP v2c" and rows["spine1"]["protocol"] == "SNMP v2c"
+        assert ok["lease"]["state"] == "held" and 0 < ok["lease"]["expires_in_s"] <= 5.0
+        assert ok["lease"]["standby"] is False
+        assert failing["lease"]["state"] == "taken"  # written by a holder that no longer holds the shard
+        lease.release()
+        rows = {r["switch"]: r for r in client.get(f"/fabric/{fabric.name}/health.json").json()["switches"]}
+        assert rows["leaf-r0"]["lease"]["state"] == "free"
+    finally:
+        lease.release()

@@ -88,6 +88,8 @@ def test_malformed_responses_are_counted_and_polling_continues(twin_process, red
     assert health[bad]["up"] is False
     assert health[bad]["error_counts"]["malformed"] == len(bad_polls)
     assert "malformed" in health[bad]["last_error"]
+    # when it happened: at the end of the last failed poll (the switches page says how long ago)
+    assert health[bad]["last_poll_ns"] <= health[bad]["last_error_ns"] <= time.time_ns()
     # The loop kept polling everyone else, successfully.
     for switch, recs in c.by_switch().items():
         if switch != bad:

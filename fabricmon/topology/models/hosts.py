@@ -30,6 +30,7 @@ class Gpu(models.Model):
     rail = models.PositiveSmallIntegerField()
 
     class Meta:
+        verbose_name = "GPU"
         ordering = ["host", "index"]
         constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_index_unique_per_host")]
 

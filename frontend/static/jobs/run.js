@@ -77,19 +77,41 @@ document.querySelectorAll("#uploads li[data-status]").forEach((li) => {
   followImport(li.dataset.status, (row) => { li.dataset.state = row.state; state.textContent = importText(row); });
 });
 
+// Bytes in decimal units scaled to the largest cell, so the colour bar reads "12.3" of "GB", not "1.2e10".
+const BYTE_UNITS = [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "kB"], [1, "B"]];
+function byteUnit(max) { return BYTE_UNITS.find(([div]) => max >= div) || BYTE_UNITS[BYTE_UNITS.length - 1]; }
+
 async function drawMatrix() {
-  const key = document.getElementById("matrix-key").value;
-  if (!key) return;
+  const select = document.getElementById("matrix-key"), key = select.value;
+  if (!key) {  // no matrix yet: say so instead of leaving an empty chart's space
+    const div = document.getElementById("matrix");
+    div.style.height = "auto";
+    div.textContent = "No traffic matrix yet: the job's all-to-all events (probe, API or an uploaded trace) make one per step, layer and phase.";
+    div.className = "hint";
+    return;
+  }
   const [source, layer, phase] = key.split("|");
-  const m = await (await fetch(`${root.dataset.matrix}?source=${source}&layer=${layer}&phase=${phase}`)).json();
-  document.getElementById("matrix-steps").textContent = m.steps_total > m.steps
-    ? `bytes sent src → dst, summed over the newest ${m.steps} of ${m.steps_total} steps`
-    : `bytes sent src → dst, summed over ${m.steps} step${m.steps === 1 ? "" : "s"}`;
-  const n = m.sent.length, labels = [...Array(n).keys()].map((r) => `${r}`);
-  Plotly.newPlot("matrix", [{type: "heatmap", z: m.sent, x: labels, y: labels, colorscale: "YlOrRd",
-    hovertemplate: "src %{y} → dst %{x}: %{z} B<extra></extra>"}],
-    {xaxis: {title: {text: "destination rank"}}, yaxis: {title: {text: "source rank"}, autorange: "reversed"}, margin: {l: 60, r: 10, t: 10, b: 50}},
-    {responsive: true});
+  const params = new URLSearchParams({source, layer, phase});
+  const resp = await fetch(`${root.dataset.matrix}?${params}`);
+  const m = await resp.json();
+  const steps = document.getElementById("matrix-steps");
+  if (!resp.ok) { steps.textContent = m.error || `error ${resp.status}`; return; }
+  const over = m.steps_total > m.steps ? `the newest ${m.steps} of ${m.steps_total} steps` : `${m.steps} step${m.steps === 1 ? "" : "s"}`;
+  steps.textContent = `bytes each source rank sent to each destination rank, summed over ${over}`;
+  const n = m.sent.length, ranks = [...Array(n).keys()];
+  const max = Math.max(0, ...m.sent.map((row) => Math.max(...row)));
+  const [div, unit] = byteUnit(max);
+  const z = m.sent.map((row) => row.map((v) => v / div));
+  const label = select.options[select.selectedIndex].textContent;
+  const axis = (title) => ({title: {text: title}, dtick: n <= 32 ? 1 : undefined, zeroline: false, constrain: "domain"});
+  Plotly.react("matrix", [{type: "heatmap", z, x: ranks, y: ranks, colorscale: "YlOrRd", reversescale: true, zmin: 0, zmax: max / div || 1,
+    colorbar: {title: {text: `sent (${unit})`, side: "right"}},
+    hovertemplate: `rank %{y} → rank %{x}: %{z:.3~f} ${unit}<extra></extra>`}],
+    {title: {text: `Bytes sent, source → destination rank<br><sub>${label} · ${over}</sub>`, font: {size: 14}},
+      xaxis: axis("destination rank"), yaxis: {...axis("source rank"), autorange: "reversed", scaleanchor: "x"},
+      margin: {l: 60, r: 10, t: 60, b: 50}},
+    {responsive: true, displaylogo: false});
+  document.getElementById("matrix").dataset.drawn = key;
 }
 
 document.getElementById("matrix-key").addEventListener("change", drawMatrix);

@@ -1,9 +1,27 @@
 // Port detail: every metric of one port over the live window (plotly.js, served locally), its
 // peer, and its switch's collector health. Refreshed every 2 s; gaps stay gaps (null, not zero).
+// Charts are titled in operator words with their unit (metrics.js): "Receive rate (Gbit/s)".
+
+import { METRIC_ORDER, METRIC_WORDS, displayUnit, metricTitle } from "./metrics.js";
 
 const root = document.getElementById("port-view");
 const charts = document.getElementById("charts");
-const PCT = new Set(["util", "pfc_paused_fraction"]);
+const speedBps = Number(root.dataset.speedBps || 0);
+
+function chartFor(name) {
+  let div = document.getElementById(`chart-${name}`);
+  if (!div) {
+    div = document.createElement("div");
+    div.id = `chart-${name}`;
+    div.className = "chart";
+    div.dataset.metric = name;
+    // keep the reading order (traffic, congestion, loss) whatever order the metrics arrive in
+    const rank = (m) => { const i = METRIC_ORDER.indexOf(m); return i < 0 ? METRIC_ORDER.length : i; };
+    const after = [...charts.children].find((c) => rank(c.dataset.metric) > rank(name));
+    charts.insertBefore(div, after || null);
+  }
+  return div;
+}
 
 async function refresh() {
   const url = `${root.dataset.json}?switch=${encodeURIComponent(root.dataset.switch)}`;
@@ -12,20 +30,19 @@ async function refresh() {
   const data = await resp.json();
   const x = data.ts_ms.map((t) => new Date(t));
   for (const [name, values] of Object.entries(data.metrics)) {
-    let div = document.getElementById(`chart-${name}`);
-    if (!div) {
-      div = document.createElement("div");
-      div.id = `chart-${name}`;
-      div.className = "chart";
-      charts.append(div);
-    }
-    const pct = PCT.has(name);
-    const y = pct ? values.map((v) => (v === null ? null : v * 100)) : values;
-    Plotly.react(div, [{ x, y, type: "scatter", mode: "lines", connectgaps: false, name, line: { width: 1.5 } }], {
-      title: { text: `${name} (${pct ? "%" : data.units[name]})`, font: { size: 13 } },
-      height: 200, margin: { l: 60, r: 20, t: 30, b: 30 }, xaxis: { type: "date", tickformat: "%H:%M:%S" }, yaxis: { tickformat: pct ? ".1f" : "~s", rangemode: "tozero" },
+    const { div: per, unit } = displayUnit(name, values, speedBps);
+    const y = values.map((v) => (v === null ? null : v / per));
+    const words = METRIC_WORDS[name], title = `${metricTitle(name)} (${unit})`;
+    Plotly.react(chartFor(name), [{ x, y, type: "scatter", mode: "lines", connectgaps: false, name: metricTitle(name),
+      line: { width: 1.5 }, hovertemplate: `%{y:.3~f} ${unit}<extra>%{x|%H:%M:%S}</extra>` }], {
+      title: { text: words && words.note ? `${title}<br><sub>${words.note}</sub>` : title, font: { size: 13 } },
+      height: 220, margin: { l: 70, r: 20, t: 46, b: 44 },
+      xaxis: { type: "date", tickformat: "%H:%M:%S", title: { text: "time (local)", standoff: 4 } },
+      yaxis: { rangemode: "tozero", title: { text: unit }, tickformat: "~r",
+        range: unit === "%" ? [0, 100] : undefined },
     }, { displaylogo: false, responsive: true });
   }
+  root.dataset.charts = String(Object.keys(data.metrics).length);
   const h = data.health;
   const el = document.getElementById("health");
   if (!h) el.textContent = "—";
@@ -33,7 +50,10 @@ async function refresh() {
   else {
     const c = h.collector;
     const lastPoll = h.last_poll_ns ? `${((Date.now() * 1e6 - h.last_poll_ns) / 1e9).toFixed(1)} s ago` : "never";
-    el.textContent = `${h.switch}: ${h.state}, last success ${h.age_s === null ? "never" : `${h.age_s.toFixed(1)} s ago`}, last poll ${lastPoll}, poll ${h.poll_ms ?? "?"} ms, errors ${h.errors ?? 0}${h.last_error ? ` (${h.last_error})` : ""}${c ? ` — polled by ${c.process}, shard ${c.shard}, lease ${c.lease}` : ""}`;
+    const errors = `${h.errors_total ?? 0} failed poll${h.errors_total === 1 ? "" : "s"}` +
+      (h.failing_for > 0 ? `, failing now (${h.failing_for} in a row)` : "") +
+      (h.last_error ? `, last: ${h.last_error}${h.last_error_age_s == null ? "" : ` ${h.last_error_age_s.toFixed(0)} s ago`}` : "");
+    el.textContent = `${h.switch}: ${h.state} over ${h.protocol || "?"}, last sample ${h.age_s === null ? "never" : `${h.age_s.toFixed(1)} s ago`}, last poll ${lastPoll} (${h.poll_ms ?? "?"} ms), ${errors}${c ? ` — polled by ${c.process}, shard ${c.shard}${h.lease ? ` (lease ${h.lease.state})` : ""}` : ""}`;
   }
   document.getElementById("port-health").textContent = portHealth(h, root.dataset.port);
 }
