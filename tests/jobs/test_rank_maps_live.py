@@ -125,7 +125,7 @@ def test_the_helper_builds_the_map_from_hosts_and_names_unknown_ones(stack) -> N
 
 
 def test_a_map_sent_before_the_fabric_is_placed_when_it_is_set(stack) -> None:  # type: ignore[no-untyped-def]
-    srv, clients = stack
+    _, clients = stack
     owner = clients["owner"]
     run_id = owner.create_run("fabric later", world_size=2)
     status, body = owner.post_rank_map(run_id, [{"rank": r, "host": "node002", "local_rank": r} for r in (0, 1)])
