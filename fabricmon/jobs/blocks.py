@@ -8,7 +8,6 @@ views, the phase markers, an alert's culprit — reads them here, and only the b
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -171,10 +170,7 @@ def _ndjson(cols: EventColumns) -> bytes:
     which ingest adds back). Stored times are server times: exporting them beside the offset made a
     re-import add the offset twice. Lines stay in server-time order."""
     order = np.argsort(cols.start_ns, kind="stable")
-    host_time = dataclasses.replace(
-        cols, start_ns=cols.start_ns - cols.clock_offset_ns, end_ns=cols.end_ns - cols.clock_offset_ns
-    )
-    return b"".join(orjson.dumps(e) + b"\n" for e in iter_dicts(host_time, order))
+    return b"".join(orjson.dumps(e) + b"\n" for e in iter_dicts(cols, order, host_times=True))
 
 
 def _sorted_dicts(cols: EventColumns) -> Iterator[dict[str, Any]]:
