@@ -352,7 +352,7 @@ def iter_dicts(
     if host_times:
         offset = cols.clock_offset_ns[idx]
         for t in times.values():
-            t -= offset
+            np.subtract(t, offset, out=t)  # in place, on the indexed copies
     plain = {k: getattr(cols, k)[idx].tolist() for k in ("rank", "clock_offset_ns")}
     plain |= {k: t.tolist() for k, t in times.items()}
     phase = _PHASES_A[cols.phase[idx]].tolist()
