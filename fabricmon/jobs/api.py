@@ -126,7 +126,7 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
         try:
             return view(*args, **kwargs)
         except validation.InputError as exc:
-            return _error(400, exc.reason, exc.field)
+            return _error(exc.status, exc.reason, exc.field)
 
     return wrapper
 

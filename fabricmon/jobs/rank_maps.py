@@ -25,7 +25,7 @@ from django.db import transaction
 
 from fabricmon.core.topology.rank_map import FabricHosts, RankMapError, missing_ranks, ranges_text
 from fabricmon.jobs.models import RankMapEntry, Run
-from fabricmon.jobs.validation import InputError, LineError, brief
+from fabricmon.jobs.validation import InputError, LineError, UnprocessableError, brief
 from fabricmon.topology.fabric_view import FabricView, find_view
 
 _RANK_STR_FIELDS = {"gpu": 64, "nic": 64, "switch": 100, "switch_port": 100}  # their column lengths
@@ -116,7 +116,7 @@ def build_rank_map(
                                    f"got {brief(value)}")
     fabric = fabric_hosts(run)
     if fabric is None:
-        raise InputError("fabric", _no_fabric(run))
+        raise UnprocessableError("fabric", _no_fabric(run))
     placed, problems = fabric.build(hosts, gpus_per_host, first_rank or 0)
     errors = [LineError(i + 1, p.field, p.reason) for i, p in problems]
     return [p.entry() for p in placed], errors

@@ -15,7 +15,7 @@ from fabricmon.base import sockets
 from fabricmon.jobs import rank_maps
 from fabricmon.jobs.models import Run
 from fabricmon.jobs.rank_maps import store_rank_map  # noqa: F401  (re-exported: where callers look)
-from fabricmon.jobs.validation import InputError, brief
+from fabricmon.jobs.validation import InputError, UnprocessableError, brief
 from fabricmon.topology.models import Fabric
 
 MAX_TAGS, MAX_TAG_LEN = 64, 100
@@ -61,7 +61,7 @@ def create_run(
         raise InputError("fabric", "must be a string of at most 100 characters")
     problem = fabric_problem(fabric) if check_fabric else None
     if problem:
-        raise InputError("fabric", problem)
+        raise UnprocessableError("fabric", problem)
     return Run.objects.create(
         owner=owner, name=name.strip() or name, tags=clean_tags(list(tags) if type(tags) is tuple else tags),
         fabric=fabric, world_size=world_size,
@@ -78,11 +78,11 @@ def set_fabric(run: Run, fabric: Any) -> Run:
     """Set or correct the run's fabric (``InputError`` naming an unknown one), then check its stored
     rank map against it: entries given by host and local rank or NIC get the switch ports of the
     new fabric. The run's phase sockets are woken (their views now follow the new fabric)."""
-    if fabric == "":
-        raise InputError("fabric", "required: the name of a fabric of the topology")
+    if fabric == "" or not isinstance(fabric, str) or len(fabric) > 100:
+        raise InputError("fabric", "required: the name of a fabric of the topology (at most 100 characters)")
     problem = fabric_problem(fabric)
     if problem:
-        raise InputError("fabric", problem)
+        raise UnprocessableError("fabric", problem)
     run.fabric = fabric
     run.save(update_fields=["fabric"])
     rank_maps.place_stored(run)

@@ -1,7 +1,7 @@
 """Rank maps that help, through the real ASGI server (Daphne, its own SQLite file, real Redis):
 entries placed on the run's fabric with their NIC's leaf port, errors that name the missing ranks,
 the unknown hosts and NICs, the rank-map helper (hosts → ranks) in the API and on the run page, a
-run's fabric set or corrected after creation, and an unknown fabric a 4xx naming it — never a 500.
+run's fabric set or corrected after creation, and an unknown fabric a 422 naming it — never a 500.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ def test_an_unknown_fabric_is_a_400_naming_it_at_creation_and_when_set(stack) ->
     _, clients = stack
     owner = clients["owner"]
     status, body = _post(owner, "/jobs/api/runs", {"name": "typo", "fabric": "rm-fbr"})
-    assert status == 400 and body["field"] == "fabric", body
+    assert status == 422 and body["field"] == "fabric", body  # well-formed: the topology refuses it
     assert "unknown fabric 'rm-fbr'" in body["error"] and FABRIC in body["error"]
     run_id = owner.create_run("later", world_size=4)
-    for name in ("rm-fbr", "", 5):
+    for name, expected in (("rm-fbr", 422), ("", 400), (5, 400), ("x" * 101, 400)):
         status, body = _post(owner, f"/jobs/api/runs/{run_id}/fabric", {"fabric": name})
-        assert status == 400 and body["field"] == "fabric", (name, body)
+        assert status == expected and body["field"] == "fabric", (name, body)
     status, body = _post(owner, f"/jobs/api/runs/{run_id}/fabric", {"fabric": FABRIC})
     assert status == 200 and body["fabric"] == FABRIC, body
     # an operator sees the run but does not change it; a stranger does not see it
@@ -121,7 +121,7 @@ def test_the_helper_builds_the_map_from_hosts_and_names_unknown_ones(stack) -> N
         assert status == 400 and body["field"], (bad, body)
     bare = owner.create_run("no fabric yet", world_size=2)
     status, body = _post(owner, f"/jobs/api/runs/{bare}/ranks/build", {"hosts": ["node001"]})
-    assert status == 400 and body["field"] == "fabric" and "names no fabric" in body["error"]
+    assert status == 422 and body["field"] == "fabric" and "names no fabric" in body["error"]
 
 
 def test_a_map_sent_before_the_fabric_is_placed_when_it_is_set(stack) -> None:  # type: ignore[no-untyped-def]
