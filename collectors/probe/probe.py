@@ -1,9 +1,9 @@
 """The torch-side probe: wraps ``torch.distributed.all_to_all_single`` and records, per call, the
 exact per-peer bytes, the layer and phase, the process group and the host-clock interval.
 
-Usage (3 lines in a training script)::
+Usage (3 lines in a training script, after ``init_process_group``)::
 
-    probe = A2AProbe(sink=EventPoster(IngestClient(url, token), run_id)).install()
+    probe = A2AProbe(sink=EventPoster(IngestClient(url, token), run_id)).install()  # posts its rank map
     with probe.phase(layer, "dispatch"):          # or @probe.tag(layer, "dispatch")
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=ep)
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import os
 import socket
@@ -32,6 +33,7 @@ from typing import Any
 from collectors.traces.schema import PHASES, phase_label
 
 Sink = Callable[[dict[str, Any]], None]
+log = logging.getLogger("collectors.probe.client")  # the poster's logger: one name to configure
 _FWD_STACK_LIMIT = 4_096  # forward calls remembered per group for backward attribution
 
 
@@ -64,15 +66,21 @@ class A2AProbe:
         *,
         rank: int | None = None,
         host: str | None = None,
+        local_rank: int | None = None,
         keep: bool = False,
         trace_labels: bool = True,
+        report_rank: bool = True,
     ) -> None:
         self.sink = sink
+        # the topology's name for this host: FABRICMON_HOST when the machine's own name differs
+        self.report_rank = report_rank
+        self.rank_map_answer: Any = None
         # False: the probe opens no record_function of its own, so a job's own names (Megatron's,
         # NVTX-like) are the only labels its Kineto trace carries
         self.trace_labels = trace_labels
         self.rank = rank
-        self.host = host or socket.gethostname()
+        self.host = host or os.environ.get("FABRICMON_HOST", "") or socket.gethostname()
+        self.local_rank = local_rank
         self.step: int = 0
         self.keep = keep
         self.recorded: list[dict[str, Any]] = []  # only when keep=True (tests, offline dumps)
@@ -113,6 +121,8 @@ class A2AProbe:
 
     # --- install --------------------------------------------------------------------------------
     def install(self) -> A2AProbe:
+        """Wrap ``all_to_all_single``; with an ``EventPoster`` sink and ``report_rank`` (default),
+        also post this rank's rank-map entry once the process group is up."""
         import torch.distributed as dist  # noqa: PLC0415
         import torch.distributed.distributed_c10d as c10d  # noqa: PLC0415
 
@@ -121,6 +131,8 @@ class A2AProbe:
             wrapped = self._wrap(self._original)
             dist.all_to_all_single = wrapped
             c10d.all_to_all_single = wrapped
+            if self.report_rank and (self.rank is not None or dist.is_initialized()):
+                self.post_rank_map()
         return self
 
     def uninstall(self) -> None:
@@ -133,16 +145,44 @@ class A2AProbe:
             self._original = None
 
     def rank_map_entry(self, nic: str | None = None) -> dict[str, Any]:
-        """This process's rank-map line: global rank, host, LOCAL_RANK and the NIC (env or guess)."""
+        """This process's rank-map line: global rank, host and local rank (the GPU's index on the
+        host), and the NIC when one is named (argument or ``FABRICMON_NIC``). The server places it
+        on the run's fabric: host + local rank → that GPU's NIC and the rail-leaf port it plugs into.
+
+        (It used to add the first interface of ``/sys/class/net`` as the NIC — ``eth0``, a name no
+        topology has — and left the local rank empty without torchrun's ``LOCAL_RANK``, so an
+        ``mp.spawn`` or ``srun`` job's map placed nothing: 0 % coverage, without a word.)"""
         import torch.distributed as dist  # noqa: PLC0415
 
-        local_rank = os.environ.get("LOCAL_RANK")
-        return {
+        entry: dict[str, Any] = {
             "rank": dist.get_rank() if self.rank is None else self.rank,
             "host": self.host,
-            "local_rank": int(local_rank) if local_rank and local_rank.isdigit() else None,
-            "nic": nic or os.environ.get("FABRICMON_NIC", "") or _first_nic(),
+            "local_rank": self.local_rank if self.local_rank is not None else local_rank_from_env(),
         }
+        nic = nic or os.environ.get("FABRICMON_NIC", "")
+        if nic:
+            entry["nic"] = nic
+        return entry
+
+    def post_rank_map(self, client: Any = None, run_id: int | None = None) -> Any:
+        """POST this rank's entry to the run (``install`` does it when the sink is an ``EventPoster``).
+        Never raises: the server's answer — its ``check`` says which ranks are placed, which are
+        missing and why — is kept in ``rank_map_answer`` and a refusal logged with its reasons."""
+        client = client if client is not None else getattr(self.sink, "client", None)
+        run_id = run_id if run_id is not None else getattr(self.sink, "run_id", None)
+        if client is None or run_id is None:
+            return None
+        try:
+            status, body = client.post_rank_map(run_id, [self.rank_map_entry()])
+        except Exception as exc:  # unreachable server, no process group: training goes on
+            log.warning("probe: rank map not posted: %s", exc)
+            return None
+        self.rank_map_answer = body
+        if status != 200:
+            reasons = "; ".join(r.get("reason", "") for r in (body or {}).get("rejected", [])) if isinstance(
+                body, dict) else str(body)
+            log.warning("probe: rank map refused (%s): %s", status, reasons or body)
+        return body
 
     # --- the wrapper ----------------------------------------------------------------------------
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -253,9 +293,14 @@ def _splits(splits: Any, rows: int, n: int) -> list[int]:
     return [int(s) for s in splits]
 
 
-def _first_nic() -> str:
-    try:
-        names = sorted(os.listdir("/sys/class/net"))
-    except OSError:
-        return ""
-    return next((n for n in names if n != "lo"), "")
+# Where launchers put a process's index on its host: torchrun, Slurm's srun, Open MPI, MPICH/Intel MPI.
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def local_rank_from_env() -> int | None:
+    """The process's local rank from the first launcher variable that holds one (None: none does)."""
+    for name in LOCAL_RANK_VARS:
+        value = os.environ.get(name, "").strip()
+        if value.isascii() and value.isdigit():
+            return int(value)
+    return None

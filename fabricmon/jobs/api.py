@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import access, sockets
-from fabricmon.jobs import blocks, imports, ingest, matrices, ratelimit, tasks, validation
+from fabricmon.jobs import blocks, imports, ingest, matrices, rank_maps, ratelimit, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
@@ -126,7 +126,7 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
         try:
             return view(*args, **kwargs)
         except validation.InputError as exc:
-            return _error(400, exc.reason, exc.field)
+            return _error(exc.status, exc.reason, exc.field)
 
     return wrapper
 
@@ -159,7 +159,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         raise validation.InputError("body", "must be a JSON object")
     run = run_verbs.create_run(
         request.user, body.get("name"), body.get("tags", []), body.get("fabric", ""),
-        body.get("world_size"),
+        body.get("world_size"), check_fabric=True,
     )
     return JsonResponse(_run_json(run), status=201)
 
@@ -167,7 +167,20 @@ def runs(request: HttpRequest) -> HttpResponse:
 @token_required
 @require_http_methods(["GET"])
 def run_detail(request: HttpRequest, run: Run) -> HttpResponse:
-    return JsonResponse(_run_json(run))
+    return JsonResponse(_run_json(run) | {"rank_map": rank_maps.check(run)})
+
+
+@token_required
+@require_http_methods(["POST", "PUT"])
+@_input_errors
+def run_fabric(request: HttpRequest, run: Run) -> HttpResponse:
+    """Set or correct the run's fabric: ``{"fabric": name}``; an unknown name is a 400 naming it and
+    the fabrics the topology has. The answer carries the stored rank map's check on the new fabric."""
+    body = _read_json(request)
+    if not isinstance(body, dict):
+        raise validation.InputError("body", "must be a JSON object: {\"fabric\": name}")
+    run = run_verbs.set_fabric(run, body.get("fabric", ""))
+    return JsonResponse(_run_json(run) | {"rank_map": rank_maps.check(run)})
 
 
 @token_required
@@ -189,10 +202,15 @@ def run_end(request: HttpRequest, run: Run) -> HttpResponse:
 
 
 @token_required
-@require_http_methods(["POST", "PUT"])
+@require_http_methods(["GET", "POST", "PUT"])
 @_input_errors
 def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
-    """A JSON list of entries, or NDJSON (one entry per line)."""
+    """POST: a JSON list of entries, or NDJSON (one entry per line), each placed on the run's
+    fabric (an entry it cannot place is rejected, naming the host, NIC or port). GET: the stored
+    map. Both answer with the map's ``check``: placed and missing ranks, unplaced entries and why."""
+    if request.method == "GET":
+        rows = list(run.ranks.all()[: settings.FABRICMON_MAX_RANKS])
+        return JsonResponse({"ranks": [_rank_json(r) for r in rows], "check": rank_maps.check(run, rows)})
     if request.content_type == "application/x-ndjson":
         entries: list[Any] = []
         raw = request.read(MAX_JSON_BYTES + 1)
@@ -212,7 +230,37 @@ def rank_map(request: HttpRequest, run: Run) -> HttpResponse:
             raise validation.InputError("body", "must be a JSON list of rank entries")
     stored, errors = run_verbs.store_rank_map(run, entries)
     status = 200 if not errors else 422
-    return JsonResponse({"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=status)
+    body = {"stored": stored, "rejected": [e.as_dict() for e in errors], "check": rank_maps.check(run)}
+    return JsonResponse(body, status=status)
+
+
+def _rank_json(row: Any) -> dict[str, Any]:
+    return {"rank": row.rank, "host": row.host, "local_rank": row.local_rank, "gpu": row.gpu, "nic": row.nic,
+            "switch": row.switch, "switch_port": row.switch_port, "source": row.source}
+
+
+@token_required
+@require_http_methods(["POST"])
+@_input_errors
+def rank_map_build(request: HttpRequest, run: Run) -> HttpResponse:
+    """The rank-map helper: ``{"hosts": [...], "gpus_per_host": G, "first_rank": 0, "store": true}``
+    → every rank on its host's GPU, NIC and rail-leaf port from the run's fabric (host i holds
+    ranks i·G … i·G+G−1). Stored unless ``store`` is false; 422 naming each unknown host."""
+    body = _read_json(request)
+    if not isinstance(body, dict):
+        raise validation.InputError("body", "must be a JSON object: {\"hosts\": [...], \"gpus_per_host\": G}")
+    store = body.get("store", True)
+    if not isinstance(store, bool):
+        raise validation.InputError("store", f"must be true or false, got {validation.brief(store)}")
+    entries, errors = rank_maps.build_rank_map(
+        run, body.get("hosts"), body.get("gpus_per_host"), body.get("first_rank", 0)
+    )
+    stored, rejected = run_verbs.store_rank_map(run, entries, source="helper") if store else (0, [])
+    answer = {
+        "ranks": entries, "stored": stored, "rejected": [e.as_dict() for e in [*errors, *rejected]],
+        "check": rank_maps.check(run) if store else None,
+    }
+    return JsonResponse(answer, status=422 if errors or rejected else 200)
 
 
 @token_required

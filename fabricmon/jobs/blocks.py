@@ -165,7 +165,12 @@ def _decoded(ids: list[int], where: dict[str, Any]) -> list[EventColumns]:
 
 
 def _ndjson(cols: EventColumns) -> bytes:
-    return b"".join(orjson.dumps(e) + b"\n" for e in _sorted_dicts(cols))
+    """Export lines in the ingest format, so a re-import stores exactly what is stored: each line's
+    ``start_ns``/``end_ns`` as the host reported them and its ``clock_offset_ns`` (server − host,
+    which ingest adds back). Stored times are server times: exporting them beside the offset made a
+    re-import add the offset twice. Lines stay in server-time order."""
+    order = np.argsort(cols.start_ns, kind="stable")
+    return b"".join(orjson.dumps(e) + b"\n" for e in iter_dicts(cols, order, host_times=True))
 
 
 def _sorted_dicts(cols: EventColumns) -> Iterator[dict[str, Any]]:

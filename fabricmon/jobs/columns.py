@@ -337,14 +337,24 @@ EXPORT_FIELDS = (
 )
 
 
-def iter_dicts(cols: EventColumns, order: np.ndarray | None = None) -> Iterator[dict[str, Any]]:
-    """Each event as the dict the export always gave: ``EXPORT_FIELDS`` plus
-    ``send_bytes_per_peer``/``recv_bytes_per_peer`` ({"peer": bytes} or None)."""
+def iter_dicts(
+    cols: EventColumns, order: np.ndarray | None = None, *, host_times: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Each event as a dict: ``EXPORT_FIELDS`` plus ``send_bytes_per_peer``/``recv_bytes_per_peer``
+    ({"peer": bytes} or None). Times are the stored server times, or with ``host_times`` the host's
+    as reported (stored − ``clock_offset_ns``): the ingest format, which a re-import turns back
+    into exactly the stored times."""
     n = len(cols)
     idx = np.arange(n) if order is None else order
     opt = {k: getattr(cols, k) for k in ("step", "layer", "seq", "bytes_sent", "bytes_recv")}
     lists = {k: [None if v == NONE else v for v in a[idx].tolist()] for k, a in opt.items()}
-    plain = {k: getattr(cols, k)[idx].tolist() for k in ("rank", "start_ns", "end_ns", "clock_offset_ns")}
+    times = {k: getattr(cols, k)[idx] for k in ("start_ns", "end_ns")}  # (copies: indexed)
+    if host_times:
+        offset = cols.clock_offset_ns[idx]
+        for t in times.values():
+            np.subtract(t, offset, out=t)  # in place, on the indexed copies
+    plain = {k: getattr(cols, k)[idx].tolist() for k in ("rank", "clock_offset_ns")}
+    plain |= {k: t.tolist() for k, t in times.items()}
     phase = _PHASES_A[cols.phase[idx]].tolist()
     source = _SOURCES_A[cols.source[idx]].tolist()
     time_kind = _TIME_KINDS_A[cols.time_kind[idx]].tolist()

@@ -1,22 +1,22 @@
-"""Runs and what their owners say about them: create, tag and end a run; store its rank map; note
-what the job's probe dropped.
+"""Runs and what their owners say about them: create, tag and end a run; set its fabric; note what
+the job's probe dropped. (Rank maps: ``rank_maps.py``.)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fabricmon.jobs.models import (
-    RankMapEntry,
-    Run,
-)
-from fabricmon.jobs.validation import InputError, LineError, brief
+from fabricmon.base import sockets
+from fabricmon.jobs import rank_maps
+from fabricmon.jobs.models import Run
+from fabricmon.jobs.rank_maps import store_rank_map  # noqa: F401  (re-exported: where callers look)
+from fabricmon.jobs.validation import InputError, UnprocessableError, brief
+from fabricmon.topology.models import Fabric
 
 MAX_TAGS, MAX_TAG_LEN = 64, 100
 
@@ -32,8 +32,24 @@ def clean_tags(tags: Any) -> list[str]:
     return cleaned
 
 
-def create_run(owner: Any, name: str, tags: Any = (), fabric: str = "", world_size: int | None = None) -> Run:
-    """A new running run; every argument checked (``InputError`` naming the field)."""
+def fabric_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a run's fabric (None: it can; "" is no fabric yet, set later)."""
+    if not isinstance(name, str) or len(name) > 100:
+        return f"must be a string of at most 100 characters, got {brief(name)}"
+    if not name or Fabric.objects.filter(name=name).exists():
+        return None
+    known = list(Fabric.objects.order_by("name").values_list("name", flat=True)[:21])
+    has = ", ".join(known[:20]) + (", …" if len(known) > 20 else "") if known else (
+        "none yet: load one with manage.py load_topology")
+    return f"unknown fabric {name!r}: the topology's fabrics are {has}"
+
+
+def create_run(
+    owner: Any, name: str, tags: Any = (), fabric: str = "", world_size: int | None = None, *,
+    check_fabric: bool = False,
+) -> Run:
+    """A new running run; every argument checked (``InputError`` naming the field). The API and the
+    pages pass ``check_fabric``: a fabric the topology does not hold is refused, naming it."""
     if not isinstance(name, str) or not name or len(name) > 200:
         raise InputError("name", "required, a string of 1 to 200 characters")
     max_world = settings.FABRICMON_MAX_WORLD_SIZE
@@ -43,6 +59,9 @@ def create_run(owner: Any, name: str, tags: Any = (), fabric: str = "", world_si
         raise InputError("world_size", f"must be an integer from 1 to {max_world}, got {brief(world_size)}")
     if not isinstance(fabric, str) or len(fabric) > 100:
         raise InputError("fabric", "must be a string of at most 100 characters")
+    problem = fabric_problem(fabric) if check_fabric else None
+    if problem:
+        raise UnprocessableError("fabric", problem)
     return Run.objects.create(
         owner=owner, name=name.strip() or name, tags=clean_tags(list(tags) if type(tags) is tuple else tags),
         fabric=fabric, world_size=world_size,
@@ -52,6 +71,22 @@ def create_run(owner: Any, name: str, tags: Any = (), fabric: str = "", world_si
 def set_tags(run: Run, tags: Any) -> Run:
     run.tags = clean_tags(tags)
     run.save(update_fields=["tags"])
+    return run
+
+
+def set_fabric(run: Run, fabric: Any) -> Run:
+    """Set or correct the run's fabric (``InputError`` naming an unknown one), then check its stored
+    rank map against it: entries given by host and local rank or NIC get the switch ports of the
+    new fabric. The run's phase sockets are woken (their views now follow the new fabric)."""
+    if fabric == "" or not isinstance(fabric, str) or len(fabric) > 100:
+        raise InputError("fabric", "required: the name of a fabric of the topology (at most 100 characters)")
+    problem = fabric_problem(fabric)
+    if problem:
+        raise UnprocessableError("fabric", problem)
+    run.fabric = fabric
+    run.save(update_fields=["fabric"])
+    rank_maps.place_stored(run)
+    sockets.run_changed(run.pk)
     return run
 
 
@@ -102,55 +137,3 @@ def note_probe_dropped(run: Run, session: str, total: int) -> bool:
         Run.objects.filter(pk=run.pk).update(probe_dropped=fresh)
     run.probe_dropped = fresh
     return True
-
-
-# --- rank maps ----------------------------------------------------------------------------------
-
-_RANK_STR_FIELDS = {"gpu": 64, "nic": 64, "switch": 100, "switch_port": 100}  # their column lengths
-
-
-def store_rank_map(run: Run, entries: Iterable[Any], source: str = "upload") -> tuple[int, list[LineError]]:
-    """Upsert rank → host/GPU/NIC/port rows; returns (stored, per-entry errors)."""
-    good: dict[int, RankMapEntry] = {}
-    errors: list[LineError] = []
-    max_rank = int(run.world_size or settings.FABRICMON_MAX_RANKS)
-    for n, entry in enumerate(entries, start=1):
-        if not isinstance(entry, dict):
-            errors.append(LineError(n, "", "entry must be an object"))
-            continue
-        rank, host, local_rank = entry.get("rank"), entry.get("host"), entry.get("local_rank")
-        if type(rank) is not int or not 0 <= rank < max_rank:
-            errors.append(LineError(n, "rank", f"required, an integer from 0 to {max_rank - 1} (the run's "
-                                    f"world_size, or FABRICMON_MAX_RANKS), got {brief(rank)}"))
-            continue
-        if not isinstance(host, str) or not host or len(host) > 200:
-            errors.append(LineError(n, "host", "required, a non-empty string of at most 200 characters"))
-            continue
-        if local_rank is not None and (type(local_rank) is not int or not 0 <= local_rank < max_rank):
-            errors.append(LineError(n, "local_rank", f"must be an integer from 0 to {max_rank - 1}"))
-            continue
-        bad = next(
-            (f for f, most in _RANK_STR_FIELDS.items()
-             if not isinstance(entry.get(f, ""), str | None) or len(entry.get(f) or "") > most),
-            None,
-        )
-        if bad:
-            most = _RANK_STR_FIELDS[bad]
-            errors.append(LineError(n, bad, f"must be a string of at most {most} characters"))
-            continue
-        good[rank] = RankMapEntry(
-            run=run,
-            rank=rank,
-            host=host,
-            local_rank=local_rank,
-            source=source,
-            **{f: str(entry.get(f, "") or "") for f in _RANK_STR_FIELDS},
-        )
-    with transaction.atomic():
-        RankMapEntry.objects.bulk_create(
-            good.values(),
-            update_conflicts=True,
-            unique_fields=["run", "rank"],
-            update_fields=["host", "local_rank", "source", *_RANK_STR_FIELDS],
-        )
-    return len(good), errors

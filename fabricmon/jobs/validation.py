@@ -416,6 +416,15 @@ def query_int(
 class InputError(ValueError):
     """Bad input from a caller: ``field`` names what is wrong (shown in the 4xx answer)."""
 
+    status = 400
+
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field, self.reason = field, reason
+
+
+class UnprocessableError(InputError):
+    """Well-formed input naming something the server does not hold (a fabric not in the topology,
+    a run without one): 422, not 400 — the request was valid, the state refuses it."""
+
+    status = 422

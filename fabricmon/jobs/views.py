@@ -16,12 +16,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from fabricmon.base import access
-from fabricmon.jobs import blocks, imports, ingest, matrices, tasks, validation
+from fabricmon.jobs import blocks, imports, ingest, matrices, rank_maps, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.api import import_inline, inline_size
 from fabricmon.jobs.models import PHASES, ApiToken, Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.timeline import DEFAULT_BUCKETS, DEFAULT_ROWS, TimelineQuery, ranks_by_time
 from fabricmon.jobs.tokens import issue_token, revoke_token
+from fabricmon.topology.models import Fabric
 
 MATRIX_STEPS = 64  # the run page's matrix: summed over at most this many (the newest) steps
 
@@ -44,7 +45,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
                 request.user,
                 request.POST.get("name", ""),
                 _tags(request.POST.get("tags", "")),
-                request.POST.get("fabric", ""),
+                request.POST.get("fabric", "").strip(),
+                check_fabric=True,
             )
         except validation.InputError as exc:
             messages.error(request, str(exc))
@@ -62,8 +64,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
             "all_runs": access.is_operator(request.user),
             "tokens": tokens,
             "new_token": request.session.pop("jobs_new_token", None),
+            "fabrics": _fabric_names(),
         },
     )
+
+
+def _fabric_names() -> list[str]:
+    return list(Fabric.objects.order_by("name").values_list("name", flat=True)[:200])
 
 
 @access.logged_in
@@ -108,20 +115,63 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         except validation.InputError as exc:
             messages.error(request, str(exc))
         return redirect("jobs:run", run_id=run.pk)
-    keys = TrafficMatrix.objects.filter(run=run).values_list("source", "layer", "phase").distinct()
+    keys = (
+        TrafficMatrix.objects.filter(run=run)
+        .values_list("source", "layer", "phase")
+        .distinct()
+        .order_by("source", "layer", "phase")  # no Meta ordering column in the DISTINCT
+    )
+    ranks = list(run.ranks.all()[: settings.FABRICMON_MAX_RANKS])
     return render(
         request,
         "jobs/run.html",
         {
             "run": run,
             "can_change": access.can_change_run(request.user, run),
-            "ranks": run.ranks.all()[:1024],
+            "ranks": ranks,
+            "rank_check": rank_maps.check(run, ranks),
+            "fabrics": _fabric_names(),
             "uploads": run.uploads.order_by("-created_at")[:20],
             "matrix_keys": matrix_menu(list(keys)),
             "event_count": blocks.event_count(run),
             "budget_mb": settings.FABRICMON_RUN_BUDGET_MB,
         },
     )
+
+
+@access.logged_in
+@require_POST
+def run_fabric(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's fabric form: set or correct the run's fabric (owner or admin)."""
+    run = _own_run(request, run_id, change=True)
+    try:
+        run_verbs.set_fabric(run, request.POST.get("fabric", "").strip())
+    except validation.InputError as exc:
+        messages.error(request, f"fabric: {exc.reason}")
+    else:
+        messages.success(request, f"fabric set to {run.fabric}: {rank_maps.check(run)['summary']}")
+    return redirect("jobs:run", run_id=run.pk)
+
+
+@access.logged_in
+@require_POST
+def run_rank_map_build(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run page's rank-map helper: the job's hosts in rank order and GPUs per host → the map,
+    placed on the run's fabric and stored (owner or admin)."""
+    run = _own_run(request, run_id, change=True)
+    try:
+        per_host = validation.query_int(request.POST.get("gpus_per_host"), "gpus_per_host", minimum=1,
+                                        maximum=settings.FABRICMON_MAX_RANKS)
+        entries, errors = rank_maps.build_rank_map(run, request.POST.get("hosts", ""), per_host)
+    except validation.InputError as exc:
+        messages.error(request, f"rank map: {exc.field}: {exc.reason}")
+        return redirect("jobs:run", run_id=run.pk)
+    stored, rejected = run_verbs.store_rank_map(run, entries, source="helper")
+    for e in [*errors, *rejected][:20]:
+        messages.error(request, f"rank map: {e.reason}")
+    summary = rank_maps.check(run)["summary"]
+    messages.info(request, f"rank map: {stored} ranks stored from the topology · {summary}")
+    return redirect("jobs:run", run_id=run.pk)
 
 
 @access.logged_in
@@ -143,7 +193,8 @@ def run_upload(request: HttpRequest, run_id: int) -> HttpResponse:
                 raise validation.InputError("file", "rank map must be a JSON list of entries")
             stored, errors = run_verbs.store_rank_map(run, entries)
             return JsonResponse(
-                {"stored": stored, "rejected": [e.as_dict() for e in errors]}, status=422 if errors else 200
+                {"stored": stored, "rejected": [e.as_dict() for e in errors], "check": rank_maps.check(run)},
+                status=422 if errors else 200,
             )
         rank = validation.query_int(request.POST.get("rank"), "rank", maximum=ingest.rank_limit(run) - 1)
         size = upload.size or 0

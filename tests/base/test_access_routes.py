@@ -187,6 +187,10 @@ ROUTES: dict[str, Entry] = {
         (Probe(rule=run_seen), Probe("post", run_changed, lambda ctx: {"tags": "a, b"})), run_kw, owned=True
     ),
     "jobs:run-upload": Entry((Probe("post", run_changed, rank_map_file),), run_kw, owned=True),
+    "jobs:run-fabric": Entry((Probe("post", run_changed, lambda ctx: FAB),), run_kw, owned=True),
+    "jobs:run-ranks-build": Entry(
+        (Probe("post", run_changed, lambda ctx: {"hosts": "node001", "gpus_per_host": "2"}),), run_kw, owned=True
+    ),
     "jobs:run-upload-status": Entry((Probe(rule=run_seen),), upload_kw, owned=True),
     "jobs:run-timeline": Entry((Probe(rule=run_seen),), run_kw, owned=True),
     "jobs:run-matrix": Entry((Probe(rule=run_seen),), run_kw, owned=True),
@@ -199,6 +203,10 @@ ROUTES: dict[str, Entry] = {
         (Probe(rule=api_seen), Probe("post", api_changed, lambda ctx: {"tags": ["x"]}, True)), run_kw, owned=True
     ),
     "jobs:api-run-end": Entry((Probe("post", api_changed, lambda ctx: {"state": "ended"}, True),), run_kw, owned=True),
+    "jobs:api-run-fabric": Entry((Probe("post", api_changed, lambda ctx: FAB, True),), run_kw, owned=True),
+    "jobs:api-run-ranks-build": Entry(
+        (Probe("post", api_changed, lambda ctx: {"hosts": ["node001"]}, True),), run_kw, owned=True
+    ),
     "jobs:api-run-ranks": Entry(
         (Probe(rule=api_seen), Probe("post", api_changed, lambda ctx: [{"rank": 0, "host": "n0"}], True)),
         run_kw, owned=True,

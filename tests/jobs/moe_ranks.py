@@ -52,11 +52,7 @@ def rank_main(rank: int, args: argparse.Namespace) -> None:
     ep = dist.new_group(list(range(world)), group_desc="ep")
     client = IngestClient(args.base_url, args.token)
     poster = EventPoster(client, args.run_id, batch_size=16, flush_interval_s=0.2)
-    probe = A2AProbe(sink=poster).install()
-    try:
-        client.post_rank_map(args.run_id, [probe.rank_map_entry()])
-    except OSError as exc:
-        print(f"rank {rank}: rank map not posted: {exc}", file=sys.stderr)
+    probe = A2AProbe(sink=poster).install()  # posts this rank's rank-map entry
     torch.manual_seed(1234 + rank)
     experts = [torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(args.layers)]
     truth: list[dict] = []

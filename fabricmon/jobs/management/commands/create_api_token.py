@@ -19,7 +19,11 @@ class Command(BaseCommand):
         user = users.objects.filter(username=opts["username"]).first()
         if user is None:
             if not opts["create_user"]:
-                raise CommandError(f"no user {opts['username']!r} (use --create-user)")
+                name = opts["username"]
+                raise CommandError(
+                    f"no user {name!r}: a new user needs --create-user "
+                    f"(manage.py create_api_token {name} --create-user), or create it first"
+                )
             user = users.objects.create_user(opts["username"])
         _, token = issue_token(user, opts["name"])
         self.stdout.write(token)
