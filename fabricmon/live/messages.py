@@ -98,7 +98,9 @@ class SelectRun(TypedDict):
 
 class Markers(TypedDict):
     """A run's phase markers for the time axis: all of the window on ``reset``, else only new or
-    moved ones; ``verdict``/``reason``/``clock``/``gate`` are the clock-alignment gate."""
+    moved ones. ``gate`` is the clock-alignment gate (against the poll interval), ``counters`` the
+    phase views' ``counters_of_run`` gate (None: no counters judged yet); ``verdict`` is the worse
+    of the two and ``reason`` names every gate that did not pass."""
 
     type: Literal["markers"]
     run: int
@@ -108,6 +110,7 @@ class Markers(TypedDict):
     reason: str
     clock: dict[str, Any] | None
     gate: dict[str, Any] | None
+    counters: dict[str, Any] | None
     cursor_ns: int
     markers: list[dict[str, Any]]  # {step, layer, phase, start_ms, end_ms}
     reset: bool
