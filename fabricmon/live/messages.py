@@ -61,6 +61,7 @@ class Hello(TypedDict):
     metric_id: int
     metrics: list[str]  # metrics the latest frame carries (the selector offers only these)
     scale: Scale
+    scale_kinds: list[str]  # the scales this metric may be asked in (bit rates: linear, log)
     n_ports: int
     topology_version: str
     interval_s: float
@@ -82,11 +83,13 @@ class Ack(TypedDict):
     seq: int
 
 
-class Subscribe(TypedDict):
-    """Switch metric; the server answers with a new ``hello`` and ``WINDOW``."""
+class Subscribe(TypedDict, total=False):
+    """Switch metric (and, for bit rates, ``scale``: linear | log); the server answers with a new
+    ``hello`` and ``WINDOW``."""
 
     type: Literal["subscribe"]
     metric: str
+    scale: str
 
 
 class SelectRun(TypedDict):
