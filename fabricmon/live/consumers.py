@@ -62,8 +62,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
             fabric=self.scope["url_route"]["kwargs"]["fabric"],
             metric=metric,
             window_s=max(window_s, 10.0),
-            scale_kind=query.get("scale", ["linear"])[0] if query.get("scale", ["linear"])[0] in wire.SCALE_KINDS
-            else "linear",
+            scale_kind=kind if (kind := query.get("scale", ["linear"])[0]) in wire.SCALE_KINDS else "linear",
             send_text=lambda msg: self.send(text_data=json.dumps(msg)),
             send_bytes=lambda blob: self.send(bytes_data=blob),
         )

@@ -70,7 +70,8 @@ class FabricStream:
         self.topology_version = newest.topology_version if newest else None
         interval_s = newest.interval_s if newest else 1.0
         metric = self.metric  # a frame without it draws as no data; the hello lists what exists
-        self.scale = wire.scale_of(metric, self.scale_kind, await database_sync_to_async(_line_rate)(self.fabric))
+        line_rate = await database_sync_to_async(_line_rate)(self.fabric)
+        self.scale = wire.scale_of(metric, self.scale_kind, line_rate)
         hello: Hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,

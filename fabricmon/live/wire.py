@@ -118,7 +118,7 @@ def encode_column(frame: Frame, metric: str, seq: int, n_ports: int, scale: Scal
     return head + frame_column(frame, metric, n_ports, scale).tobytes()
 
 
-def encode_window(frames: Sequence[Frame], metric: str, first_seq: int, n_ports: int,
+def encode_window(frames: Sequence[Frame], metric: str, first_seq: int, n_ports: int, *,
                   chunk_bytes: int = WINDOW_CHUNK_BYTES, scale: Scale | None = None) -> list[bytes]:
     """The whole window as WINDOW messages of ≤ ``chunk_bytes`` (at least one column, and at
     least one message even for an empty window), oldest first; the last carries ``FLAG_LAST``.

@@ -398,7 +398,8 @@ def _nic_ports(layout: FabricLayout, placement: Any, p_in: FloatArray, p_out: Fl
     """The leaf ports of the run's NICs: the placed ranks' NIC ports, and every host-facing port
     the projection sends through (PXN may use a NIC of the host that no rank is placed on)."""
     gpus = placement.gpu_of_rank[placement.gpu_of_rank >= 0]
-    used = (p_in > 0).any(axis=0) | (p_out > 0).any(axis=0) if len(p_in) else np.zeros(len(layout.index), bool)
+    n = len(layout.index)
+    used = (p_in > 0).any(axis=0) | (p_out > 0).any(axis=0) if len(p_in) else np.zeros(n, bool)
     host = np.flatnonzero(used & layout.index.host_facing)
     return np.union1d(layout.nic_pos[gpus], host).astype(np.int64)
 

@@ -259,7 +259,7 @@ def test_the_twins_hot_port_is_the_most_salient_cell_of_its_rail(page, daphne_se
     assert lum[at] == np.nanmax(lum) and lum[at] - others.max() >= 0.15, (lum[at], np.sort(others)[-3:])
     assert lum[at] - np.median(others) >= 0.4, (lum[at], np.median(others))
     # top-k outline: the hot port is the newest column's top cell, and boxes are drawn
-    assert page.evaluate(f"fabricmon.heatmap.topk[fabricmon.heatmap.head * fabricmon.heatmap.k]") == hot
+    assert page.evaluate("fabricmon.heatmap.topk[fabricmon.heatmap.head * fabricmon.heatmap.k]") == hot
     assert int(page.locator("#hot-overlay").get_attribute("data-boxes")) > 0
     # idle rows collapsed with a count: every port with no traffic in any frame
     idle = ~np.any([(np.asarray(f.metrics["in_bps"]) > 0) | (np.asarray(f.metrics["out_bps"]) > 0) for f in frames], axis=0)

@@ -7,6 +7,7 @@ Screenshots: test-output/live-phase-markers-aligned.png, test-output/live-phase-
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import time
 
@@ -106,7 +107,7 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
     assert len(placed) == STEPS * 4
     for phase in ("dispatch", "combine"):  # one lane each: in a lane, every mark its own pixels, in time order
         xs = [x for p, x in placed if p == phase]
-        assert len(xs) == STEPS * 2 and all(b - a >= 1 for a, b in zip(xs, xs[1:], strict=False)), xs
+        assert len(xs) == STEPS * 2 and all(b - a >= 1 for a, b in itertools.pairwise(xs)), xs
     span_px = page.evaluate("(() => { const s = fabricmon.strip; return s.xOf(s.sorted.at(-1).end_ms) - s.xOf(s.sorted[0].start_ms); })()")
     xs = [x for _, x in placed]
     assert max(xs) - min(xs) > 2 * span_px  # the phases' true span is far too narrow for 80 marks

@@ -183,14 +183,16 @@ def assess(
             cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out))
     share = None
     if counters is not None:
-        share = _share_gate(counters, start, end, projected_in, projected_out, nic_ports)
+        share = _share_gate(counters, start, end, projected_in=projected_in, projected_out=projected_out,
+                            nic_ports=nic_ports)
     projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
                                      projected_out=projected_out, gates=[coverage_gate(coverage)],
                                      counters=counters, share=share)
     views = {"projected": projected}
     if counters is not None and share is not None:
         poll_s = float(np.median(np.diff(counters.edges))) / 1e9
-        clocks = (clock_gate(clock_error_s, offset_known, poll_s), clock_noise_gate(clock_noise_s, poll_s), share)
+        clocks = (clock_gate(clock_error_s, offset_known, poll_s), clock_noise_gate(clock_noise_s, poll_s),
+                  share)
         # the projection is the attribution's prior only where it passed every gate
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if projected.verdict == "show" else None
         views["attributed"] = _attributed_view(
@@ -202,8 +204,8 @@ def assess(
 
 
 def _share_gate(
-    counters: _Counters, start: IntArray, end: IntArray, projected_in: FloatArray, projected_out: FloatArray,
-    nic_ports: npt.ArrayLike | None,
+    counters: _Counters, start: IntArray, end: IntArray, *, projected_in: FloatArray,
+    projected_out: FloatArray, nic_ports: npt.ArrayLike | None,
 ) -> Gate:
     """``counters_of_run`` over the run's NIC ports, in and out, in the intervals the projection
     is compared in (inside the phases, no unreported steps)."""
@@ -216,7 +218,7 @@ def _share_gate(
         ports = ports[(ports >= 0) & (ports < p)]
     both = np.concatenate([ports, ports + p])
     value, pb, mb = run_share(start, end, np.hstack([projected_in, projected_out]), counters.edges,
-                              np.hstack([counters.measured_in, counters.measured_out]), both,
+                              np.hstack([counters.measured_in, counters.measured_out]), ports=both,
                               skip=counters.prepared.steps.gap_intervals)
     return run_share_gate(value, pb, mb, len(ports))
 

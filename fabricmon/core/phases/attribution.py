@@ -5,6 +5,7 @@ fit the counters, and the hot port of each phase — claimed only where the coun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,7 +83,7 @@ def _direction(b_in: FloatArray, b_out: FloatArray) -> npt.NDArray[np.int8]:
 
 
 def margin_hot_ports(
-    keys: tuple[tuple[int, ...], ...], load_in: FloatArray, load_out: FloatArray,
+    keys: tuple[tuple[Any, ...], ...], load_in: FloatArray, load_out: FloatArray,
     close: float = CLOSE_LEAD_REL,
 ) -> HotPorts:
     """The hot port of each column of an exact view (projected, measured), with its margin.
@@ -110,8 +111,8 @@ def margin_hot_ports(
     second_b = rest[rows, second] if n > 1 else np.full(k_n, -np.inf)
     has = np.isfinite(top_b) & (top_b > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        lead = np.where(has, (top_b - np.where(np.isfinite(second_b), second_b, 0.0)) / np.where(has, top_b, 1.0),
-                        np.nan)
+        runner = np.where(np.isfinite(second_b), second_b, 0.0)
+        lead = np.where(has, (top_b - runner) / np.where(has, top_b, 1.0), np.nan)
         tied = filled >= (top_b * (1 - close))[:, None]
     tied &= has[:, None]
     claimed = has & (lead >= close)
@@ -124,11 +125,12 @@ class HotPorts:
     """Per (layer, phase): the attributed hot port and whether the counters can vouch for it.
 
     ``claimed[k]``: the top port beats the runner-up by more than z standard errors (attributed
-    view) or by ``CLOSE_LEAD_REL`` (exact views, ``z == 0``) — draw the hot-port marker. Otherwise the cell is *ambiguous*: the top two are within ``lead ± lead_se``
-    and ``tied[k]`` marks every port that cannot be told from the top.
+    view) or by ``CLOSE_LEAD_REL`` (exact views, ``z == 0``) — draw the hot-port marker.
+    Otherwise the cell is *ambiguous*: the top two are within ``lead ± lead_se`` and ``tied[k]``
+    marks every port that cannot be told from the top.
     """
 
-    keys: tuple[tuple[int, str], ...]
+    keys: tuple[tuple[Any, ...], ...]  # (layer, phase) attributed; (step, layer, phase) exact views
     port: IntArray  # (K,) attributed hottest port (column)
     runner_up: IntArray  # (K,)
     lead_rel: FloatArray  # (K,) (top − runner-up) / top

@@ -278,7 +278,7 @@ def projected_vs_measured(
 
 def run_share(
     start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, projected: npt.ArrayLike, edges_ns: npt.ArrayLike,
-    measured: npt.ArrayLike, ports: npt.ArrayLike, *, skip: npt.ArrayLike | None = None,
+    measured: npt.ArrayLike, *, ports: npt.ArrayLike, skip: npt.ArrayLike | None = None,
 ) -> tuple[float, float, float]:
     """(min(P, M) / max(P, M), P, M): the run's projected bytes P and the measured bytes M summed
     over the columns ``ports`` (the run's NIC ports, in and out) and the poll intervals that lie

@@ -62,14 +62,12 @@ def scenario(rec: TwinJobRecording, *, routing: Routing = PXN, coverage: float =
         if reported is not None and not reported(ev["step"]):
             continue
         host = int(rec.wiring.gpu_host[ev["rank"]])
-        if host in jitter:
-            shift = int(jitter[host][ev["step"]])
-            ev = {**ev, "start_ns": ev["start_ns"] + shift, "end_ns": ev["end_ns"] + shift}
+        shift = int(jitter[host][ev["step"]]) if host in jitter else 0
         k = keys.setdefault((ev["step"], ev["layer"], ev["phase"]), len(keys))
         inst.append(k)
         rank.append(ev["rank"])
-        starts.append(ev["start_ns"])
-        ends.append(ev["end_ns"])
+        starts.append(ev["start_ns"] + shift)
+        ends.append(ev["end_ns"] + shift)
     inst_a, start_a, end_a = np.array(inst), np.array(starts), np.array(ends)
     clock = estimate_skew(inst_a, np.array(rank), end_a, rec.world_size)
     # phase window on the server's clock: the median over ranks (one skewed host cannot move it)
