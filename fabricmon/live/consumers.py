@@ -62,6 +62,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
             fabric=self.scope["url_route"]["kwargs"]["fabric"],
             metric=metric,
             window_s=max(window_s, 10.0),
+            scale_kind=kind if (kind := query.get("scale", ["linear"])[0]) in wire.SCALE_KINDS else "linear",
             send_text=lambda msg: self.send(text_data=json.dumps(msg)),
             send_bytes=lambda blob: self.send(bytes_data=blob),
         )
@@ -96,7 +97,7 @@ class FabricConsumer(AsyncWebsocketConsumer):
             if msg.get("type") == "ack":
                 await self.stream.on_ack(int(msg["seq"]))
             elif msg.get("type") == "subscribe":
-                await self.stream.on_subscribe(str(msg["metric"]))
+                await self.stream.on_subscribe(str(msg["metric"]), msg.get("scale"))
             elif msg.get("type") == "markers":
                 await self._select_run(None if msg.get("run") in (None, "") else int(msg["run"]))
         except (ValueError, KeyError, TypeError) as exc:

@@ -61,6 +61,7 @@ class Hello(TypedDict):
     metric_id: int
     metrics: list[str]  # metrics the latest frame carries (the selector offers only these)
     scale: Scale
+    scale_kinds: list[str]  # the scales this metric may be asked in (bit rates: linear, log)
     n_ports: int
     topology_version: str
     interval_s: float
@@ -82,11 +83,13 @@ class Ack(TypedDict):
     seq: int
 
 
-class Subscribe(TypedDict):
-    """Switch metric; the server answers with a new ``hello`` and ``WINDOW``."""
+class Subscribe(TypedDict, total=False):
+    """Switch metric (and, for bit rates, ``scale``: linear | log); the server answers with a new
+    ``hello`` and ``WINDOW``."""
 
     type: Literal["subscribe"]
     metric: str
+    scale: str
 
 
 class SelectRun(TypedDict):
@@ -98,7 +101,9 @@ class SelectRun(TypedDict):
 
 class Markers(TypedDict):
     """A run's phase markers for the time axis: all of the window on ``reset``, else only new or
-    moved ones; ``verdict``/``reason``/``clock``/``gate`` are the clock-alignment gate."""
+    moved ones. ``gate`` is the clock-alignment gate (against the poll interval), ``counters`` the
+    phase views' ``counters_of_run`` gate (None: no counters judged yet); ``verdict`` is the worse
+    of the two and ``reason`` names every gate that did not pass."""
 
     type: Literal["markers"]
     run: int
@@ -108,6 +113,7 @@ class Markers(TypedDict):
     reason: str
     clock: dict[str, Any] | None
     gate: dict[str, Any] | None
+    counters: dict[str, Any] | None
     cursor_ns: int
     markers: list[dict[str, Any]]  # {step, layer, phase, start_ms, end_ms}
     reset: bool

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from channels.db import database_sync_to_async
 
 from fabricmon.core.telemetry.frames import Frame
 from fabricmon.live import wire
-from fabricmon.live.messages import PROTOCOL_VERSION, Hello
+from fabricmon.live.messages import PROTOCOL_VERSION, Hello, Scale
 from fabricmon.live.services import DEFAULT_WINDOW_S, window_frames
 from fabricmon.telemetry import live_window
+from fabricmon.topology.fabric_view import find_view
 
 MAX_IN_FLIGHT = 2
 # A client that acknowledges nothing for this long is closed; it reconnects and resynchronises.
@@ -39,6 +41,7 @@ class FabricStream:
     send_text: Callable[[dict[str, Any]], Awaitable[None]]
     send_bytes: Callable[[bytes], Awaitable[None]]
     window_s: float = DEFAULT_WINDOW_S
+    scale_kind: str = "linear"  # bit rates: linear to the line rate (default) or log
     stall_close_s: float = STALL_CLOSE_S
     seq: int = 0
     acked: int = 0
@@ -46,6 +49,7 @@ class FabricStream:
     topology_version: str | None = None
     n_ports: int = 0
     pending: Frame | None = None
+    scale: Scale | None = None  # what the codes sent now mean (the hello's)
     newest_ts_ns: int = 0  # time of the newest frame seen (the window's right edge)
     last_ack_monotonic: float = field(default_factory=time.monotonic)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -66,6 +70,8 @@ class FabricStream:
         self.topology_version = newest.topology_version if newest else None
         interval_s = newest.interval_s if newest else 1.0
         metric = self.metric  # a frame without it draws as no data; the hello lists what exists
+        line_rate = await database_sync_to_async(_line_rate)(self.fabric)
+        self.scale = wire.scale_of(metric, self.scale_kind, line_rate)
         hello: Hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
@@ -73,7 +79,8 @@ class FabricStream:
             "metric": metric,
             "metric_id": wire.METRIC_IDS[metric],
             "metrics": [m for m in wire.METRIC_IDS if newest is not None and m in newest.metrics],
-            "scale": wire.scale_of(metric),
+            "scale": self.scale,
+            "scale_kinds": list(wire.SCALE_KINDS) if metric in wire.BIT_RATES else [self.scale["kind"]],
             "n_ports": self.n_ports,
             "topology_version": self.topology_version or "",
             "interval_s": interval_s,
@@ -81,7 +88,7 @@ class FabricStream:
             "max_in_flight": MAX_IN_FLIGHT,
         }
         self.pending = None
-        chunks = wire.encode_window(window, metric, self.seq + 1, self.n_ports)
+        chunks = wire.encode_window(window, metric, self.seq + 1, self.n_ports, scale=self.scale)
         self.seq += len(chunks)
         self.acked = self.seq - 1  # the window's last message needs its ack before columns flow
         await self.send_text(dict(hello))
@@ -116,10 +123,11 @@ class FabricStream:
                 self.last_ack_monotonic = time.monotonic()
             await self._flush()
 
-    async def on_subscribe(self, metric: str) -> None:
-        wire.scale_of(metric)  # KeyError names an unknown metric
+    async def on_subscribe(self, metric: str, scale_kind: str | None = None) -> None:
+        kind = scale_kind or self.scale_kind
+        wire.scale_of(metric, kind)  # KeyError names an unknown metric or scale
         async with self._lock:
-            self.metric = metric
+            self.metric, self.scale_kind = metric, kind
             await self.snapshot()
 
     async def _flush(self) -> None:
@@ -129,11 +137,19 @@ class FabricStream:
         if self.seq == self.acked:
             self.last_ack_monotonic = time.monotonic()
         self.seq += 1
-        await self.send_bytes(wire.encode_column(frame, self.metric, self.seq, self.n_ports))
+        await self.send_bytes(wire.encode_column(frame, self.metric, self.seq, self.n_ports, self.scale))
 
     async def _check_stalled(self) -> None:
         if self.seq > self.acked and time.monotonic() - self.last_ack_monotonic > self.stall_close_s:
             raise ClientStalledError(f"no acknowledgement for {self.stall_close_s:.0f} s")
+
+
+def _line_rate(fabric: str) -> float | None:
+    """The fabric's fastest port (bit/s), the top of a linear bit-rate scale (None: unknown)."""
+    view = find_view(fabric)
+    if view is None or not len(view.index):
+        return None
+    return float(view.index.speed_bps.max())
 
 
 class ClientStalledError(Exception):

@@ -32,10 +32,14 @@ MAX_TIED_SENT = 8  # ports listed per ambiguous cell (counters alone can tie eve
 
 
 def hot_claims(hot: Any) -> list[dict[str, Any]]:
-    """Per column of the attributed view: the hot port only where the counters vouch for it
-    (``port``; None = ambiguous), the top and runner-up, the lead and its standard error, and the
+    """Per column of a view: the hot port only where it is decisive (``port``; None = ambiguous)
+    — in the attributed view where the counters vouch for it (``basis`` "se": a lead beyond z
+    standard errors), in the exact views where it leads by 10 % (``basis`` "margin") — the top
+    and runner-up, the lead and its standard error (None for exact views), the top port's
+    direction (``dir``: "out" the switch sends, "in" it receives, "in = out" a tie), and the
     first of the ports it cannot be told from (``n_tied`` counts them all)."""
     out = []
+    basis = "se" if hot.z > 0 else "margin"
     for k in range(len(hot.port)):
         tied = np.flatnonzero(hot.tied[k])
         out.append(
@@ -47,6 +51,8 @@ def hot_claims(hot: Any) -> list[dict[str, Any]]:
                 "lead_se_rel": _num(hot.lead_se_rel[k]),
                 "tied": tied[:MAX_TIED_SENT].tolist(),
                 "n_tied": len(tied),
+                "dir": hot.dir_label(k),
+                "basis": basis,
             }
         )
     return out

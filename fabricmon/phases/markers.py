@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,11 +19,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from collectors.traces.schema import PHASES
+from fabricmon.base.connections import connect
 from fabricmon.core.phases.clocks import estimate_skew
-from fabricmon.core.phases.gates import clock_gate
+from fabricmon.core.phases.gates import Gate, clock_gate, failing
 from fabricmon.core.phases.timeline import grouped_median, instances
 from fabricmon.jobs import blocks
 from fabricmon.jobs.models import Run
+from fabricmon.phases.state import run_state
+from fabricmon.telemetry import live_window
 
 # --- phase markers on the live fabric heatmap ----------------------------------------------------
 RECENT_RUN_S = 6 * 3600  # a run ended this long ago is still offered beside the live heatmap
@@ -41,9 +45,29 @@ def fabric_runs(fabric: str, recent_s: float = RECENT_RUN_S) -> list[dict[str, A
     ]
 
 
+def _poll_s(fabric: str) -> float:
+    """The fabric's poll interval (its newest frame's), which the heatmap's columns are: 1 s when
+    there is no frame yet."""
+    newest = live_window.latest(connect(), fabric)
+    return float(newest[1].interval_s) if newest is not None else 1.0
+
+
+def counters_gate(run: Run) -> Gate | None:
+    """The run's ``counters_of_run`` gate as its phase views judge it (None: no counters or no
+    view yet): do the counters on the run's ports carry the run's traffic?"""
+    snap = run_state(run).snapshot(run)
+    view = snap.views.get("measured")
+    return next((g for g in view.gates if g.name == "counters_of_run"), None) if view else None
+
+
+_RANK = {"pass": 0, "flag": 1, "withhold": 2}
+
+
 def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
     """The run's (step, layer, phase) instances ending at or after ``since_ns``, as time-axis markers
-    (median start/end across ranks, server clock), with the clock alignment and its gate.
+    (median start/end across ranks, server clock), with the gates that say whether they may be
+    read against the heatmap: the clock gate (markers on the right columns) and the phase views'
+    ``counters_of_run`` (the cells under them are the run's traffic, not another job's).
 
     Event times were moved onto the server's clock at ingest (host time + the probe's exchanged
     offset), so markers line up with counter frames when the clock gate passes; when it does not,
@@ -71,7 +95,10 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
     s_med = grouped_median(inst, start.astype(np.int64), len(triples))
     e_med = grouped_median(inst, end.astype(np.int64), len(triples))
     phase_s = float(np.median(e_med - s_med)) / 1e9
-    gate = clock_gate(clock.error_bound_ns / 1e9, offset_known, max(phase_s, 1e-6))
+    gate = clock_gate(clock.error_bound_ns / 1e9, offset_known, _poll_s(run.fabric))
+    share = counters_gate(run)
+    gates = [gate] + ([share] if share is not None else [])
+    worst = max(gates, key=lambda g: _RANK[g.verdict])
     keep = np.flatnonzero(e_med >= since_ns)
     keep = keep[np.argsort(e_med[keep], kind="stable")][:MAX_MARKERS]
     out["markers"] = [
@@ -84,22 +111,19 @@ def phase_markers(run: Run, since_ns: int = 0) -> dict[str, Any]:
         }
         for i in keep
     ]
+    bad = failing(gates)
     out |= {
-        "clock": {
-            "error_bound_ns": clock.error_bound_ns,
-            "offset_known": offset_known,
-            "worst_rank": clock.worst_rank(),
-            "collectives": clock.collectives,
-            "median_phase_s": phase_s,
-        },
-        "gate": gate.as_dict(),
-        "verdict": gate.verdict,
-        "reason": gate.reason,
+        "clock": {**clock.as_dict(), "median_phase_s": phase_s},
+        "gate": gate.as_dict(),  # the clock gate
+        "counters": share.as_dict() if share is not None else None,
+        "verdict": worst.verdict,
+        "reason": "; ".join(g.reason for g in bad) if bad else gate.reason,
         "cursor_ns": int(e_med[keep[-1]]) if len(keep) else since_ns,
     }
     return out
 
 
+JUDGE_EVERY_S = 15.0
 MARKER_LOOKBACK_NS = 10_000_000_000  # late ranks move a recent marker's median: look back this far
 
 
@@ -141,7 +165,9 @@ class MarkerFeed:
     def _fingerprint(self) -> tuple[Any, ...]:
         n_blocks, top = blocks.fingerprint(self.run_id)
         state = Run.objects.filter(pk=self.run_id).values_list("state", flat=True).first()
-        return n_blocks, top, state
+        # counters keep arriving after a run's last event: its counters gate is judged again
+        # every JUDGE_EVERY_S even when no event came
+        return n_blocks, top, state, int(time.monotonic() // JUDGE_EVERY_S)
 
     def _message(self) -> dict[str, Any] | None:
         run = Run.objects.filter(pk=self.run_id, fabric=self.fabric).first()
@@ -161,7 +187,8 @@ class MarkerFeed:
             self.cursor_ns = data["cursor_ns"]
         cut_ms = window / 1e6 - 60_000  # forget what slid out of the window (with a phase's margin)
         self.sent = {k: v for k, v in self.sent.items() if v[1] >= cut_ms}
-        judged = (data["state"], data["verdict"], data["reason"], json.dumps(data["clock"], sort_keys=True))
+        judged = (data["state"], data["verdict"], data["reason"],
+                  json.dumps([data["clock"], data.get("counters")], sort_keys=True))
         if not reset and not fresh and judged == self.judged:
             return None
         self.judged = judged

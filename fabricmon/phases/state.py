@@ -350,6 +350,7 @@ class RunPhaseState:
                              generation=(run.fabric, id(frames), frames.generation if frames else -1))
             for k in ("rebuilds", "intervals_folded", "intervals_provisional"):
                 self.stats[k if k != "rebuilds" else "attribution_rebuilds"] = live.stats[k]
+        nics = _nic_ports(layout, placement, p_in, p_out)
         views = assess(
             phase_keys=keys,
             start_ns=s_med[pick],
@@ -358,7 +359,9 @@ class RunPhaseState:
             projected_out=p_out,
             coverage=placement.coverage,
             clock_error_s=clock.error_bound_ns / 1e9,
+            clock_noise_s=clock.noise_ns / 1e9,
             offset_known=clock.offset_known,
+            nic_ports=nics,
             edges_ns=meas[0] if meas else None,
             measured_in=meas[1] if meas else None,
             measured_out=meas[2] if meas else None,
@@ -370,12 +373,11 @@ class RunPhaseState:
             "fabric": run.fabric,
             "routing": routing.label(),
             "rank_map": {"coverage": placement.coverage, "problems": list(placement.problems[:20])},
-            "clock": {
-                "error_bound_ns": clock.error_bound_ns,
-                "worst_rank": clock.worst_rank(),
-                "collectives": clock.collectives,
-            },
+            "clock": clock.as_dict(),
             "ports": view.port_rows,
+            # the run's own ports: its NICs' leaf ports and every port its traffic uses (the page
+            # shows these by default)
+            "run_ports": _run_ports(nics, p_in, p_out),
             "window": self._window_meta(run, steps),
         }
         return PhaseSnapshot(self.version, run.state, meta, views)
@@ -390,6 +392,22 @@ class RunPhaseState:
             "window_steps": self.window.count,
             "run_steps": list(span) if span else None,
         }
+
+
+def _nic_ports(layout: FabricLayout, placement: Any, p_in: FloatArray, p_out: FloatArray) -> IntArray:
+    """The leaf ports of the run's NICs: the placed ranks' NIC ports, and every host-facing port
+    the projection sends through (PXN may use a NIC of the host that no rank is placed on)."""
+    gpus = placement.gpu_of_rank[placement.gpu_of_rank >= 0]
+    n = len(layout.index)
+    used = (p_in > 0).any(axis=0) | (p_out > 0).any(axis=0) if len(p_in) else np.zeros(n, bool)
+    host = np.flatnonzero(used & layout.index.host_facing)
+    return np.union1d(layout.nic_pos[gpus], host).astype(np.int64)
+
+
+def _run_ports(nics: IntArray, p_in: FloatArray, p_out: FloatArray) -> list[int]:
+    used = (p_in > 0).any(axis=0) | (p_out > 0).any(axis=0) if len(p_in) else np.zeros(0, bool)
+    out: list[int] = np.union1d(nics, np.flatnonzero(used)).tolist()
+    return out
 
 
 _STATES: OrderedDict[tuple[int, str, str | None, StepWindow], RunPhaseState] = OrderedDict()

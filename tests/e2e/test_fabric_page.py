@@ -166,7 +166,7 @@ def test_rows_pooled_below_one_pixel_keep_the_hot_port_visible(page, daphne_serv
       const hit = h.pick(h.canvas.width - 1, y);
       const px = h.ctx.getImageData(h.canvas.width - 1, y, 1, 1).data;
       const [r, g, b] = [px[0], px[1], px[2]];
-      const lut = new Uint8Array(new Uint32Array([h.constructor.LUT_FOR_TEST[hit.code]]).buffer);
+      const lut = new Uint8Array(new Uint32Array([h.constructor.LUT_FOR_TEST[hit.shown]]).buffer);
       return {{port: hit.port, code: hit.code, ports: hit.range[1] - hit.range[0], same: r === lut[0] && g === lut[1] && b === lut[2]}};
     }})()""")
     assert found["ports"] >= 4 and found["port"] == hot and found["code"] == round(0.93 * 254)
@@ -200,3 +200,94 @@ def test_port_and_switch_pages_say_why_a_metric_is_withheld_and_who_polls(page, 
     row = page.locator("#health-rows tr", has_text="leaf-r2")
     row.wait_for()
     assert "worker7:4242" in row.inner_text() and "Ethernet5 5→17" in row.inner_text()
+
+
+# Relative luminance (sRGB weights) of the newest column's pixel at each port's row, read back from
+# the heatmap canvas as drawn; ports sharing a pixel row with others (collapsed) are left out.
+ROW_LUMA = """(ports) => { const h = fabricmon.heatmap, ctx = h.ctx, x = h.canvas.width - Math.ceil(h.colPx / 2);
+  return ports.map((p) => { const r = h.portRow[p];
+    if (h.rowEnd[r] - h.rowStart[r] !== 1) return null;
+    const y = Math.floor((h.rowToY(r) + h.rowToY(r + 1)) / 2), d = ctx.getImageData(x, y, 1, 1).data;
+    return (0.2126 * d[0] + 0.7152 * d[1] + 0.0722 * d[2]) / 255; }); }"""
+
+
+@pytest.fixture
+def twin_fabric(daphne_server, redis_client, fabric_name):  # type: ignore[no-untyped-def]
+    """40 s of the twin's MoE job (4 servers × 4 GPUs, PXN) ending now, as its 1 s counter frames."""
+    from twin.config import TwinConfig
+    from twin.job_reporter import TwinJobRecording
+
+    rec = TwinJobRecording(TwinConfig(name=fabric_name, servers=4, gpus_per_server=4, spines=2), 40.0,
+                           time.time_ns() - 41_000_000_000)
+    daphne_server.manage("shell", "-c", "from fabricmon.core.topology.railgen import rail_optimized\n"
+                         "from fabricmon.topology.services import import_fabric\n"
+                         f"import_fabric(rail_optimized({fabric_name!r}, servers=4, gpus_per_server=4, spines=2, speed_gbps=400))")
+    frames = rec.counter_frames(1.0)
+    for f in frames:
+        live_window.append(redis_client, f, max_frames=600)
+    yield rec, frames
+    daphne_server.forget_fabric(fabric_name)
+    redis_client.delete(keys.frames(fabric_name))
+
+
+def test_the_twins_hot_port_is_the_most_salient_cell_of_its_rail(page, daphne_server, twin_fabric, fabric_name, log_in, screenshot):
+    """Out bit/s of the twin's job, drawn linear with the window's contrast: in the newest column's
+    pixels the twin's hottest port (by its own counters) is the brightest of its rail by a clear
+    step; idle ports (the uplinks and spines PXN leaves unused) are collapsed with a count; the
+    hottest cells are outlined; the legend says the scale, the contrast mode and its range."""
+    rec, frames = twin_fabric
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    out = np.asarray(frames[-1].metrics["out_bps"], dtype=np.float64)
+    hot = int(np.argmax(out))
+    rail = np.flatnonzero(rec.ports.rail == rec.ports.rail[hot])
+    log_in(f"/fabric/{fabric_name}/?metric=out_bps&window=60")
+    wait_js(page, "window.fabricmon && !Number.isNaN(fabricmon.heatmap.newestTs()) && fabricmon.state.hello")
+    assert page.evaluate("fabricmon.state.hello.scale.kind") == "linear"
+    assert page.evaluate("fabricmon.heatmap.contrast") == "window"
+
+    def luma() -> np.ndarray:
+        got = page.evaluate(ROW_LUMA, rail.tolist())
+        return np.array([np.nan if v is None else v for v in got])
+
+    lum = luma()
+    at = int(np.flatnonzero(rail == hot)[0])
+    others = np.delete(lum, at)
+    others = others[np.isfinite(others)]
+    assert len(others) >= 3 and np.isfinite(lum[at])
+    assert lum[at] == np.nanmax(lum) and lum[at] - others.max() >= 0.15, (lum[at], np.sort(others)[-3:])
+    assert lum[at] - np.median(others) >= 0.4, (lum[at], np.median(others))
+    # top-k outline: the hot port is the newest column's top cell, and boxes are drawn
+    assert page.evaluate("fabricmon.heatmap.topk[fabricmon.heatmap.head * fabricmon.heatmap.k]") == hot
+    assert int(page.locator("#hot-overlay").get_attribute("data-boxes")) > 0
+    # idle rows collapsed with a count: every port with no traffic in any frame
+    idle = ~np.any([(np.asarray(f.metrics["in_bps"]) > 0) | (np.asarray(f.metrics["out_bps"]) > 0) for f in frames], axis=0)
+    quiet = page.evaluate("(() => { const m = fabricmon.heatmap.idleMask(); return Array.from(m); })()")
+    assert np.count_nonzero(quiet) >= np.count_nonzero(idle) > 0
+    assert int(page.locator("#idle-info").get_attribute("data-ports")) == np.count_nonzero(quiet)
+    assert page.evaluate("fabricmon.heatmap.rowCount()") < len(rec.ports)
+    note = page.inner_text("#legend-note")
+    assert note.startswith("ramp:") and "bit/s" in note
+    screenshot("fabric-twin-linear-window-contrast")
+
+    # the same pixels on the old scale (log, full range): the hot port barely stands out
+    contrast_now = lum[at] - np.median(others)
+    page.select_option("#contrast", "fixed")
+    page.select_option("#scale", "log")
+    wait_js(page, "fabricmon.state.hello.scale.kind === 'log' && !Number.isNaN(fabricmon.heatmap.newestTs())")
+    page.wait_for_timeout(300)
+    old = luma()
+    old_others = np.delete(old, at)
+    old_contrast = old[at] - np.nanmedian(old_others)
+    print(f"twin hot port luminance lead over its rail's median: linear+window {contrast_now:.3f}, log+fixed {old_contrast:.3f}")
+    assert contrast_now > 2 * old_contrast
+    screenshot("fabric-twin-log-fixed")
+    page.select_option("#scale", "linear")
+    page.select_option("#contrast", "rail")
+    wait_js(page, "fabricmon.state.hello.scale.kind === 'linear'")
+    page.wait_for_timeout(300)
+    lum = luma()
+    assert lum[at] == np.nanmax(lum)
+    assert "rail 0:" in page.inner_text("#legend-note")
+    assert not errors, errors

@@ -7,6 +7,7 @@ Screenshots: test-output/live-phase-markers-aligned.png, test-output/live-phase-
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import time
 
@@ -96,7 +97,20 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
     wait_js(page, f"document.getElementById('phase-strip').dataset.markers === '{STEPS * 4}'")
     info = page.locator("#phase-info")
     assert info.get_attribute("data-verdict") == "pass"
-    assert "80 phase markers, aligned" in info.inner_text() and "clock error ≤" in info.inner_text()
+    assert "80 phase markers · one mark per phase · aligned" in info.inner_text() and "clock error ≤" in info.inner_text()
+    # one mark per phase although the 80 phases share a few heatmap columns: laid out apart, in time
+    # order (once the heatmap's right edge has passed the last of them)
+    wait_js(page, "fabricmon.strip.sorted.at(-1).start_ms < fabricmon.strip.drawnNewest")
+    strip_canvas = page.locator("#phase-strip")
+    assert strip_canvas.get_attribute("data-drawn") == str(STEPS * 4)
+    placed = page.evaluate("fabricmon.strip.layout.markers.map((m, i) => [m.phase, fabricmon.strip.layout.x[i]])")
+    assert len(placed) == STEPS * 4
+    for phase in ("dispatch", "combine"):  # one lane each: in a lane, every mark its own pixels, in time order
+        xs = [x for p, x in placed if p == phase]
+        assert len(xs) == STEPS * 2 and all(b - a >= 1 for a, b in itertools.pairwise(xs)), xs
+    span_px = page.evaluate("(() => { const s = fabricmon.strip; return s.xOf(s.sorted.at(-1).end_ms) - s.xOf(s.sorted[0].start_ms); })()")
+    xs = [x for _, x in placed]
+    assert max(xs) - min(xs) > 2 * span_px  # the phases' true span is far too narrow for 80 marks
     options = page.eval_on_selector_all("#run option", "els => els.map(e => e.value)")
     assert str(runs["aligned"]) in options and str(runs["skewed"]) in options
     # dispatch in the top lane (blue), combine in the second (orange), fully opaque: aligned
@@ -123,7 +137,7 @@ def test_markers_stream_under_the_heatmap_and_are_flagged_when_the_clock_gate_fa
     # hovering a marker names its step, layer and phase
     x = page.evaluate(
         "(() => { const s = fabricmon.strip, m = s.sorted[s.sorted.length - 1];"
-        " return s.xOf((m.start_ms + m.end_ms) / 2) * s.canvas.clientWidth / s.canvas.width; })()"
+        " return s.placeOf(m.step, m.layer, m.phase) * s.canvas.clientWidth / s.canvas.width; })()"
     )
     page.hover("#phase-strip", position={"x": x, "y": 8})
     wait_js(page, "!document.getElementById('tooltip').hidden")

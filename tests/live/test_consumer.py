@@ -171,9 +171,15 @@ def test_subscribe_switches_metric_with_a_new_window(fabric_name: str, redis_cli
         await comm.receive_from(timeout=20)
         await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "out_bps"}))
         hello = json.loads(await comm.receive_from(timeout=20))
-        assert hello["metric"] == "out_bps" and hello["scale"]["kind"] == "log"
+        # bit rates: linear from 0 to line rate by default (the fixture fabric's ports are 400G)
+        assert hello["metric"] == "out_bps" and hello["scale"]["kind"] == "linear"
+        assert hello["scale"]["lo"] == 0 and hello["scale"]["hi"] > 0 and hello["scale_kinds"] == ["linear", "log"]
         kind, metric_id, *_ = wire.decode_message(await comm.receive_from(timeout=20))
         assert kind == messages.KIND_WINDOW and metric_id == wire.METRIC_IDS["out_bps"]
+        await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "out_bps", "scale": "log"}))
+        hello = json.loads(await comm.receive_from(timeout=20))
+        assert hello["scale"] == wire.scale_of("out_bps", "log")
+        await comm.receive_from(timeout=20)
         await comm.send_to(text_data=json.dumps({"type": "subscribe", "metric": "nonsense"}))
         err = json.loads(await comm.receive_from(timeout=20))
         assert err["type"] == "error" and "nonsense" in err["message"]

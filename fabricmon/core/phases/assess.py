@@ -4,9 +4,16 @@
 fits the attribution (with the projection as prior once it passed), and measures each phase's
 interval; a view whose gates fail is withheld (no values), never drawn as if it were true::
 
-    projected   coverage · clock · projected_vs_measured (or "unverified" without counters)
-    attributed  clock · poll_vs_phase · attribution_residual   (prior = projection once it shows)
-    measured    clock · poll_resolution
+    projected   coverage · projected_vs_measured (or "unverified": no counters, or counters that
+                are not the run's)                          — never clocks: a projection has none
+    attributed  clock · clock_noise · counters_of_run · poll_vs_phase · attribution_residual
+                (prior = projection once it shows)
+    measured    clock · clock_noise · counters_of_run · poll_resolution
+
+The clock gates judge the *systematic* error (skew, drift) against the poll interval, and the
+noise around it apart (``clocks.py``); ``counters_of_run`` compares the run's projected bytes with
+the counters on its NICs' leaf ports, so counters that are mostly other traffic never show as
+the run's measured or attributed view.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fabricmon.core.phases.attribution import HotPorts
+from fabricmon.core.phases.attribution import HotPorts, margin_hot_ports
 from fabricmon.core.phases.attribution_fit import AttributionSums, attribute
 from fabricmon.core.phases.gates import (
     PRIOR_REL_ERROR_FLOOR,
@@ -28,12 +35,15 @@ from fabricmon.core.phases.gates import (
     ViewVerdict,
     check,
     clock_gate,
+    clock_noise_gate,
     coverage_gate,
     failing,
     poll_gate,
     projected_vs_measured,
     projection_gate,
     residual_gate,
+    run_share,
+    run_share_gate,
     step_coverage,
     unverified_projection_gate,
     view_verdict,
@@ -78,8 +88,9 @@ class SourceView:
     gates: tuple[Gate, ...]
     columns: tuple[tuple[int, int, str], ...]  # (step, layer, phase); step −1 = folded over steps
     load_bytes: FloatArray | None  # (columns, ports), or None when withheld
-    # attributed view: what the split rests on ("counters" | "counters + projection") and the
-    # per-column hot port with its confidence (core.phases.attribution.HotPorts), claimed or ambiguous
+    # attributed view: what the split rests on ("counters" | "counters + projection"); every view:
+    # the per-column hot port with its margin (exact views) or confidence (attributed), claimed or
+    # ambiguous, and its direction (core.phases.attribution.HotPorts)
     basis: str = ""
     hot: HotPorts | None = None
 
@@ -146,11 +157,16 @@ def assess(
     measured_out: FloatArray | None,
     attribution_sums: AttributionSums | None = None,
     prepared: AttributionInput | None = None,
+    clock_noise_s: float = 0.0,
+    nic_ports: npt.ArrayLike | None = None,
 ) -> dict[str, SourceView]:
     """Gate and build the three views of a run's phases.
 
     ``projected_*`` are (phases, ports) bytes from the projection; ``measured_*`` (intervals,
     ports) bytes between poll ``edges_ns`` (None: no counters for the run's time).
+    ``clock_error_s``: the systematic clock error (skew, drift), ``clock_noise_s`` the scatter
+    around it (``clocks.ClockAlignment``). ``nic_ports``: the leaf ports of the run's NICs (what
+    ``counters_of_run`` sums over; default: every port the projection puts bytes on).
     ``attribution_sums`` (an :class:`AttributionSums` over exactly these intervals and phase
     windows, in/out columns as ``hstack([measured_in, measured_out])``): the attribution is solved
     from them instead of refitted over every interval — what a live run's update passes, with the
@@ -160,36 +176,66 @@ def assess(
     end = np.asarray(end_ns, dtype=np.int64)
     phase_s = float(np.median(end - start)) / 1e9 if len(start) else math.nan
     cols = tuple(phase_keys)
-    clock = clock_gate(clock_error_s, offset_known, phase_s)
     counters = None
     if edges_ns is not None and measured_in is not None and measured_out is not None:
         edges = np.asarray(edges_ns, dtype=np.int64)
         counters = _Counters(edges, measured_in, measured_out, prepared or attribution_input(
             cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out))
-    projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
-                                     projected_out=projected_out, gates=[coverage_gate(coverage), clock],
-                                     counters=counters)
-    views = {"projected": projected}
+    share = None
     if counters is not None:
+        share = _share_gate(counters, start, end, projected_in=projected_in, projected_out=projected_out,
+                            nic_ports=nic_ports)
+    projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
+                                     projected_out=projected_out, gates=[coverage_gate(coverage)],
+                                     counters=counters, share=share)
+    views = {"projected": projected}
+    if counters is not None and share is not None:
+        poll_s = float(np.median(np.diff(counters.edges))) / 1e9
+        clocks = (clock_gate(clock_error_s, offset_known, poll_s), clock_noise_gate(clock_noise_s, poll_s),
+                  share)
         # the projection is the attribution's prior only where it passed every gate
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if projected.verdict == "show" else None
         views["attributed"] = _attributed_view(
-            counters, cols, projected_in=projected_in, projected_out=projected_out, clock=clock,
+            counters, cols, projected_in=projected_in, projected_out=projected_out, clock=clocks,
             phase_s=phase_s, prior_error=prior_error, sums=attribution_sums)
-        views["measured"] = _measured_view(cols, start=start, end=end, counters=counters, clock=clock,
+        views["measured"] = _measured_view(cols, start=start, end=end, counters=counters, clock=clocks,
                                            phase_s=phase_s)
     return views
 
 
+def _share_gate(
+    counters: _Counters, start: IntArray, end: IntArray, *, projected_in: FloatArray,
+    projected_out: FloatArray, nic_ports: npt.ArrayLike | None,
+) -> Gate:
+    """``counters_of_run`` over the run's NIC ports, in and out, in the intervals the projection
+    is compared in (inside the phases, no unreported steps)."""
+    p = projected_in.shape[1]
+    if nic_ports is None:
+        used = (projected_in > 0).any(axis=0) | (projected_out > 0).any(axis=0)
+        ports = np.flatnonzero(used)
+    else:
+        ports = np.unique(np.asarray(nic_ports, dtype=np.int64))
+        ports = ports[(ports >= 0) & (ports < p)]
+    both = np.concatenate([ports, ports + p])
+    value, pb, mb = run_share(start, end, np.hstack([projected_in, projected_out]), counters.edges,
+                              np.hstack([counters.measured_in, counters.measured_out]), ports=both,
+                              skip=counters.prepared.steps.gap_intervals)
+    return run_share_gate(value, pb, mb, len(ports))
+
+
 def _projected_view(
     cols: tuple[Column, ...], *, start: IntArray, end: IntArray, projected_in: FloatArray,
-    projected_out: FloatArray, gates: list[Gate], counters: _Counters | None,
+    projected_out: FloatArray, gates: list[Gate], counters: _Counters | None, share: Gate | None,
 ) -> tuple[SourceView, float]:
     """The projection, compared with the counters of the intervals inside the run's phases (those
-    with unreported steps carry bytes no phase explains: left out). Returns it and its error."""
+    with unreported steps carry bytes no phase explains: left out). Counters that are not the
+    run's (``share`` withholds) cannot verify it: unverified, not failed. Returns it and its error."""
     rel = math.nan
     if counters is None:
         gates.append(unverified_projection_gate("no counters for the run's time"))
+    elif share is not None and share.verdict == "withhold":
+        gates.append(unverified_projection_gate(
+            "the counters on the run's ports are not the run's traffic (" + share.reason + ")"))
     else:
         steps = counters.prepared.steps
         meas = np.hstack([counters.measured_in, counters.measured_out])
@@ -203,7 +249,8 @@ def _projected_view(
             gates.append(projection_gate(rel))
     v = view_verdict(gates)
     load = np.maximum(projected_in, projected_out)
-    return SourceView("projected", v, tuple(gates), cols, load if v != "withhold" else None), rel
+    hot = margin_hot_ports(cols, projected_in, projected_out) if v != "withhold" else None
+    return SourceView("projected", v, tuple(gates), cols, load if v != "withhold" else None, hot=hot), rel
 
 
 def _prior(
@@ -223,7 +270,7 @@ def _prior(
 
 def _attributed_view(
     counters: _Counters, cols: tuple[Column, ...], *, projected_in: FloatArray, projected_out: FloatArray,
-    clock: Gate, phase_s: float, prior_error: float | None, sums: AttributionSums | None,
+    clock: tuple[Gate, ...], phase_s: float, prior_error: float | None, sums: AttributionSums | None,
 ) -> SourceView:
     """Counters split over the run's (layer, phase) keys.
 
@@ -250,7 +297,7 @@ def _attributed_view(
     poll_s = float(np.median(np.diff(counters.edges))) / 1e9
     sampled = f"{steps.reported} of {steps.span}" if steps.fraction < 1 else ""
     gates = (
-        clock,
+        *clock,
         poll_gate(poll_s, phase_s, att.intervals, len(tl.keys), sampled),
         residual_gate(att.residual_rel if att.intervals else math.nan),  # nothing fitted: unknown
     )
@@ -262,7 +309,7 @@ def _attributed_view(
 
 
 def _measured_view(
-    cols: tuple[Column, ...], *, start: IntArray, end: IntArray, counters: _Counters, clock: Gate,
+    cols: tuple[Column, ...], *, start: IntArray, end: IntArray, counters: _Counters, clock: tuple[Gate, ...],
     phase_s: float,
 ) -> SourceView:
     """Each phase column gets its poll interval's mean rate over the phase's window."""
@@ -271,15 +318,20 @@ def _measured_view(
     i = np.clip(np.searchsorted(edges, mid, side="right") - 1, 0, len(edges) - 2)
     dt = np.diff(edges).astype(np.float64)
     dur = (end - start).astype(np.float64)
-    load = np.maximum(counters.measured_in[i], counters.measured_out[i]) * (dur / dt[i])[:, None]
+    frac = (dur / dt[i])[:, None]
+    b_in, b_out = counters.measured_in[i] * frac, counters.measured_out[i] * frac
     # a phase outside the counters' span has no measurement: NaN (no data), never the nearest poll
-    load[(mid < edges[0]) | (mid >= edges[-1])] = np.nan
+    outside = (mid < edges[0]) | (mid >= edges[-1])
+    b_in[outside] = np.nan
+    b_out[outside] = np.nan
+    load = np.maximum(b_in, b_out)
     poll_s = float(np.median(dt)) / 1e9
     resolution = check(
         "poll_resolution", "each poll interval holds at most one phase, so a column is that phase",
         poll_s / phase_s if phase_s > 0 else math.nan, flag_bound=1.0, withhold_bound=math.inf,
         unit="phases/poll",
     )
-    gates = (clock, resolution)
+    gates = (*clock, resolution)
     v = view_verdict(gates)
-    return SourceView("measured", v, gates, cols, load if v != "withhold" else None)
+    hot = margin_hot_ports(cols, b_in, b_out) if v != "withhold" else None
+    return SourceView("measured", v, gates, cols, load if v != "withhold" else None, hot=hot)

@@ -106,18 +106,70 @@ def failing(gates: Iterable[Gate]) -> list[Gate]:
 # -- the product's gates (bounds in one place) --------------------------------------------------
 
 
-def clock_gate(error_bound_s: float, offset_known: bool, phase_s: float) -> Gate:
-    """Event clocks must agree with the switches' to within a quarter of a phase."""
+def clock_gate(error_bound_s: float, offset_known: bool, poll_s: float) -> Gate:
+    """Event clocks must agree with the switches' to within a quarter of a poll interval.
+
+    What a counter view does with a phase's time is put it in a poll interval (the measured view
+    takes its interval's rate, the attribution its overlap with each interval, the live heatmap
+    draws it on a column): a systematic error ε moves about ε/poll of a phase's bytes into the
+    wrong interval, whatever the phase's own length. So the bound is a fraction of the poll
+    interval — flag above 10 %, withhold above 25 %. ``error_bound_s`` is the *systematic* error
+    (skew and drift, ``clocks.ClockAlignment.error_bound_ns``); noise has its own gate. The
+    projection uses no clock and is never judged by this gate."""
     value = error_bound_s if offset_known else math.inf
     g = check(
         "clock_alignment",
-        "phase events and counters share a clock (offset exchanged, residual skew under a quarter phase)",
-        value, flag_bound=0.1 * phase_s, withhold_bound=0.25 * phase_s, unit="s",
+        "phase events and counters share a clock (offset exchanged, residual skew under a quarter "
+        f"of the {_fmt(poll_s, 's')} poll interval)",
+        value, flag_bound=0.1 * poll_s, withhold_bound=0.25 * poll_s, unit="s",
     )
     if not offset_known:
         return Gate(g.name, g.assumption, math.inf, "s", g.flag_bound, g.withhold_bound, False, "withhold",
                     "clock_alignment: no clock offset was exchanged for some ranks — " + g.assumption)
     return g
+
+
+def clock_noise_gate(noise_s: float, poll_s: float) -> Gate:
+    """The scatter of event times around each rank's clock trend (the probe's offset samples,
+    scheduling): flagged when it reaches a quarter poll interval, never withheld — it has no
+    sign to misplace phases by, and the phase windows are medians across ranks."""
+    return check(
+        "clock_noise",
+        "event times scatter little around each rank's clock trend (offset-exchange noise, not skew)",
+        noise_s, flag_bound=0.25 * poll_s, withhold_bound=math.inf, unit="s",
+    )
+
+
+def run_share_gate(share: float, projected_bytes: float, measured_bytes: float, ports: int) -> Gate:
+    """The counters on the run's NIC ports are the run's traffic: min(P, M) / max(P, M) of the
+    run's projected bytes P and the counted bytes M on those ports over the same intervals.
+
+    Every byte the run sends leaves through one of its NICs' leaf ports and every byte it receives
+    arrives through one, whatever the routing, so the sum over those ports is the run's bytes
+    (routing errors are ``projected_vs_measured``'s to judge, not this gate's). Low because
+    M ≫ P: the ports carry mostly other traffic (another job on the hosts, or the run's fabric is
+    not the one the job ran on); low because M ≪ P: the counters do not see the run."""
+    if not math.isfinite(share):
+        return Gate("counters_of_run", "the counters on the run's ports are the run's own traffic", math.nan,
+                    "ratio", 0.7, 0.5, True, "flag",
+                    "counters_of_run: not checked — no poll interval inside the run's phases holds only "
+                    "reported steps (or no bytes at all)")
+    g = check(
+        "counters_of_run",
+        "the counters on the run's ports are the run's own traffic (its projected bytes match the "
+        "measured bytes on its NICs' leaf ports)",
+        share, flag_bound=0.7, withhold_bound=0.5, unit="ratio", higher_is_better=True,
+    )
+    if g.verdict == "pass":
+        return g
+    if measured_bytes > projected_bytes:
+        why = (f"the run is {_fmt(share, 'ratio')} of the bytes counted on its {ports} NIC ports — "
+               "the counters are mostly other traffic (another job, or not the fabric the run used)")
+    else:
+        why = (f"the counters on its {ports} NIC ports saw {_fmt(share, 'ratio')} of the run's bytes — "
+               "the run's traffic is not on these ports (not the fabric the run used?)")
+    return Gate(g.name, g.assumption, g.value, g.unit, g.flag_bound, g.withhold_bound, True, g.verdict,
+                f"counters_of_run: {why}")
 
 
 def coverage_gate(coverage: float) -> Gate:
@@ -222,6 +274,29 @@ def projected_vs_measured(
         inside &= ~np.asarray(skip, dtype=bool)
     denom = float(np.abs(meas[inside]).sum())
     return float(np.abs(pred[inside] - meas[inside]).sum() / denom) if denom > 0 else math.nan
+
+
+def run_share(
+    start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, projected: npt.ArrayLike, edges_ns: npt.ArrayLike,
+    measured: npt.ArrayLike, *, ports: npt.ArrayLike, skip: npt.ArrayLike | None = None,
+) -> tuple[float, float, float]:
+    """(min(P, M) / max(P, M), P, M): the run's projected bytes P and the measured bytes M summed
+    over the columns ``ports`` (the run's NIC ports, in and out) and the poll intervals that lie
+    inside the run's phases and are not in ``skip``. NaN share: nothing to compare."""
+    start = np.asarray(start_ns, dtype=np.int64)
+    end = np.asarray(end_ns, dtype=np.int64)
+    edges = np.asarray(edges_ns, dtype=np.int64)
+    cols = np.asarray(ports, dtype=np.int64)
+    meas = np.asarray(measured, dtype=np.float64)[:, cols]
+    pred = interval_bytes(start, end, np.asarray(projected, dtype=np.float64)[:, cols], edges)
+    ok = np.isfinite(meas).all(axis=1)
+    inside = (edges[:-1] >= start.min()) & (edges[1:] <= end.max()) & ok
+    if skip is not None:
+        inside &= ~np.asarray(skip, dtype=bool)
+    p, m = float(pred[inside].sum()), float(meas[inside].sum())
+    if not inside.any() or max(p, m) <= 0:
+        return math.nan, p, m
+    return min(p, m) / max(p, m), p, m
 
 
 def unverified_projection_gate(why: str) -> Gate:

@@ -27,7 +27,11 @@ const state = {
   hello: null,
   metric: new URLSearchParams(location.search).get("metric") || "util",
   windowS: Number(new URLSearchParams(location.search).get("window") || 300),
+  scale: new URLSearchParams(location.search).get("scale") === "log" ? "log" : "linear",
   collapsed: new Set(), // group ids
+  showIdle: false, // idle ports (no traffic in the window) are collapsed by default
+  idle: new Uint8Array(0), // the idle mask the rows were built with
+  idleRows: 0, idleAt: 0,
   ws: null, retries: 0, retryTimer: null, paused: false,
   lastColumnAt: 0, columns: 0, bytes: 0, highlight: -1,
   draws: [], // {seq, ts, at} per drawn column, for the latency benchmark
@@ -37,9 +41,13 @@ const strip = new PhaseStrip($("phase-strip"), heatmap, {
   onInfo: showPhaseInfo,
 });
 const incidents = new IncidentOverlay($("incident-overlay"), heatmap, $("incidents"));
-heatmap.onPaint = () => incidents.redraw();
-window.fabricmon = { state, heatmap, strip, incidents, portLabel, peerOf };
+const hotCanvas = $("hot-overlay");
+heatmap.onPaint = () => { drawHot(); incidents.redraw(); };
+window.fabricmon = { state, heatmap, strip, incidents, portLabel, peerOf, rebuildRows };
 $("window").value = String(state.windowS);
+$("scale").value = state.scale;
+heatmap.contrast = new URLSearchParams(location.search).get("contrast") || "window";
+$("contrast").value = heatmap.contrast;
 
 // ---------- layout and rows ----------------------------------------------------------------------
 async function loadLayout() {
@@ -47,6 +55,17 @@ async function loadLayout() {
   state.layout = resp.ok ? await resp.json() : null;
   if (state.layout) state.layout.groups.forEach((g, i) => { g.id = i; });
   buildSearchIndex();
+  setContrastGroups();
+}
+
+// Contrast groups are the layout's top bands: each rail, and the spines.
+function setContrastGroups() {
+  const L = state.layout;
+  if (!L || heatmap.nPorts !== L.n_ports) return;
+  const top = L.groups.filter((g) => g.level === 0);
+  const of = new Uint16Array(L.n_ports);
+  top.forEach((g, i) => of.fill(i, g.start, Math.min(g.end, L.n_ports)));
+  heatmap.setGroups(of, top.map((g) => g.label));
 }
 
 function rebuildRows() {
@@ -56,14 +75,72 @@ function rebuildRows() {
     if (state.collapsed.has(g.id) && g.end <= n) jump[g.start] = Math.max(jump[g.start], g.end);
   }
   const starts = [], ends = [];
+  // Idle ports (no traffic in the window) are collapsed, one row per run of them on one switch:
+  // the row still draws the maximum of its ports, so one that wakes up shows before the rows are
+  // rebuilt around it.
+  const idle = state.showIdle ? new Uint8Array(n) : heatmap.idleMask();
+  const sw = state.layout?.ports.switch;
+  state.idle = idle; state.idleRows = 0;
+  let idlePorts = 0;
   // Walking in order, a collapsed group is met at its start; nested ones share it: take the widest.
   for (let p = 0; p < n;) {
-    const end = Math.max(p + 1, jump[p]);
+    let end = Math.max(p + 1, jump[p]);
+    if (end === p + 1 && idle[p]) {
+      while (end < n && idle[end] && jump[end] < 0 && (!sw || sw[end] === sw[p])) end++;
+      if (end - p > 1) { state.idleRows++; idlePorts += end - p; } else end = p + 1;
+    }
     starts.push(p); ends.push(end); p = end;
   }
+  const keep = heatmap.rowCount() ? [...heatmap.view] : null;
   heatmap.setRows(Int32Array.from(starts), Int32Array.from(ends));
+  if (keep && keep[1] - keep[0] < heatmap.rowCount()) heatmap.setView(...keep);
   heatmap.redraw();
   drawLabels();
+  state.idleAt = Date.now();
+  const info = $("idle-info");
+  info.textContent = state.showIdle ? "idle rows shown" : idlePorts ? `${idlePorts} idle ports (no traffic in the window) in ${state.idleRows} rows` : "";
+  info.dataset.ports = String(idlePorts);
+  $("idle-toggle").textContent = state.showIdle ? "Collapse idle" : "Show idle";
+}
+
+// After a column: rows rebuilt when the idle set changed (at most every 3 s; never mid-drag).
+function followIdle() {
+  if (state.showIdle || drag || Date.now() - state.idleAt < 3000) return;
+  const now = heatmap.idleMask(), was = state.idle;
+  if (now.length !== was.length) { rebuildRows(); return; }
+  for (let p = 0; p < now.length; p++) if (now[p] !== was[p]) { rebuildRows(); return; }
+}
+
+// The k hottest cells of each column, outlined on their own canvas; a port hot in consecutive
+// columns is one box, so a moving incast reads as a staircase.
+function drawHot() {
+  const c = hotCanvas, h = heatmap.canvas;
+  if (c.width !== h.width || c.height !== h.height) { c.width = h.width; c.height = h.height; }
+  const ctx = c.getContext("2d");
+  ctx.clearRect(0, 0, c.width, c.height);
+  const k = Number($("topk").value), N = heatmap.nCols, K = heatmap.k, cp = heatmap.colPx;
+  let boxes = 0;
+  if (!k) { c.dataset.boxes = "0"; return; }
+  for (let j = 0; j < Math.min(k, K); j++) {
+    ctx.strokeStyle = j === 0 ? "#ffffff" : "rgba(255,255,255,0.7)";
+    ctx.lineWidth = j === 0 ? 2 : 1;
+    let run = -1, from = 0;
+    const flush = (to) => {
+      if (run < 0) return;
+      const r = heatmap.portRow[run], y0 = heatmap.rowToY(r), y1 = heatmap.rowToY(r + 1);
+      if (y1 < 0 || y0 > c.height) return;
+      const mid = (y0 + y1) / 2, half = Math.max(3, (y1 - y0) / 2 + 1);
+      ctx.strokeRect(from * cp - 0.5, mid - half, (to - from) * cp + 1, 2 * half);
+      boxes++;
+    };
+    for (let col = 0; col < N; col++) {
+      const slot = (heatmap.head - (N - 1 - col) + N) % N;
+      const p = heatmap.topk[slot * K + j];
+      if (p !== run) { flush(col); run = p; from = col; }
+    }
+    flush(N);
+  }
+  c.dataset.boxes = String(boxes);
 }
 
 function coveringCollapsed(p) {
@@ -99,6 +176,18 @@ function drawLabels() {
       ctx.restore();
     }
   }
+  // idle runs: a grey mark and "⋯ N idle" where the row is tall enough
+  ctx.textAlign = "left";
+  for (let r = 0; r < heatmap.rowCount(); r++) {
+    const a = heatmap.rowStart[r], b = heatmap.rowEnd[r];
+    if (b - a < 2 || !state.idle[a]) continue;
+    const y0 = heatmap.rowToY(r), y1 = heatmap.rowToY(r + 1);
+    if (y1 < 0 || y0 > H) continue;
+    const [x2, w2] = LABEL_COLS[2];
+    ctx.fillStyle = "#e6e8ee"; ctx.fillRect(x2, y0, w2 - 2, Math.max(1, y1 - y0)); // over the band's own label
+    ctx.fillStyle = "#99a"; ctx.fillRect(x2, y0, 4, Math.max(1, y1 - y0));
+    if (y1 - y0 >= 10) { ctx.fillStyle = "#556"; ctx.fillText(`⋯ ${b - a} idle`, x2 + 6, (y0 + y1) / 2); }
+  }
   if (state.highlight >= 0 && state.highlight < heatmap.nPorts) {
     const r = heatmap.portRow[state.highlight];
     const y0 = heatmap.rowToY(r), y1 = heatmap.rowToY(r + 1);
@@ -124,21 +213,44 @@ function drawTimeAxis() {
   }
 }
 
+// The ramp and what it spans now: per window one range, per rail each rail's (listed below).
 function drawLegend() {
   const ctx = legendCanvas.getContext("2d");
   const scale = state.hello?.scale;
   ctx.clearRect(0, 0, legendCanvas.width, legendCanvas.height);
-  if (!scale) return;
-  const top = 8, h = 200;
-  for (let i = 0; i < 255; i++) { ctx.fillStyle = LUT_CSS[i]; ctx.fillRect(4, top + h - ((i + 1) * h) / 255, 14, h / 255 + 1); }
+  const note = $("legend-note");
+  if (!scale) { note.textContent = ""; return; }
+  const top = 34, h = 200, mode = heatmap.contrast;
   ctx.font = "11px system-ui, sans-serif"; ctx.fillStyle = "#223"; ctx.textBaseline = "middle";
-  for (const code of [254, 191, 127, 64, 0]) {
-    ctx.fillText(formatValue(dequantise(code, scale), scale).replace("< ", "≤ "), 22, top + h - (code * h) / 254);
+  const unit = scale.unit === "%" ? "utilisation" : scale.unit;
+  ctx.fillText(`${scale.kind} · ${unit}`, 2, 6);
+  ctx.fillText(mode === "rail" ? "contrast per rail" : mode === "window" ? "contrast per window" : "full scale", 2, 16);
+  for (let i = 0; i < 255; i++) { ctx.fillStyle = LUT_CSS[i]; ctx.fillRect(4, top + h - ((i + 1) * h) / 255, 14, h / 255 + 1); }
+  ctx.fillStyle = "#223";
+  const value = (code) => formatValue(dequantise(code, scale), scale).replace("< ", "≤ ");
+  if (mode === "rail") {
+    ctx.fillText("rail max", 22, top); ctx.fillText("rail floor", 22, top + h);
+  } else {
+    const lo = heatmap.range[0], hi = heatmap.range[1];
+    for (const t of [1, 0.75, 0.5, 0.25, 0]) {
+      const label = (t === 0 && lo > 0 ? "≤ " : "") + value(Math.round(lo + t * (hi - lo)));
+      ctx.fillText(label, 22, top + h - t * h);
+    }
   }
   for (let y = 0; y < 12; y += 2) for (let x = 0; x < 14; x += 2) {
     ctx.fillStyle = ((x + y) >> 1) & 1 ? "rgb(120,126,136)" : "rgb(168,173,181)"; ctx.fillRect(4 + x, top + h + 14 + y, 2, 2);
   }
   ctx.fillStyle = "#223"; ctx.fillText("no data", 22, top + h + 20);
+  const lines = [];
+  if (mode === "rail") {
+    heatmap.groupNames.forEach((name, g) => {
+      const lo = heatmap.range[2 * g], hi = heatmap.range[2 * g + 1];
+      if (hi > 2) lines.push(`${name}: ${value(lo)} – ${value(hi)}`);
+    });
+  } else if (mode === "window") lines.push(`ramp: ${value(heatmap.range[0])} – ${value(heatmap.range[1])} (this window's busy median or half its max, to its max)`);
+  note.textContent = lines.join("\n");
+  note.style.whiteSpace = "pre-line";
+  legendCanvas.dataset.range = `${heatmap.range[0]}-${heatmap.range[1]}`;
 }
 
 function sizeCanvases() {
@@ -156,7 +268,7 @@ function connect() {
   if (state.ws || document.hidden) return;
   const url = new URL(root.dataset.ws, location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  url.search = new URLSearchParams({ metric: state.metric, window_s: String(state.windowS) }).toString();
+  url.search = new URLSearchParams({ metric: state.metric, window_s: String(state.windowS), scale: state.scale }).toString();
   const ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   state.ws = ws;
@@ -194,6 +306,8 @@ async function handleText(msg) {
   fillMetricSelect(msg);
   const sameShape = heatmap.nPorts === msg.n_ports;
   heatmap.configure({ nPorts: msg.n_ports, nCols: msg.window_cols, intervalMs: msg.interval_s * 1000 });
+  setContrastGroups();
+  $("scale").disabled = !(msg.scale_kinds || []).includes("log") || !(msg.scale_kinds || []).includes("linear");
   if (!sameShape || heatmap.rowCount() !== expectedRows()) rebuildRows();
   sizeCanvases();
   if (state.layout && state.layout.n_ports !== msg.n_ports) {
@@ -201,7 +315,7 @@ async function handleText(msg) {
   }
 }
 
-function expectedRows() { return state.collapsed.size ? -1 : heatmap.nPorts; }
+function expectedRows() { return state.collapsed.size || !state.showIdle ? -1 : heatmap.nPorts; }
 
 let windowParts = [];
 function concat(arrays, Type) {
@@ -218,11 +332,15 @@ function handleBinary(buf) {
     windowParts.push(m);
     if (m.flags & FLAG_LAST) {
       heatmap.loadWindow(concat(windowParts.map((p) => p.ts), Float64Array), concat(windowParts.map((p) => p.codes), Uint8Array));
+      state.idleAt = 0; rebuildRows(); drawLegend();
       strip.redraw();
       windowParts = [];
     }
   } else {
+    const repaints = heatmap.repaints;
     heatmap.appendColumn(m.ts[0], m.codes);
+    if (heatmap.repaints !== repaints) drawLegend();
+    followIdle();
     strip.follow();
     state.columns++;
     state.draws.push({ seq: m.seq, ts: m.ts[0], at: Date.now(), bytes: buf.byteLength });
@@ -278,11 +396,12 @@ heatCanvas.addEventListener("mousemove", (ev) => {
   const hit = heatmap.pick(...canvasXY(ev));
   if (!hit || !state.hello) { tooltip.hidden = true; return; }
   const scale = state.hello.scale;
+  const idleRow = hit.range[1] - hit.range[0] > 1 && state.idle[hit.range[0]] ? `<div class="muted">${hit.range[1] - hit.range[0]} idle ports (no traffic in the window)</div>` : "";
   const value = formatValue(dequantise(hit.code, scale), scale);
   const pooled = hit.range[1] - hit.range[0] > 1 ? `<div class="muted">max of ${hit.range[1] - hit.range[0]} ports in this row</div>` : "";
   const when = Number.isNaN(hit.ts) ? "no frame" : new Date(hit.ts).toLocaleTimeString([], { hour12: false });
   tooltip.innerHTML = `<b>${escapeHtml(portLabel(hit.port))}</b><div>peer: <span class="peer">${escapeHtml(peerOf(hit.port) || "—")}</span></div>` +
-    `<div>${escapeHtml(METRIC_LABELS[state.hello.metric] || state.hello.metric)}: <b class="value">${value}</b></div><div>${when}</div>${pooled}`;
+    `<div>${escapeHtml(METRIC_LABELS[state.hello.metric] || state.hello.metric)}: <b class="value">${value}</b></div><div>${when}</div>${pooled}${idleRow}`;
   tooltip.hidden = false;
   const flip = ev.clientX > window.innerWidth - 380; // keep it on screen near the right edge
   tooltip.style.left = flip ? `${ev.pageX - 14 - tooltip.offsetWidth}px` : `${ev.pageX + 14}px`;
@@ -335,14 +454,28 @@ $("collapse-all").addEventListener("click", () => {
   rebuildRows();
 });
 
+function keepParams() {
+  const params = new URLSearchParams(location.search);
+  params.set("metric", state.metric); params.set("window", String(state.windowS));
+  params.set("scale", state.scale); params.set("contrast", heatmap.contrast);
+  history.replaceState(null, "", `?${params}`);
+}
 $("metric").addEventListener("change", (ev) => {
   state.metric = ev.target.value;
-  history.replaceState(null, "", `?metric=${state.metric}&window=${state.windowS}`);
-  state.ws?.send(JSON.stringify({ type: "subscribe", metric: state.metric }));
+  keepParams();
+  state.ws?.send(JSON.stringify({ type: "subscribe", metric: state.metric, scale: state.scale }));
 });
+$("scale").addEventListener("change", (ev) => {
+  state.scale = ev.target.value;
+  keepParams();
+  state.ws?.send(JSON.stringify({ type: "subscribe", metric: state.metric, scale: state.scale }));
+});
+$("contrast").addEventListener("change", (ev) => { heatmap.setContrast(ev.target.value); keepParams(); drawLegend(); });
+$("topk").addEventListener("change", () => drawHot());
+$("idle-toggle").addEventListener("click", () => { state.showIdle = !state.showIdle; rebuildRows(); });
 $("window").addEventListener("change", (ev) => {
   state.windowS = Number(ev.target.value);
-  history.replaceState(null, "", `?metric=${state.metric}&window=${state.windowS}`);
+  keepParams();
   state.ws?.close(1000); state.ws = null; connect();
 });
 
@@ -376,6 +509,7 @@ $("search").addEventListener("submit", (ev) => {
 function jumpTo(port) {
   $("search-results").hidden = true;
   for (const g of coveringCollapsed(port)) state.collapsed.delete(g.id);
+  if (state.idle[port]) state.showIdle = true; // an idle port asked for by name gets its own row
   rebuildRows();
   const r = heatmap.portRow[port];
   heatmap.setView(r - 32, r + 32);
@@ -407,20 +541,29 @@ function selectRun(run) {
   strip.resize();
   strip.select(run);
 }
+// The run's markers line: how many, whether they sit on the right columns (clock gate) and
+// whether the cells under them are the run's traffic (counters_of_run) — each said, never one
+// "aligned" for both.
 function showPhaseInfo(info) {
   const el = $("phase-info");
   if (!info) { el.textContent = ""; el.className = "phase-info"; return; }
   if (info.error) { el.textContent = info.error; el.className = "phase-info withhold"; return; }
   const keys = ["dispatch", "combine", "allreduce"].map((p) => `<span class="key" style="background:${colourOf(p)}"></span>${p}`).join("");
-  const ns = info.clock?.error_bound_ns;
-  const bound = info.clock ? `clock error ≤ ${ns < 1e6 ? `${(ns / 1e3).toFixed(0)} µs` : `${(ns / 1e6).toFixed(1)} ms`}` +
-    (info.clock.offset_known ? " (offset exchanged)" : " (no offset exchanged)") : "";
-  const head = info.verdict === "pass"
-    ? `${escapeHtml(info.name)}: ${info.count} phase markers, aligned · ${bound}`
-    : `${escapeHtml(info.name)}: ${info.count} phase markers NOT ALIGNED (${info.verdict}) — ${escapeHtml(info.reason || "")}${bound ? ` · ${bound}` : ""}`;
-  el.innerHTML = `${head}${keys}<span class="key" style="background:#7f7f7f"></span>other`;
+  const ns = info.clock?.error_bound_ns, noise = info.clock?.noise_max_ns;
+  const ms = (v) => (v < 1e6 ? `${(v / 1e3).toFixed(0)} µs` : `${(v / 1e6).toFixed(1)} ms`);
+  const clockOk = info.gate?.verdict === "pass";
+  const bound = info.clock ? `clock error ≤ ${ms(ns)}` + (noise ? `, offset noise ${ms(noise)}` : "") +
+    (info.clock.offset_known ? "" : " (no offset exchanged)") : "";
+  const clock = clockOk ? `aligned · ${bound}` : `NOT ALIGNED — ${escapeHtml(info.gate?.reason || info.reason || "")}${bound ? ` · ${bound}` : ""}`;
+  const c = info.counters;
+  const counters = !c ? "counters: not judged yet"
+    : c.verdict === "pass" ? `counters: the run's (${(100 * c.value).toFixed(0)} % match)`
+    : `${c.verdict === "withhold" ? "COUNTERS NOT THE RUN'S" : "counters doubtful"} — ${escapeHtml(c.reason)}`;
+  const dense = info.perPixel > 1 ? ` · ${info.perPixel.toFixed(1)} phases per pixel: zoom the window in` : " · one mark per phase";
+  el.innerHTML = `${escapeHtml(info.name)}: ${info.count} phase markers${dense} · ${clock} · ${counters}${keys}<span class="key" style="background:#7f7f7f"></span>other`;
   el.className = `phase-info ${info.verdict}`;
   el.dataset.verdict = info.verdict;
+  el.dataset.counters = c ? c.verdict : "";
 }
 state.run = new URLSearchParams(location.search).get("run") || "";
 $("run").addEventListener("change", (ev) => selectRun(ev.target.value));

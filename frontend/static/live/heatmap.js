@@ -5,6 +5,17 @@
 // only the new column. Rows: when there are more rows than pixels, each pixel row shows the
 // *maximum* of the ports it covers (max-pooling), so a hot port never disappears; codes equal to
 // NO_DATA (255) are drawn as a grey checker, never as zero.
+//
+// Contrast follows the data: a code is drawn through a per-group remap (``map``: group × 256 →
+// ramp index) whose range is the window's own — from min(median of the busy cells, max / 2) to
+// the max, per rail ("rail") or over the whole fabric ("window"); "fixed" draws the codes as
+// sent. The range comes from a histogram of the window's codes per group, kept per column (add
+// the new column, take away the one it replaces): O(ports) per update, and a full repaint only
+// when a group's range moves by more than a few codes. max / 2 as the floor's cap keeps a
+// uniform fabric from being stretched into false hot spots.
+//
+// Per column the k hottest ports are kept (``topk``) for the outline overlay, and per port how many
+// of the window's columns carry traffic (``active``) and data (``seen``), for collapsing idle rows.
 
 import { NO_DATA } from "./protocol.js";
 
@@ -60,6 +71,114 @@ export class CanvasHeatmap {
     this.pooled = new Uint8Array(0);
     this.updates = []; // ms per appended column (kept short; read by benchmarks and the status line)
     this.onPaint = null; // called after every paint (overlays follow the heatmap's image)
+    this.contrast = "window"; // "window" | "rail" | "fixed"
+    this.groupOf = new Uint16Array(0); // per port: its contrast group (rail; spines one group)
+    this.groupNames = ["all"];
+    this.nGroups = 1;
+    this.hist = new Uint32Array(256);
+    this.range = new Int32Array([0, 254]); // per group: [lo, hi] codes the ramp spans
+    this.map = new Uint8Array(256);
+    this.k = 3;
+    this.topk = new Int32Array(0); // nCols × k ports, hottest first (-1: none)
+    this.active = new Uint16Array(0);
+    this.seen = new Uint16Array(0);
+    this.repaints = 0; // full repaints caused by a contrast change (read by tests)
+  }
+
+  // Contrast groups: per port a group number (e.g. its rail); names for the legend.
+  setGroups(groupOf, names) {
+    this.groupOf = groupOf;
+    this.groupNames = names;
+    this.nGroups = Math.max(1, names.length);
+    this.rebuildStats();
+  }
+
+  setContrast(mode) { this.contrast = mode; this.rebuildStats(); this.redraw(); }
+
+  // Histogram, activity and top-k from the whole window (on load, on a group or mode change).
+  rebuildStats() {
+    const n = this.nPorts, N = this.nCols, G = this.contrast === "rail" ? this.nGroups : 1;
+    this.hist = new Uint32Array(G * 256);
+    this.range = new Int32Array(2 * G);
+    this.map = new Uint8Array(G * 256);
+    if (this.active.length !== n) { this.active = new Uint16Array(n); this.seen = new Uint16Array(n); }
+    this.active.fill(0); this.seen.fill(0);
+    if (this.topk.length !== N * this.k) this.topk = new Int32Array(N * this.k);
+    this.topk.fill(-1);
+    for (let slot = 0; slot < N; slot++) {
+      if (Number.isNaN(this.slotTs[slot])) continue;
+      this.count(slot * n, 1);
+    }
+    this.fitRange(true);
+    for (let slot = 0; slot < N; slot++) if (!Number.isNaN(this.slotTs[slot])) this.rankColumn(slot);
+  }
+
+  group(p) { return this.contrast === "rail" && p < this.groupOf.length ? this.groupOf[p] : 0; }
+
+  // Add (sign 1) or take away (−1) one column's codes from the histogram and the activity counts.
+  count(offset, sign) {
+    const d = this.data, n = this.nPorts, h = this.hist, rail = this.contrast === "rail", g = this.groupOf;
+    for (let p = 0; p < n; p++) {
+      const c = d[offset + p];
+      if (c === NO_DATA) continue;
+      h[(rail && p < g.length ? g[p] : 0) * 256 + c] += sign;
+      this.seen[p] += sign;
+      if (c > 0) this.active[p] += sign;
+    }
+  }
+
+  // Each group's ramp range from its histogram; true when some range moved (then the map is rebuilt).
+  fitRange(force = false) {
+    const G = this.range.length / 2;
+    let moved = force;
+    for (let g = 0; g < G; g++) {
+      const h = this.hist.subarray(g * 256, g * 256 + 255);
+      let hi = 0, busy = 0;
+      for (let c = 1; c < 255; c++) if (h[c]) { hi = c; busy += h[c]; }
+      let median = 0;
+      for (let c = 1, acc = 0; c < 255; c++) { acc += h[c]; if (2 * acc >= busy && busy) { median = c; break; } }
+      let lo = Math.min(median, hi >> 1);
+      if (this.contrast === "fixed") { lo = 0; hi = 254; }
+      hi = Math.max(hi, lo + 2);
+      const [l0, h0] = [this.range[2 * g], this.range[2 * g + 1]];
+      if (force || Math.abs(lo - l0) > 2 || Math.abs(hi - h0) > 2) {
+        this.range[2 * g] = lo; this.range[2 * g + 1] = hi; moved = true;
+      }
+    }
+    if (moved) {
+      for (let g = 0; g < G; g++) {
+        const lo = this.range[2 * g], span = this.range[2 * g + 1] - lo;
+        for (let c = 0; c < 255; c++) this.map[g * 256 + c] = Math.max(0, Math.min(254, Math.round(((c - lo) * 254) / span)));
+        this.map[g * 256 + 255] = NO_DATA;
+      }
+    }
+    return moved;
+  }
+
+  // The k ports with the highest drawn code in one column (drawn ≥ half the ramp: they stand out).
+  rankColumn(slot) {
+    const n = this.nPorts, k = this.k, d = this.data, off = slot * n, best = this.topk, at = slot * k;
+    const val = new Int32Array(k).fill(-1);
+    for (let j = 0; j < k; j++) best[at + j] = -1;
+    for (let p = 0; p < n; p++) {
+      const c = d[off + p];
+      if (c === NO_DATA) continue;
+      const v = this.map[this.group(p) * 256 + c];
+      if (v < 127 || v <= val[k - 1]) continue;
+      let j = k - 1;
+      while (j > 0 && val[j - 1] < v) { val[j] = val[j - 1]; best[at + j] = best[at + j - 1]; j--; }
+      val[j] = v; best[at + j] = p;
+    }
+  }
+
+  // The drawn code of a port's raw code (after contrast).
+  shown(port, code) { return code === NO_DATA ? NO_DATA : this.map[this.group(port) * 256 + code]; }
+
+  // Ports with no traffic in any column of the window (but some data: a dead port stays in view).
+  idleMask() {
+    const n = this.nPorts, out = new Uint8Array(n);
+    for (let p = 0; p < n; p++) out[p] = this.active[p] === 0 && this.seen[p] > 0 ? 1 : 0;
+    return out;
   }
 
   // Port count and window shape; empties the buffer.
@@ -70,7 +189,9 @@ export class CanvasHeatmap {
     this.data = new Uint8Array(this.nCols * nPorts).fill(NO_DATA);
     this.slotTs = new Float64Array(this.nCols).fill(NaN);
     this.head = this.nCols - 1;
+    if (this.groupOf.length !== nPorts) { this.groupOf = new Uint16Array(nPorts); this.groupNames = ["all"]; this.nGroups = 1; }
     if (this.portRow.length !== nPorts) this.setRows(...CanvasHeatmap.oneRowPerPort(nPorts));
+    this.rebuildStats();
   }
 
   static oneRowPerPort(n) {
@@ -141,6 +262,7 @@ export class CanvasHeatmap {
       this.data.set(codes.subarray(i * n, (i + 1) * n), slot * n);
       this.slotTs[slot] = ts[i];
     }
+    this.rebuildStats();
     this.redraw();
   }
 
@@ -151,26 +273,39 @@ export class CanvasHeatmap {
     const t0 = performance.now();
     const n = this.nPorts, N = this.nCols, last = this.slotTs[this.head];
     let k = Number.isNaN(last) ? 1 : Math.round((tsMs - last) / this.intervalMs);
+    // a slot about to be overwritten leaves the statistics first
+    const put = (slot) => {
+      if (!Number.isNaN(this.slotTs[slot])) this.count(slot * n, -1);
+      this.data.set(codes, slot * n);
+      this.slotTs[slot] = tsMs;
+      this.count(slot * n, 1);
+    };
     if (k <= 0) { // a late or repeated column: overwrite its slot in place
       const age = -k;
       if (age >= N) return;
       const slot = (this.head - age + N) % N;
-      this.data.set(codes, slot * n);
-      this.slotTs[slot] = tsMs;
-      this.paintColumns(N - 1 - age, 1);
+      put(slot);
+      if (this.fitRange()) { this.rebuildStats(); this.repaints++; this.redraw(); }
+      else { this.rankColumn(slot); this.paintColumns(N - 1 - age, 1); }
     } else {
       k = Math.min(k, N);
       for (let i = 1; i < k; i++) { // skipped intervals are gaps: no data
         const slot = (this.head + i) % N;
+        if (!Number.isNaN(this.slotTs[slot])) this.count(slot * n, -1);
         this.data.fill(NO_DATA, slot * n, (slot + 1) * n);
         this.slotTs[slot] = NaN;
+        this.topk.fill(-1, slot * this.k, (slot + 1) * this.k);
       }
       this.head = (this.head + k) % N;
-      this.data.set(codes, this.head * n);
-      this.slotTs[this.head] = tsMs;
-      const w = this.canvas.width, h = this.canvas.height, dx = k * this.colPx;
-      if (dx < w) this.ctx.drawImage(this.canvas, dx, 0, w - dx, h, 0, 0, w - dx, h);
-      this.paintColumns(N - k, k);
+      put(this.head);
+      if (this.fitRange()) { // the window's range moved: every column is drawn again on it
+        this.rebuildStats(); this.repaints++; this.redraw();
+      } else {
+        this.rankColumn(this.head);
+        const w = this.canvas.width, h = this.canvas.height, dx = k * this.colPx;
+        if (dx < w) this.ctx.drawImage(this.canvas, dx, 0, w - dx, h, 0, 0, w - dx, h);
+        this.paintColumns(N - k, k);
+      }
     }
     const ms = performance.now() - t0;
     this.updates.push(ms);
@@ -208,14 +343,18 @@ export class CanvasHeatmap {
     if (this.onPaint) this.onPaint();
   }
 
-  // Max over each pixel row's ports, ignoring no data; all-missing stays NO_DATA.
+  // Max over each pixel row's ports of the drawn (contrast-mapped) code, ignoring no data;
+  // all-missing stays NO_DATA.
   poolColumn(offset, out) {
-    const d = this.data, s = this.pixStart, e = this.pixEnd;
+    const d = this.data, s = this.pixStart, e = this.pixEnd, map = this.map;
+    const rail = this.contrast === "rail", g = this.groupOf;
     for (let y = 0; y < out.length; y++) {
       let m = -1;
       for (let p = s[y]; p < e[y]; p++) {
         const c = d[offset + p];
-        if (c !== NO_DATA && c > m) m = c;
+        if (c === NO_DATA) continue;
+        const v = map[(rail ? g[p] : 0) * 256 + c];
+        if (v > m) m = v;
       }
       out[y] = m < 0 ? NO_DATA : m;
     }
@@ -231,10 +370,14 @@ export class CanvasHeatmap {
     let best = a, m = -1;
     for (let p = a; p < b; p++) {
       const c = this.data[slot * n + p];
-      if (c !== NO_DATA && c > m) { m = c; best = p; }
+      if (c !== NO_DATA && this.shown(p, c) > m) { m = this.shown(p, c); best = p; }
     }
-    return { port: best, code: m < 0 ? NO_DATA : m, ts: this.slotTs[slot], range: [a, b] };
+    const code = this.data[slot * n + best];
+    return { port: best, code: m < 0 ? NO_DATA : code, shown: m < 0 ? NO_DATA : m, ts: this.slotTs[slot], range: [a, b] };
   }
+
+  // Display column of a slot (0 = oldest), for overlays.
+  colOfSlot(slot) { return this.nCols - 1 - ((this.head - slot + this.nCols) % this.nCols); }
 
   // The newest column's codes (what the page draws at the right edge), age 0 = newest.
   column(age = 0) {

@@ -5,10 +5,16 @@
 // answers with every marker of the window (reset), then only new or moved markers and clock-gate
 // changes (fabricmon/phases/stream.py MarkerFeed). Nothing is polled.
 //
-// Cost per update follows the new column, like the heatmap: when the heatmap advances k columns the
-// strip shifts its own image left by the same pixels and paints only the new time span; markers
-// fetched later paint only their own span. The whole strip is repainted only on a window load, a
-// resize or a run change.
+// One mark per phase at any zoom: MoE phases last milliseconds and a heatmap column a poll
+// interval (a 5 min window puts 0.5 s in a pixel), so a step's phases fall in one or two pixels
+// and used to draw as one tick ("112 phase markers", one tick). Marks are laid out apart: each
+// keeps its time order and sits as near its true time as a minimum spacing allows (a 1-D dodge:
+// greedy left to right, then each pushed cluster centred on its true times); a bracket under the
+// lanes spans the cluster's true times, so where the phases really are stays visible. When the
+// window holds more phases than the strip has pixels, marks get one pixel each and the info line
+// says how many share one. The layout depends on every neighbour, so the strip is laid out and
+// repainted whole on a change: it is 3 lanes of a few hundred pixels and at most MAX_MARKERS
+// marks — far below a heatmap column's cost.
 //
 // Alignment: event times are on the server's clock (host time + the probe's exchanged offset) and
 // the answer carries the clock gate (fabricmon/core/gates.py clock_gate). Unless it passes, the
@@ -21,8 +27,31 @@ const COLOURS = {
   allreduce: "#2ca02c", allgather: "#17becf", reducescatter: "#9467bd", send: "#8c564b", recv: "#8c564b",
   other: "#7f7f7f",
 };
-const LANE_PX = 6, RULE_PX = 2;
-export const STRIP_HEIGHT = 3 * LANE_PX + RULE_PX;
+const LANE_PX = 6, RULE_PX = 2, BRACKET_PX = 4, MIN_GAP_PX = 3;
+export const STRIP_HEIGHT = 3 * LANE_PX + RULE_PX + BRACKET_PX;
+
+// Centres for marks at true positions ``x`` (sorted), at least ``gap`` apart, within [0, width]:
+// greedy push right, then every pushed block shifted left to centre on its true positions, without
+// overlapping the block before it.
+export function dodge(x, gap, width) {
+  const n = x.length, out = new Float64Array(n);
+  const blocks = []; // [first, last] of runs that touch
+  for (let i = 0; i < n; i++) {
+    out[i] = i && out[i - 1] + gap > x[i] ? out[i - 1] + gap : x[i];
+    if (i && out[i] === out[i - 1] + gap) blocks.at(-1)[1] = i; else blocks.push([i, i]);
+  }
+  let floor = -Infinity;
+  for (const [a, b] of blocks) {
+    let want = 0, have = 0;
+    for (let i = a; i <= b; i++) { want += x[i]; have += out[i]; }
+    const shift = Math.max(floor + gap - out[a], Math.min(0, (want - have) / (b - a + 1)));
+    for (let i = a; i <= b; i++) out[i] += shift;
+    floor = out[b];
+  }
+  const over = n ? out[n - 1] - width + gap / 2 : 0; // keep the newest inside the right edge
+  if (over > 0) for (let i = 0; i < n; i++) out[i] -= over;
+  return out;
+}
 
 export function laneOf(phase) { return LANES[phase] ?? 2; }
 export function colourOf(phase) { return COLOURS[phase] ?? COLOURS.other; }
@@ -67,7 +96,8 @@ export class PhaseStrip {
     this.canvas.dataset.verdict = data.verdict;
     if (repaint) { this.merge(data.markers, false); this.redraw(); } else this.merge(data.markers, true);
     this.canvas.dataset.markers = String(this.byKey.size);
-    this.onInfo?.({ verdict: data.verdict, reason: data.reason, clock: data.clock, count: this.byKey.size, name: data.name });
+    this.onInfo?.({ verdict: data.verdict, reason: data.reason, clock: data.clock, counters: data.counters, gate: data.gate,
+      count: this.byKey.size, name: data.name, perPixel: this.perPixel });
   }
 
   // New or moved markers go in; each paints its own old and new span (nothing else is repainted).
@@ -84,7 +114,7 @@ export class PhaseStrip {
     if (!spans.length) return;
     this.sorted.sort((a, b) => a.start_ms - b.start_ms);
     this.prune();
-    if (paint) for (const [a, b] of spans) this.paintSpan(a, b);
+    if (paint) this.redraw();
   }
 
   // Markers older than the window are dropped, so memory follows the window.
@@ -109,45 +139,70 @@ export class PhaseStrip {
   redraw() {
     this.drawnNewest = this.heatmap.newestTs();
     this.ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    this.canvas.dataset.drawn = "0";
     if (!this.runId || Number.isNaN(this.drawnNewest)) return;
-    const span = this.heatmap.nCols * this.heatmap.intervalMs;
-    this.paintSpan(this.drawnNewest - span, this.drawnNewest);
+    this.paint();
   }
 
-  // After each heatmap column: shift by the columns it advanced, paint only the new span.
+  // After each heatmap column: the strip follows the heatmap's right edge (laid out again).
   follow() {
     const newest = this.heatmap.newestTs();
-    if (Number.isNaN(this.drawnNewest)) { this.redraw(); return; }
-    const k = Math.round((newest - this.drawnNewest) / this.heatmap.intervalMs);
-    if (k <= 0 || !this.runId) { if (k > 0) this.drawnNewest = newest; return; }
-    const w = this.canvas.width, h = this.canvas.height, dx = Math.min(w, k * this.heatmap.colPx);
-    if (dx < w) this.ctx.drawImage(this.canvas, dx, 0, w - dx, h, 0, 0, w - dx, h);
-    const prev = this.drawnNewest;
-    this.drawnNewest = newest;
-    this.ctx.clearRect(w - dx, 0, dx, h);
-    this.paintSpan(prev, newest);
+    if (Number.isNaN(newest) || newest === this.drawnNewest) return;
+    if (!this.runId) { this.drawnNewest = newest; return; }
+    this.redraw();
   }
 
-  // Markers overlapping [t0, t1] (binary search on start), clipped to that span's pixels.
-  paintSpan(t0, t1) {
+  // A span changed: the layout depends on neighbours, so the strip is laid out whole.
+  paintSpan() { this.redraw(); }
+
+  // Lay out every marker of the window apart (``dodge``, per lane: a lane's marks never share a
+  // pixel) and paint the strip; under the lanes, per run of marks moved off their times, a light
+  // line over where they are drawn and a dark mark over when they really were.
+  paint() {
     if (!this.runId || Number.isNaN(this.drawnNewest)) return;
-    const ctx = this.ctx, H = this.canvas.height;
-    const x0 = Math.max(0, Math.floor(this.xOf(t0))), x1 = Math.min(this.canvas.width, Math.ceil(this.xOf(t1)));
-    if (x1 <= x0) return;
+    const ctx = this.ctx, W = this.canvas.width;
+    const span = this.heatmap.nCols * this.heatmap.intervalMs;
+    const inView = this.overlapping(this.drawnNewest - span, this.drawnNewest + 1);
+    const lanes = [[], [], []];
+    inView.forEach((m, i) => lanes[laneOf(m.phase)].push(i));
+    const densest = Math.max(1, ...lanes.map((l) => l.length));
+    const gap = Math.max(1, Math.min(MIN_GAP_PX, Math.floor(W / densest)));
+    const bar = Math.max(1, gap - 1);
+    const at = new Float64Array(inView.length);
     this.paints++;
-    ctx.save();
-    ctx.beginPath(); ctx.rect(x0, 0, x1 - x0, H); ctx.clip();
-    ctx.clearRect(x0, 0, x1 - x0, H);
+    ctx.clearRect(0, 0, W, this.canvas.height);
     const flagged = this.verdict !== "pass";
-    ctx.globalAlpha = flagged ? 0.45 : 1;
-    for (const m of this.overlapping(t0 - 1, t1 + 1)) {
-      // whole pixels: a 40 ms phase is a fraction of a column, and must not smear into a faint blend
-      const a = Math.floor(this.xOf(m.start_ms)), b = Math.max(a + 1, Math.ceil(this.xOf(m.end_ms)));
-      ctx.fillStyle = colourOf(m.phase);
-      ctx.fillRect(a, laneOf(m.phase) * LANE_PX, b - a, LANE_PX - 1);
-      if (flagged) { ctx.globalAlpha = 1; ctx.fillStyle = "#c62828"; ctx.fillRect(a, 3 * LANE_PX, b - a, RULE_PX); ctx.globalAlpha = 0.45; }
+    const yB = 3 * LANE_PX + RULE_PX + 1;
+    let drawn = 0;
+    for (const lane of lanes) {
+      const trueX = Float64Array.from(lane, (i) => (this.xOf(inView[i].start_ms) + this.xOf(inView[i].end_ms)) / 2);
+      const x = dodge(trueX, gap, W);
+      let run = null; // [drawn lo, drawn hi, true lo, true hi]
+      const bracket = () => {
+        if (!run || run[1] - run[0] < 2 * gap) return;
+        ctx.globalAlpha = 1;
+        ctx.fillStyle = "#c9ced8"; ctx.fillRect(Math.floor(run[0]), yB + 1, Math.ceil(run[1] - run[0]) + 1, 1);
+        ctx.fillStyle = "#3b4252"; ctx.fillRect(Math.floor(run[2]), yB, Math.max(2, Math.ceil(run[3] - run[2])), BRACKET_PX - 1);
+      };
+      lane.forEach((i, j) => {
+        const m = inView[i], px = Math.round(x[j] - bar / 2);
+        at[i] = x[j];
+        if (run && (x[j] - run[1] <= gap + 0.5)) { run[1] = x[j]; run[2] = Math.min(run[2], trueX[j]); run[3] = Math.max(run[3], trueX[j]); }
+        else { bracket(); run = [x[j], x[j], trueX[j], trueX[j]]; }
+        if (px + bar < 0 || px >= W) return;
+        ctx.globalAlpha = flagged ? 0.45 : 1;
+        ctx.fillStyle = colourOf(m.phase);
+        ctx.fillRect(px, laneOf(m.phase) * LANE_PX, bar, LANE_PX - 1);
+        if (flagged) { ctx.globalAlpha = 1; ctx.fillStyle = "#c62828"; ctx.fillRect(px, 3 * LANE_PX, bar, RULE_PX); }
+        drawn++;
+      });
+      bracket();
     }
-    ctx.restore();
+    ctx.globalAlpha = 1;
+    this.layout = { markers: inView, x: at, bar };
+    this.canvas.dataset.drawn = String(drawn);
+    this.canvas.dataset.gap = String(gap);
+    this.perPixel = densest > W ? densest / W : 0;
   }
 
   overlapping(t0, t1) {
@@ -159,10 +214,18 @@ export class PhaseStrip {
     return out;
   }
 
-  // Markers under canvas pixel x (± one pixel), for the hover label.
+  // Markers drawn under canvas pixel x (their laid-out place, ± one mark), for the hover label.
   pick(x) {
-    const pxMs = (this.heatmap.nCols * this.heatmap.intervalMs) / this.canvas.width;
-    const t = this.tOf(x);
-    return this.overlapping(t - pxMs, t + pxMs);
+    const L = this.layout;
+    if (!L) return [];
+    const reach = Math.max(1.5, L.bar);
+    return L.markers.filter((m, i) => Math.abs(L.x[i] - x) <= reach);
+  }
+
+  // The laid-out centre of a marker (by key), for tests and the hover.
+  placeOf(step, layer, phase) {
+    const L = this.layout;
+    const i = L ? L.markers.findIndex((m) => m.step === step && m.layer === layer && m.phase === phase) : -1;
+    return i < 0 ? null : L.x[i];
   }
 }

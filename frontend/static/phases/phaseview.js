@@ -88,8 +88,11 @@ export class PhaseViews {
   }
 }
 
-// (step, layer, phase) columns → (layer, phase), summed over steps; hot port = most bytes.
-// The same as fabricmon/phases/services.py fold_layers. Already folded views come back as they are.
+// (step, layer, phase) columns → (layer, phase), summed over steps; hot port = most bytes, claimed
+// only by a CLOSE_LEAD lead over the runner-up (as core.phases.attribution.margin_hot_ports; the
+// sums of max(in, out) keep no direction: "dir" is null). The same sums as
+// fabricmon/phases/services.py fold_layers. Already folded views come back as they are.
+export const CLOSE_LEAD = 0.1;
 export function foldLayers(view) {
   if (!view || view.values === null || !view.columns.length || view.columns[0][0] === -1) return view;
   const keys = new Map();
@@ -98,7 +101,22 @@ export function foldLayers(view) {
   const at = new Map(uniq.map((u, i) => [`${u[0]}/${u[1]}`, i]));
   const nPorts = view.values[0]?.length ?? 0;
   const sums = uniq.map(() => new Float64Array(nPorts));
-  view.columns.forEach((c, i) => { const s = sums[at.get(`${c[1]}/${c[2]}`)], row = view.values[i]; for (let p = 0; p < nPorts; p++) s[p] += row[p]; });
-  const hot = sums.map((s) => { let b = 0; for (let p = 1; p < s.length; p++) if (s[p] > s[b]) b = p; return b; });
-  return { ...view, columns: uniq.map((u) => [-1, ...u]), values: sums.map((s) => Array.from(s)), hot_port: hot };
+  view.columns.forEach((c, i) => { const s = sums[at.get(`${c[1]}/${c[2]}`)], row = view.values[i]; for (let p = 0; p < nPorts; p++) s[p] += row[p] ?? 0; });
+  const claims = sums.map(marginClaim);
+  return { ...view, columns: uniq.map((u) => [-1, ...u]), values: sums.map((s) => Array.from(s)),
+    hot_port: claims.map((c) => c.top), hot_claim: claims };
+}
+
+// One column's hot port by margin: claimed when it leads the runner-up by CLOSE_LEAD or more.
+export function marginClaim(col) {
+  let top = 0, second = -1;
+  for (let p = 1; p < col.length; p++) {
+    if (col[p] > col[top]) { second = top; top = p; } else if (second < 0 || col[p] > col[second]) second = p;
+  }
+  const t = col[top] ?? 0, r = second >= 0 ? col[second] : 0;
+  const lead = t > 0 ? (t - r) / t : null;
+  const tied = [];
+  if (t > 0) for (let p = 0; p < col.length && tied.length < 8; p++) if (col[p] >= t * (1 - CLOSE_LEAD)) tied.push(p);
+  return { port: lead !== null && lead >= CLOSE_LEAD ? top : null, top, runner_up: Math.max(second, 0), lead_rel: lead,
+    lead_se_rel: null, tied, n_tied: tied.length, dir: null, basis: "margin" };
 }

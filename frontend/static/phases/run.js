@@ -9,7 +9,7 @@ const RUN_ID = $("phases").dataset.run;
 // a slow tab gets one coalesced delta, not a queue. Source and fold are local; routing re-subscribes.
 const held = new PhaseViews();
 const live = { ws: null, retries: 0, timer: null, updates: 0, bytes: 0 };
-window.fabricmon = { held, live };
+window.fabricmon = { held, live, portLabel: (p) => portLabel(held.meta.ports[p]) };
 function connect() {
   clearTimeout(live.timer);
   if (live.ws || document.hidden) return;
@@ -74,58 +74,148 @@ function showLive(msg) {
     ? `run running — live: updated ${at} over the socket (${live.updates} updates, ${(live.bytes / 1024).toFixed(1)} KiB)`
     : `run ${held.state} — final view (updated ${at})`;
 }
+// plotly.js 4 (pinned) reads titles only as {text}; its named colour scales have no "Inferno", so
+// the heatmap's own ramp (frontend/static/live/heatmap.js) is given as stops.
+const INFERNO = [[0, "rgb(0,0,4)"], [0.15, "rgb(40,11,84)"], [0.3, "rgb(101,21,110)"], [0.45, "rgb(159,42,99)"],
+  [0.6, "rgb(212,72,66)"], [0.75, "rgb(245,125,21)"], [0.88, "rgb(250,193,39)"], [1, "rgb(252,255,164)"]];
+const PHASE_SHORT = { dispatch: "D", combine: "C", dispatch_bwd: "Db", combine_bwd: "Cb", allreduce: "AR" };
+const PHASE_COLOUR = { dispatch: "#1f77b4", combine: "#ff7f0e", dispatch_bwd: "#6baed6", combine_bwd: "#fdae6b" };
+const DIR_SYMBOL = { out: "triangle-down", in: "triangle-up", "in = out": "diamond" };
+const ROW_PX = 14; // every row gets its label: the chart grows with the rows it shows
+
+// A row's label: the switch port and what it faces (a host GPU, or the switch port at the other
+// end of an uplink) — never the rail number alone (spines have none).
+export function portLabel(row) {
+  const peer = (row.peer || "").trim();
+  const gpu = peer.match(/^(\S+\s+gpu\d+)/);
+  if (gpu) return `${row.switch}:${row.port} · ${gpu[1]}`;
+  return peer ? `${row.switch}:${row.port} ↔ ${peer}` : `${row.switch}:${row.port}`;
+}
+function columnLabel(c) {
+  const ph = PHASE_SHORT[c[2]] ?? c[2];
+  return c[0] < 0 ? `L${c[1]} ${ph}` : `s${c[0]} L${c[1]} ${ph}`;
+}
+function fmtBytes(v) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "no data";
+  for (const [f, u] of [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "kB"]]) if (v >= f) return `${(v / f).toPrecision(3)} ${u}`;
+  return `${Math.round(v)} B`;
+}
+// What a hot-port claim says, with its margin (exact views) or confidence (attributed).
+function claimText(c, label) {
+  if (!c) return "";
+  const lead = c.lead_rel === null ? "?" : `${(100 * c.lead_rel).toFixed(1)} %`;
+  const conf = c.basis === "se"
+    ? (c.lead_se_rel === null ? "SE unknown" : `± ${(100 * c.lead_se_rel).toFixed(1)} % (2 SE needed)`)
+    : "10 % needed";
+  const dir = c.dir ? ` · ${c.dir === "out" ? "out (the switch sends: egress)" : c.dir === "in" ? "in (the switch receives)" : "in = out"}` : "";
+  const what = c.port !== null ? `hot: ${label(c.port)}` : `ambiguous: ${c.n_tied} ports close (top ${label(c.top)})`;
+  return `${what}${dir}<br>lead over ${label(c.runner_up)}: ${lead} · ${conf}`;
+}
+
+export function visiblePorts(meta, which) {
+  const n = meta.ports?.length ?? 0;
+  if (which === "all" || !meta.run_ports?.length) return [...Array(n).keys()];
+  return meta.run_ports.filter((p) => p < n);
+}
+
 function draw() {
   const src = $("source").value;
   let view = held.views[src];
   const banner = $("banner");
-  if (!view) { banner.textContent = held.error || `no ${src} view`; banner.className = "withhold"; Plotly.purge("heatmap"); $("heatmap").dataset.drawn = "0"; return; }
-  $("gates").innerHTML = view.gates.map(g => `<div class="gate ${g.verdict}" data-gate="${g.name}">${g.verdict.toUpperCase()} · ${g.reason}</div>`).join("");
+  const blank = () => { for (const id of ["heatmap", "hotstrip"]) { Plotly.purge(id); $(id).dataset.drawn = "0"; } };
+  if (!view) { banner.textContent = held.error || `no ${src} view`; banner.className = "withhold"; blank(); return; }
+  $("gates").innerHTML = view.gates.map(g => `<div class="gate ${g.verdict}" data-gate="${g.name}">${g.verdict.toUpperCase()} · ${escapeHtml(g.reason)}</div>`).join("");
   if (view.verdict === "withhold" || view.values === null) {
     banner.textContent = `${src} view withheld: ${view.failed.join("; ")}`; banner.className = "withhold";
-    Plotly.purge("heatmap"); $("heatmap").dataset.drawn = "0"; $("hotinfo").textContent = ""; return;
+    blank(); $("hotinfo").textContent = ""; return;
   }
   if ($("fold").value === "1") view = foldLayers(view);
   banner.textContent = view.verdict === "flag" ? `${src} (flagged): ${view.failed.join("; ")}` : `${src} — all gates pass`;
   banner.className = view.verdict;
   const ports = held.meta.ports;
-  const rows = ports.map(p => `r${p.rail} ${p.switch}:${p.port}`);
-  const cols = view.columns.map(c => c[0] < 0 ? `L${c[1]} ${c[2]}` : `s${c[0]} L${c[1]} ${c[2]}`);
-  const z = ports.map((_, p) => view.values.map(col => col[p]));
-  // Hot port per column. The attributed view marks it only where the counters vouch for it
-  // (hot_claim.port); elsewhere the column says "ambiguous" and rings the ports it cannot separate.
-  const claims = view.hot_claim;
-  const hot = [], amb = [];
-  view.hot_port.forEach((p, i) => {
-    const c = claims ? claims[i] : null;
-    if (!claims) hot.push({x: cols[i], y: rows[p]});
-    else if (c && c.port !== null) hot.push({x: cols[i], y: rows[c.port]});
-    else if (c) for (const t of c.tied) amb.push({x: cols[i], y: rows[t],
-      text: `ambiguous: ${c.n_tied} ports within 2 SE (lead ${(100 * (c.lead_rel ?? 0)).toFixed(1)} %` +
-            (c.lead_se_rel === null ? ", SE unknown)" : ` ± ${(100 * c.lead_se_rel).toFixed(1)} %)`)});
+  const label = (p) => (ports[p] ? portLabel(ports[p]) : `port #${p}`);
+  const shown = visiblePorts(held.meta, $("ports").value);
+  const rowOf = new Map(shown.map((p, i) => [p, i]));
+  const rows = shown.map(label);
+  const cols = view.columns.map(columnLabel);
+  const z = shown.map((p) => view.values.map((col) => col[p]));
+  const claims = view.hot_claim ?? view.hot_port.map(() => null);
+  const hot = [], amb = [], outside = new Set();
+  claims.forEach((c, i) => {
+    if (!c) return;
+    const text = claimText(c, label);
+    if (c.port !== null) {
+      if (rowOf.has(c.port)) hot.push({ x: cols[i], y: label(c.port), text, dir: c.dir ?? "in = out" }); else outside.add(label(c.port));
+    } else for (const t of c.tied) if (rowOf.has(t)) amb.push({ x: cols[i], y: label(t), text });
   });
+  const nAmb = claims.filter((c) => c && c.port === null).length, nCols = cols.length;
+  const unit = "bytes per phase (B)";
   const traces = [
-    {type: "heatmap", x: cols, y: rows, z, colorscale: "Inferno", colorbar: {title: {text: "bytes"}}},
-    {type: "scatter", mode: "markers", x: hot.map(h => h.x), y: hot.map(h => h.y), name: "hot port",
-     marker: {symbol: "x", color: "cyan", size: 8}},
+    { type: "heatmap", x: cols, y: rows, z, colorscale: INFERNO, name: "bytes", hoverongaps: false,
+      colorbar: { title: { text: unit, side: "right" } },
+      hovertemplate: "%{y}<br>%{x}: %{z:.4s}B<extra></extra>" },
+    { type: "scatter", mode: "markers", x: hot.map((h) => h.x), y: hot.map((h) => h.y), name: "hot port (decisive)",
+      text: hot.map((h) => h.text), hoverinfo: "text",
+      marker: { symbol: hot.map((h) => `${DIR_SYMBOL[h.dir] ?? "x"}`), color: "#00e5ff", size: 10, line: { color: "#003", width: 1 } } },
+    { type: "scatter", mode: "markers", x: amb.map((h) => h.x), y: amb.map((h) => h.y), name: "ambiguous (no hot port claimed)",
+      text: amb.map((h) => h.text), hoverinfo: "text", marker: { symbol: "circle-open", color: "#9ad", size: 11, line: { width: 2 } } },
   ];
-  if (claims) traces.push({type: "scatter", mode: "markers", x: amb.map(h => h.x), y: amb.map(h => h.y),
-    text: amb.map(h => h.text), hoverinfo: "text", name: "ambiguous (no hot port claimed)",
-    marker: {symbol: "circle-open", color: "#9ad", size: 9}});
-  const nAmb = claims ? claims.filter(c => c && c.port === null).length : 0;
-  $("hotinfo").textContent = claims
-    ? `hot port claimed in ${cols.length - nAmb} of ${cols.length} (layer, phase) cells; ${nAmb} ambiguous ` +
-      `(top ports within 2 standard errors) · attributed from ${view.basis || "counters"}`
-    : "";
-  Plotly.react("heatmap", traces,
-    {title: {text: `${src} bytes per port (rows rail → leaf) · routing ${held.routing}`}, yaxis: {autorange: "reversed"},
-     margin: {l: 180}, showlegend: true, legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"}}, {responsive: true});
-  $("heatmap").dataset.drawn = "1";
-  $("heatmap").dataset.columns = String(cols.length);
-  $("heatmap").dataset.claimed = String(claims ? cols.length - nAmb : cols.length);
-  $("heatmap").dataset.ambiguous = String(nAmb);
+  const title = `${src[0].toUpperCase()}${src.slice(1)} bytes per port and phase · routing ${held.routing}` +
+    ($("ports").value === "all" ? " · all ports" : ` · the run's ${shown.length} ports`);
+  const height = Math.max(380, rows.length * ROW_PX + 230);
+  Plotly.react("heatmap", traces, {
+    title: { text: title }, height,
+    xaxis: { title: { text: "column: step s · layer L · phase (D dispatch, C combine, b backward) — time →" },
+             tickangle: -60, automargin: true, type: "category" },
+    yaxis: { title: { text: "port (switch:port · what it faces)" }, autorange: "reversed", type: "category",
+             tickmode: "array", tickvals: rows, ticktext: rows, automargin: true, tickfont: { size: 10 } },
+    margin: { t: 80 }, showlegend: true, legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom" },
+  }, { responsive: true });
+  const el = $("heatmap");
+  Object.assign(el.dataset, { drawn: "1", columns: String(nCols), rows: String(rows.length),
+    claimed: String(claims.filter((c) => c && c.port !== null).length), ambiguous: String(nAmb) });
+  const basis = src === "attributed" ? ` · attributed from ${view.basis || "counters"}` : "";
+  const rule = src === "attributed" ? "top ports within 2 standard errors" : "lead under 10 %";
+  $("hotinfo").textContent = `hot port decisive in ${nCols - nAmb} of ${nCols} columns; ${nAmb} ambiguous (${rule})${basis}` +
+    (outside.size ? ` · hot outside the run's ports (show all ports to see): ${[...outside].slice(0, 4).join(", ")}` : "");
+  drawHotStrip(view, cols, claims, label);
 }
+
+// The movement: per column (time order) where the hot port is, one line per phase kind, so a
+// moving incast reads as a path across rows; ambiguous columns drawn open, at their top port.
+function drawHotStrip(view, cols, claims, label) {
+  const kinds = [...new Set(view.columns.map((c) => c[2]))];
+  const ports = new Set();
+  const traces = kinds.map((kind) => {
+    const pts = [];
+    view.columns.forEach((c, i) => {
+      const k = claims[i];
+      if (c[2] !== kind || !k) return;
+      ports.add(k.top);
+      pts.push({ x: cols[i], y: label(k.top), open: k.port === null, text: claimText(k, label), dir: k.dir ?? "in = out" });
+    });
+    return { type: "scatter", mode: "lines+markers", name: kind, x: pts.map((p) => p.x), y: pts.map((p) => p.y),
+      text: pts.map((p) => p.text), hoverinfo: "text", line: { color: PHASE_COLOUR[kind] ?? "#7f7f7f", width: 1, dash: "dot" },
+      marker: { size: 9, color: PHASE_COLOUR[kind] ?? "#7f7f7f",
+        symbol: pts.map((p) => `${DIR_SYMBOL[p.dir] ?? "circle"}${p.open ? "-open" : ""}`) } };
+  });
+  const rows = [...ports].sort((a, b) => a - b).map(label);
+  Plotly.react("hotstrip", traces, {
+    title: { text: "Hot port over time — where the incast moves (open: ambiguous)" },
+    height: Math.max(260, rows.length * 22 + 200),
+    xaxis: { title: { text: "column: step s · layer L · phase — time →" }, tickangle: -60, automargin: true,
+             type: "category", categoryorder: "array", categoryarray: cols },
+    yaxis: { title: { text: "hot port (switch:port · what it faces)" }, type: "category", categoryorder: "array",
+             categoryarray: rows, tickmode: "array", tickvals: rows, ticktext: rows, automargin: true, tickfont: { size: 10 } },
+    margin: { t: 60 }, legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom" },
+  }, { responsive: true });
+  $("hotstrip").dataset.drawn = "1";
+  $("hotstrip").dataset.ports = String(rows.length);
+}
+function escapeHtml(s) { return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
 $("source").addEventListener("change", draw);
 $("fold").addEventListener("change", draw);
+$("ports").addEventListener("change", draw);
 $("routing").addEventListener("change", subscribe);
 // A hidden tab costs nothing: close the socket; a fresh snapshot when visible again.
 document.addEventListener("visibilitychange", () => {

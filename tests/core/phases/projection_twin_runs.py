@@ -44,22 +44,30 @@ PXN = Routing("pxn")
 
 def scenario(rec: TwinJobRecording, *, routing: Routing = PXN, coverage: float = 1.0,
              skew_ns_by_host: dict[int, int] | None = None,
-             reported: Callable[[int], bool] | None = None) -> dict[str, SourceView]:
+             reported: Callable[[int], bool] | None = None, other_traffic: float = 0.0,
+             noise_ns_by_host: dict[int, int] | None = None) -> dict[str, SourceView]:
     """The whole derived-view pipeline, as the phases app runs it, on the twin's job.
-    ``reported(step)``: the job reports only the steps it accepts (a sampling probe)."""
+    ``reported(step)``: the job reports only the steps it accepts (a sampling probe);
+    ``other_traffic``: counters on the run's NIC ports carry that many times the run's bytes more;
+    ``noise_ns_by_host``: that host's event times scatter uniformly over [−n/3, +n] (one noisy
+    offset sample per step, as a probe's exchange on a loaded host gives)."""
     layout = FabricLayout.from_spec(rec.fabric, rec.ports)
     placement = place_ranks(layout, rec.rank_map(coverage), rec.world_size)
     proj = CACHE.get(layout, placement, routing)
     keys: dict[tuple[int, int, str], int] = {}
     inst, rank, ends, starts = [], [], [], []
+    rng = np.random.default_rng(3)
+    jitter = {h: rng.uniform(-n / 3, n, 10_000).astype(np.int64) for h, n in (noise_ns_by_host or {}).items()}
     for ev in rec.events(skew_ns_by_host=skew_ns_by_host):
         if reported is not None and not reported(ev["step"]):
             continue
+        host = int(rec.wiring.gpu_host[ev["rank"]])
+        shift = int(jitter[host][ev["step"]]) if host in jitter else 0
         k = keys.setdefault((ev["step"], ev["layer"], ev["phase"]), len(keys))
         inst.append(k)
         rank.append(ev["rank"])
-        starts.append(ev["start_ns"])
-        ends.append(ev["end_ns"])
+        starts.append(ev["start_ns"] + shift)
+        ends.append(ev["end_ns"] + shift)
     inst_a, start_a, end_a = np.array(inst), np.array(starts), np.array(ends)
     clock = estimate_skew(inst_a, np.array(rank), end_a, rec.world_size)
     # phase window on the server's clock: the median over ranks (one skewed host cannot move it)
@@ -71,9 +79,15 @@ def scenario(rec: TwinJobRecording, *, routing: Routing = PXN, coverage: float =
     pb = proj.project(np.stack([by_key[k] for k in keys]))
     edges = poll_edges(rec)
     m_in, m_out = measured(rec, edges)
+    nics = layout.nic_pos[placement.gpu_of_rank[placement.gpu_of_rank >= 0]]
+    if other_traffic:  # another job's bytes on the same NIC ports, ``other_traffic`` × the run's
+        m_in, m_out = m_in.copy(), m_out.copy()
+        m_in[:, nics] += other_traffic * m_in[:, nics].mean()
+        m_out[:, nics] += other_traffic * m_out[:, nics].mean()
     return assess(phase_keys=list(keys), start_ns=s_med, end_ns=e_med, projected_in=pb.in_bytes,
                   projected_out=pb.out_bytes, coverage=placement.coverage,
-                  clock_error_s=clock.error_bound_ns / 1e9, offset_known=True,
+                  clock_error_s=clock.error_bound_ns / 1e9, clock_noise_s=clock.noise_ns / 1e9,
+                  offset_known=True, nic_ports=nics,
                   edges_ns=edges, measured_in=m_in, measured_out=m_out)
 
 

@@ -11,7 +11,7 @@ import pytest
 from projection_twin_runs import gate_summary, recording, scenario
 
 from fabricmon.core.phases.clocks import estimate_skew
-from fabricmon.core.phases.gates import check, clock_gate, step_coverage, view_verdict
+from fabricmon.core.phases.gates import check, clock_gate, clock_noise_gate, step_coverage, view_verdict
 from fabricmon.core.phases.routing import Routing
 
 
@@ -44,10 +44,10 @@ def test_without_faults_every_gate_of_the_derived_views_passes() -> None:
 
 def test_500ms_clock_skew_fails_the_clock_gate_and_withholds() -> None:
     views = scenario(recording(), skew_ns_by_host={3: 500_000_000})
-    g = _gate(views, "projected", "clock_alignment")
+    g = _gate(views, "attributed", "clock_alignment")
     assert g.verdict == "withhold" and abs(g.value - 0.5) < 0.01
-    assert "clock_alignment: 500 ms >" in g.reason
-    for source in ("projected", "attributed"):
+    assert "clock_alignment: 500 ms > 250 ms" in g.reason  # a quarter of the 1 s poll interval
+    for source in ("measured", "attributed"):
         assert views[source].verdict == "withhold" and views[source].load_bytes is None
         assert views[source].as_dict()["values"] is None
     assert _gate(views, "projected", "rank_map_coverage").verdict == "pass"
@@ -59,7 +59,7 @@ def test_half_rank_map_fails_coverage_and_withholds_projection() -> None:
     assert g.verdict == "withhold" and g.value == 0.5
     assert "50 % < 90 %" in g.reason
     assert views["projected"].verdict == "withhold"
-    assert _gate(views, "projected", "clock_alignment").verdict == "pass"
+    assert _gate(views, "attributed", "clock_alignment").verdict == "pass"
 
 
 @pytest.mark.slow
@@ -141,7 +141,7 @@ def test_a_phase_outside_the_counters_span_is_no_data_in_the_measured_view() -> 
     starts = np.array([5 * s, 12 * s, 15 * s, 25 * s], dtype=np.int64)
     keys = [(i, 0, "dispatch") for i in range(4)]
     edges = np.arange(10, 21, dtype=np.int64) * s
-    meas = np.full((10, 3), 1e9)
+    meas = np.full((10, 3), 2e7)  # the two phases inside the counters' span: 2e8 B per port, as counted
     proj = np.full((4, 3), 1e8)
     views = assess(phase_keys=keys, start_ns=starts, end_ns=starts + s // 10, projected_in=proj,
                    projected_out=proj, coverage=1.0, clock_error_s=1e-4, offset_known=True,
@@ -151,3 +151,78 @@ def test_a_phase_outside_the_counters_span_is_no_data_in_the_measured_view() -> 
     assert np.isnan(load[[0, 3]]).all() and np.isfinite(load[[1, 2]]).all()
     d = views["measured"].as_dict()
     assert d["values"][0] == [None, None, None] and d["hot_port"][0] is None and d["hot_port"][1] == 0
+
+
+def test_a_projection_with_skewed_clocks_is_still_shown() -> None:
+    """A projection routes the job's own matrices over the topology: no clock enters it. A host
+    500 ms off withholds the views that place phases in poll intervals, never the projection."""
+    views = scenario(recording(), skew_ns_by_host={3: 500_000_000})
+    assert views["projected"].verdict == "show" and views["projected"].load_bytes is not None
+    assert "clock_alignment" not in {g.name for g in views["projected"].gates}
+    for source in ("measured", "attributed"):
+        assert views[source].verdict == "withhold"
+        assert _gate(views, source, "clock_alignment").verdict == "withhold"
+
+
+def test_offset_noise_is_told_from_skew() -> None:
+    """One host's probe exchange scatters its events by ±24 ms from one step to the next (noise
+    around its true offset, no trend): the old gate's per-rank median read a few ms of it as skew
+    and a max over ranks made it the bound; now the systematic bound stays small and the noise
+    is reported apart. A steady 40 ms host offset under the same noise is skew: the bound finds the
+    40 ms. A biased exchange (noise with a non-zero median) moves events on average, and is skew."""
+    rng = np.random.default_rng(1)
+    inst = np.repeat(np.arange(300), 8)
+    rank = np.tile(np.arange(8), 300)
+    end = 10**18 + inst * 100_000_000 + rng.integers(0, 20_000, len(inst))
+    noisy = rank >= 6  # one host of 2 GPUs
+    per_step = rng.uniform(-24e6, 24e6, 300).astype(np.int64)
+    end_noise = end + np.where(noisy, per_step[inst], 0)
+    clock = estimate_skew(inst, rank, end_noise, world_size=8)
+    assert clock.noise_max_ns > 10e6  # the scatter is seen …
+    assert clock.error_bound_ns < 4e6 < clock.noise_max_ns  # … and not taken for skew
+    assert clock_noise_gate(clock.noise_max_ns / 1e9, 0.02).verdict == "flag"  # at 20 ms (gNMI) polls
+    assert clock_noise_gate(clock.noise_max_ns / 1e9, 1.0).verdict == "pass"  # at 1 s polls: harmless
+    skewed = estimate_skew(inst, rank, end_noise + np.where(noisy, 40_000_000, 0), world_size=8)
+    assert abs(skewed.error_bound_ns - 40e6) < 5e6 and skewed.worst_rank() >= 6
+    # a clock drifting 1 ms/s from 0 at the start of the 30 s run is 30 ms off at its end: the bound
+    # is the trend's reach (15 ms at mid-run + 15 ms to the end), not its median, and no noise
+    drift = estimate_skew(inst, rank, end + np.where(noisy, (inst * 100_000).astype(np.int64), 0), 8)
+    assert 28e6 < drift.error_bound_ns < 32e6 and drift.noise_max_ns < 1e6
+
+
+def test_noisy_offsets_on_one_host_withhold_nothing() -> None:
+    views = scenario(recording(), noise_ns_by_host={2: 36_000_000})
+    for source in ("projected", "measured", "attributed"):
+        assert views[source].verdict != "withhold", gate_summary(views)
+    assert _gate(views, "attributed", "clock_alignment").verdict == "pass"
+
+
+def test_counters_that_are_mostly_other_traffic_withhold_measured_and_attributed() -> None:
+    """Another job's bytes on the run's NIC ports, 3× the run's own: the run is a quarter of what
+    the counters count. The measured and attributed views are withheld saying so; the projection
+    (the run's own bytes) stays drawn, flagged unverified: those counters cannot check it."""
+    views = scenario(recording(), other_traffic=3.0)
+    for source in ("measured", "attributed"):
+        g = _gate(views, source, "counters_of_run")
+        assert g.verdict == "withhold" and g.value < 0.5, g.reason
+        assert "mostly other traffic" in g.reason
+        assert views[source].verdict == "withhold" and views[source].as_dict()["values"] is None
+        assert any("counters_of_run" in r for r in views[source].as_dict()["failed"])
+    proj = _gate(views, "projected", "projected_vs_measured")
+    assert proj.verdict == "flag" and "not the run's traffic" in proj.reason
+    assert views["projected"].verdict == "flag" and views["projected"].load_bytes is not None
+    clean = scenario(recording())
+    share = _gate(clean, "measured", "counters_of_run")
+    assert share.verdict == "pass" and share.value > 0.95
+
+
+def test_exact_views_claim_a_hot_port_only_by_a_clear_margin_and_keep_its_direction() -> None:
+    from fabricmon.core.phases.attribution import margin_hot_ports
+
+    b_in = np.array([[0.0, 10, 5], [3, 100, 96.5], [50, 50, 1]])
+    b_out = np.array([[20.0, 1, 5], [3, 1, 1], [50, 1, 1]])
+    hot = margin_hot_ports(((0,), (1,), (2,)), b_in, b_out)
+    assert hot.port.tolist() == [0, 1, 0]
+    assert hot.claimed.tolist() == [True, False, False]  # 3.5 % is no lead; nor a tie of two ports
+    assert abs(hot.lead_rel[1] - 0.035) < 1e-9 and np.flatnonzero(hot.tied[1]).tolist() == [1, 2]
+    assert [hot.dir_label(k) for k in range(3)] == ["out", "in", "in = out"]  # a tie stays a tie
