@@ -247,11 +247,9 @@ def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *,
     g = placement.gpu_of_rank
     leaf = layout.nic_leaf[np.maximum(g, 0)]
     n_leaves = len(layout.leaf_names)
-    flows: Any = _cross_leaf_flows(acc.mean_total(), leaf, n_leaves) if means else []
-    if not np.any(flows):
-        flows = []
+    flows = _cross_leaf_flows(acc.mean_total(), leaf, n_leaves) if means else None
     per_leaf: Any = np.bincount(layout.link[:, 0], minlength=n_leaves) if len(layout.link) else []
-    if flows and len(per_leaf):
+    if flows is not None and flows.any() and len(per_leaf):
         busiest = int(np.argmax(flows))
         out["ecmp_expectation"] = {"leaf": layout.leaf_names[busiest],
                                    **ecmp_expectation(int(flows[busiest]), int(per_leaf[busiest]))}
