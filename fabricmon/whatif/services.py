@@ -2,21 +2,24 @@
 events through ``jobs/blocks.py``, the fabric through ``topology/fabric_view.py``, the measured
 per-port bytes from the phase views) and hand the arrays to ``core.whatif.report``.
 
-    TrafficMatrix rows ─(one at a time)─▶ Accumulator (server matrices, per-(layer, phase) sums)
-    event blocks ─▶ per-(step, layer, phase) median start/end, bytes, timed collectives' rates
+    TrafficMatrix rows ─(one query, jobs/matrix_read: stored width or sparse cells, no int64
+                        widening; "same as sent" received matrices not read twice)─▶ Accumulator
+    event blocks ─(columns concatenated; core/whatif/event_stats)─▶ per-(step, layer, phase) median
+                        start/end, bytes, timed collectives' rates
     phase views (attributed, PXN) ─▶ measured per-port bytes per (layer, phase)
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
 from collectors.traces.schema import PHASES
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement, place_ranks
+from fabricmon.core.whatif import event_stats
+from fabricmon.core.whatif.matrix_pass import Matrix, SparseCells
 from fabricmon.core.whatif.report import RANK_WINDOW_STEPS, Accumulator, Params, whatif
 from fabricmon.core.whatif.scheduler_export import (
     k8s_node_labels,
@@ -24,14 +27,11 @@ from fabricmon.core.whatif.scheduler_export import (
     slurm_topology_conf,
     slurm_topology_yaml,
 )
-from fabricmon.core.whatif.terrace_run import measured_ratio
-from fabricmon.jobs import blocks
+from fabricmon.jobs import blocks, matrix_read
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import services as phase_services
 from fabricmon.phases.state import NoViewError
 from fabricmon.topology.fabric_view import fabric_view
-
-SIZED = ("allreduce", "allgather", "reducescatter")
 
 
 class WhatIfError(Exception):
@@ -48,41 +48,26 @@ def _placement(run: Run, layout: FabricLayout, world: int) -> RankPlacement:
 
 
 def _events(run: Run, host_of_rank: np.ndarray) -> dict[str, Any]:
-    """Per-(step, layer, phase) median start/end (s) and bytes; rates of collectives confined to one
-    host (fast) or spread one rank per host (slow); median per-rank bytes of sized collectives."""
-    starts: dict[tuple[int, int, str], list[int]] = defaultdict(list)
-    ends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
-    sent: dict[tuple[int, int, str], float] = defaultdict(float)
-    fast, slow = [], []
-    sizes: dict[str, list[int]] = defaultdict(list)
+    """The events' per-(step, layer, phase) median start/end and bytes, the timed collectives'
+    fast/slow rates and the sized collectives' median bytes (``core.whatif.event_stats``): the
+    run's blocks read once, their columns concatenated, everything else array operations."""
+    index: dict[str, int] = {}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in _EVENT_COLUMNS}
+    groups: list[np.ndarray] = []
     for _, cols in blocks.read_blocks(sorted(blocks.block_ids(run))):
-        for i in range(len(cols.rank)):
-            phase = PHASES[int(cols.phase[i])]
-            key = (int(cols.step[i]), int(cols.layer[i]), phase)
-            start, end = int(cols.start_ns[i]), int(cols.end_ns[i])
-            if key[0] >= 0 and key[1] >= 0:
-                starts[key].append(start)
-                ends[key].append(end)
-                sent[key] += float(cols.bytes_sent[i])
-            if phase in SIZED:
-                sizes[phase].append(int(cols.bytes_sent[i]))
-            ranks = [int(x) for x in cols.pg_ranks[i].split(",") if x.strip().isdigit()]
-            ranks = [r for r in ranks if 0 <= r < len(host_of_rank)]
-            dur = (end - start) / 1e9
-            if len(ranks) > 1 and dur > 0 and cols.bytes_sent[i] > 0:
-                hosts = host_of_rank[ranks]
-                if (hosts == hosts[0]).all() and hosts[0] >= 0:
-                    fast.append(float(cols.bytes_sent[i]) / dur)
-                elif len(set(hosts.tolist())) == len(ranks):
-                    slow.append(float(cols.bytes_sent[i]) / dur)
-    return {
-        "start_s": {k: float(np.median(v)) / 1e9 for k, v in starts.items()},
-        "end_s": {k: float(np.median(v)) / 1e9 for k, v in ends.items()},
-        "bytes": dict(sent),
-        "ratio": measured_ratio(np.asarray(fast), np.asarray(slow)),
-        "rate_samples": {"fast": len(fast), "slow": len(slow)},
-        "sizes": {k: float(np.median(v)) for k, v in sizes.items() if v},
-    }
+        for name in _EVENT_COLUMNS:
+            parts[name].append(np.asarray(getattr(cols, name), dtype=np.int64))
+        groups.append(event_stats.factorise(cols.pg_ranks, index))
+
+    def joined(chunks: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+    ev = event_stats.EventArrays(**{name: joined(parts[name]) for name in _EVENT_COLUMNS},
+                                 group=joined(groups), groups=tuple(index))
+    return event_stats.summarise(ev, host_of_rank, PHASES)
+
+
+_EVENT_COLUMNS = ("step", "layer", "phase", "start_ns", "end_ns", "bytes_sent")
 
 
 def _measured_ports(run: Run, lps: list[tuple[int, str]]) -> np.ndarray | None:
@@ -119,26 +104,20 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
     host_of_rank = np.where(
         placement.gpu_of_rank >= 0, layout.gpu_host[np.maximum(placement.gpu_of_rank, 0)], -1
     )
-    used = sorted({int(h) for h in host_of_rank if h >= 0})
-    server_of_rank = np.array([used.index(h) if h >= 0 else -1 for h in host_of_rank], dtype=np.int64)
+    used = np.unique(host_of_rank[host_of_rank >= 0])  # the run's hosts, numbered 0… in fabric order
+    server_of_rank = np.where(host_of_rank >= 0, np.searchsorted(used, host_of_rank), -1).astype(np.int64)
     ev = _events(run, host_of_rank)
     newest: dict[tuple[int, int, str], int] = {}
     for mid, step, layer, phase in rows.values_list("id", "step", "layer", "phase").order_by("id"):
         newest[(step, layer, phase)] = mid  # several sources: the newest row (as the phase views)
     window = set(sorted({k[0] for k in newest})[-RANK_WINDOW_STEPS:])
-    acc = Accumulator(server_of_rank, max(1, len(used)), rank_steps=window)
-    by_id = {mid: key for key, mid in newest.items()}
-    for m in (
-        TrafficMatrix.objects.filter(pk__in=list(by_id))
-        .order_by("step", "layer", "phase")
-        .iterator(chunk_size=16)
-    ):
-        key = by_id[m.pk]
-        sent, received = _sized(m.sent_array(), world), _sized(m.received_array(), world)
+    acc = Accumulator(server_of_rank, max(1, len(used)), rank_steps=window, expected_keys=len(newest))
+    for m in matrix_read.read_cells(newest.values()):  # one query, each blob in its stored form
+        key = (m.step, m.layer, m.phase)
         acc.add(
             key,
-            sent,
-            received,
+            _matrix(m.sent, world),
+            None if m.received is None else _matrix(m.received, world),
             event_bytes=ev["bytes"].get(key, math.nan),
             start_s=ev["start_s"].get(key, math.nan),
             end_s=ev["end_s"].get(key, math.nan),
@@ -169,12 +148,21 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
     return out
 
 
-def _sized(a: np.ndarray, world: int) -> np.ndarray:
-    if a.shape[0] == world:
-        return a
-    out = np.zeros((world, world), dtype=a.dtype)
-    n = min(world, a.shape[0])
-    out[:n, :n] = a[:n, :n]
+def _matrix(c: matrix_read.StoredCells, world: int) -> Matrix:
+    """Stored cells as the pass takes them, in a world×world frame (a matrix written before the
+    world grew is the top-left corner; one larger than the world is cut to it)."""
+    if c.dense is None:
+        assert c.index is not None and c.values is not None
+        cells = SparseCells(c.n, c.index, c.values)
+        if c.n <= world:
+            idx = c.index.astype(np.int64)
+            return SparseCells(world, idx // c.n * world + idx % c.n, c.values)
+        return cells.within(world)
+    if c.n == world:
+        return c.dense
+    out = np.zeros((world, world), dtype=c.dense.dtype)
+    n = min(world, c.n)
+    out[:n, :n] = c.dense[:n, :n]
     return out
 
 

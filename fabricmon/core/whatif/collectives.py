@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.phases.projector import Projector
+from fabricmon.core.whatif.terrace_run import by_group_rows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -70,13 +71,27 @@ class Ranks:
         return sorted({int(h) for h in self.host if h >= 0})
 
 
+# a schedule as adds onto zeros: (sources, destinations, bytes), the pairs of one add distinct
+Cells = list[tuple[IntArray, IntArray, FloatArray | float]]
+
+
+def dense(cells: Cells, n: int) -> FloatArray:
+    """The n×n matrix of a schedule's cells."""
+    m = np.zeros((n, n))
+    for a, b, v in cells:
+        _add_pairs(m, a, b, v)
+    return m
+
+
 def ring_rank_order(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> FloatArray:
     """One ring in rank order: each rank sends factor·S to the next."""
+    return dense(ring_rank_order_cells(ranks, bytes_per_rank, collective), ranks.n)
+
+
+def ring_rank_order_cells(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> Cells:
     n = ranks.n
     factor = (2 if collective == "allreduce" else 1) * (n - 1) / n
-    m = np.zeros((n, n))
-    m[np.arange(n), (np.arange(n) + 1) % n] = factor * bytes_per_rank
-    return m
+    return [(np.arange(n), (np.arange(n) + 1) % n, factor * bytes_per_rank)]
 
 
 def _same_index_edges(ranks: Ranks, pairs: list[tuple[int, int]], c: int) -> tuple[IntArray, IntArray]:
@@ -93,14 +108,24 @@ def _same_index_edges(ranks: Ranks, pairs: list[tuple[int, int]], c: int) -> tup
 def ring_rail_aligned(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> FloatArray:
     """n_local rings, ring c crossing from host h to host h+1 on GPU c (the intra-host part of each
     ring is NVLink and left out: this is the network matrix)."""
+    return dense(ring_rail_aligned_cells(ranks, bytes_per_rank, collective), ranks.n)
+
+
+def ring_rail_aligned_cells(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> Cells:
     n, k = ranks.n, len(ranks.hosts())
     factor = (2 if collective == "allreduce" else 1) * (n - 1) / n
     locals_ = sorted({int(c) for c in ranks.local if c >= 0})
-    m = np.zeros((n, n))
+    out: Cells = []
     for c in locals_:
         a, b = _same_index_edges(ranks, [(i, (i + 1) % k) for i in range(k)], c)
-        np.add.at(m, (a, b), factor * bytes_per_rank / len(locals_))
-    return m
+        out.append((a, b, factor * bytes_per_rank / len(locals_)))
+    return out
+
+
+def _add_pairs(m: FloatArray, a: IntArray, b: IntArray, value: FloatArray | float) -> None:
+    """m[a, b] += value. The pairs of one add are distinct (every builder's edges are: one per
+    child, host or ring position), so a plain fancy add is exact (``np.add.at`` is ~50× slower)."""
+    m[a, b] += value
 
 
 def _tree_edges(k: int, mirrored: bool) -> list[tuple[int, int]]:
@@ -111,26 +136,16 @@ def _tree_edges(k: int, mirrored: bool) -> list[tuple[int, int]]:
 
 def double_binary_tree(ranks: Ranks, bytes_per_rank: float) -> FloatArray:
     """Two trees over hosts, each S/2 each way per edge; tree t uses GPU t mod n_local of each host."""
-    n, k = ranks.n, len(ranks.hosts())
+    return dense(double_binary_tree_cells(ranks, bytes_per_rank), ranks.n)
+
+
+def double_binary_tree_cells(ranks: Ranks, bytes_per_rank: float) -> Cells:
+    k = len(ranks.hosts())
     locals_ = sorted({int(c) for c in ranks.local if c >= 0})
-    m = np.zeros((n, n))
+    out: Cells = []
     for t in (0, 1):
         a, b = _same_index_edges(ranks, _tree_edges(k, mirrored=bool(t)), locals_[t % len(locals_)])
-        np.add.at(m, (a, b), bytes_per_rank / 2)  # reduce up
-        np.add.at(m, (b, a), bytes_per_rank / 2)  # broadcast down
-    return m
-
-
-def _by_rows(m: FloatArray, group: IntArray, n_groups: int) -> FloatArray:
-    """(R, R) → (groups, R): column d's bytes summed over the source rows of every group (one
-    reduceat over group-sorted rows)."""
-    out = np.zeros((n_groups, m.shape[1]))
-    order = np.argsort(group, kind="stable")
-    counts = np.bincount(group, minlength=n_groups)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rows = m if np.array_equal(order, np.arange(len(order))) else m[order]
-    present = counts > 0
-    out[present] = np.add.reduceat(rows, starts[present], axis=0, dtype=np.float64)
+        out += [(a, b, bytes_per_rank / 2), (b, a, bytes_per_rank / 2)]  # reduce up, broadcast down
     return out
 
 
@@ -140,33 +155,50 @@ def hierarchical_alltoall(ranks: Ranks, traffic: FloatArray) -> tuple[FloatArray
 
         F[h, d] = Σ_{s on h} T[s, d]   →   m[rank(h, local(d)), d] = F[h, d]   for h ≠ host(d)
     """
+    cells, nvlink = hierarchical_alltoall_cells(ranks, traffic)
+    return dense(cells, len(traffic)), nvlink
+
+
+def hierarchical_alltoall_cells(ranks: Ranks, traffic: FloatArray) -> tuple[Cells, float]:
+    """:func:`hierarchical_alltoall` as the stage's cells (hosts × ranks of them, not R²)."""
     table = ranks.table()
     placed = np.flatnonzero(ranks.host >= 0)
     t = np.asarray(traffic, dtype=np.float64)
     host, local = ranks.host, ranks.local
     sub = t if len(placed) == len(t) else t[np.ix_(placed, placed)]
-    f = _by_rows(sub, host[placed], table.shape[0])  # (hosts, placed)
-    g = _by_rows(sub, local[placed], table.shape[1])  # (locals, placed)
-    m = np.zeros_like(t)
+    f = by_group_rows(sub, host[placed], table.shape[0])  # (hosts, placed)
+    g = by_group_rows(sub, local[placed], table.shape[1])  # (locals, placed)
     dst = placed
     h = np.arange(table.shape[0])[:, None]
     proxy = table[h, local[dst][None, :]]  # (hosts, placed): the GPU of host h on d's index
     ok = (proxy >= 0) & (h != host[dst][None, :])
-    m[proxy[ok], np.broadcast_to(dst[None, :], proxy.shape)[ok]] = f[ok]
+    cells: Cells = [(proxy[ok], np.broadcast_to(dst[None, :], proxy.shape)[ok], f[ok])]
     j = np.arange(len(dst))
     cross = float(sub.sum() - f[host[dst], j].sum())
     same_index_cross = float((g[local[dst], j] - t[dst, dst]).sum())
-    return m, cross - same_index_cross
+    return cells, cross - same_index_cross
 
 
-def link_loads(projector: Projector, schedules: dict[str, FloatArray], port_names: list[str],
+def link_loads(projector: Projector, schedules: dict[str, FloatArray | Cells], port_names: list[str],
                top: int = 5) -> dict[str, dict[str, object]]:
-    """Per schedule: ports used, peak and mean port load (bytes, busier direction), the busiest
-    ports by name, and the bytes on spine-facing cables."""
+    """Per schedule (an R×R matrix, or its cells): ports used, peak and mean port load (bytes,
+    busier direction), the busiest ports by name, and the bytes on spine-facing cables. Cells are
+    written into one reused R×R buffer and cleared after their projection (a fresh R×R array per
+    schedule costs its page faults: 134 MB at 4,096 ranks)."""
     out: dict[str, dict[str, object]] = {}
     up = ~projector.layout.index.host_facing
+    buffer: FloatArray | None = None
     for name, matrix in schedules.items():  # one at a time: each is R×R (134 MB at 4,096 ranks)
-        load = projector.project(matrix).load_bytes
+        if isinstance(matrix, list):
+            if buffer is None:
+                buffer = np.zeros((projector.placement.world_size,) * 2)
+            for a, b, v in matrix:
+                _add_pairs(buffer, a, b, v)
+            load = projector.project(buffer).load_bytes
+            for a, b, _ in matrix:
+                buffer[a, b] = 0.0
+        else:
+            load = projector.project(matrix).load_bytes
         used = load > 0
         order = np.argsort(load)[::-1][:top]
         out[name] = {
@@ -199,16 +231,16 @@ def collectives_figure_values(projector: Projector, alltoall: FloatArray | None,
     ranks = ranks_of(projector)
     n, n_hosts = ranks.n, len(ranks.hosts())
     unit = 1.0
-    schedules = {
-        "allreduce ring (rank order)": ring_rank_order(ranks, unit),
-        "allreduce ring (rail-aligned)": ring_rail_aligned(ranks, unit),
-        "allreduce tree (double binary)": double_binary_tree(ranks, unit),
-        "allgather ring (rail-aligned)": ring_rail_aligned(ranks, unit, "allgather"),
+    schedules: dict[str, FloatArray | Cells] = {
+        "allreduce ring (rank order)": ring_rank_order_cells(ranks, unit),
+        "allreduce ring (rail-aligned)": ring_rail_aligned_cells(ranks, unit),
+        "allreduce tree (double binary)": double_binary_tree_cells(ranks, unit),
+        "allgather ring (rail-aligned)": ring_rail_aligned_cells(ranks, unit, "allgather"),
     }
     nvlink = 0.0
     if alltoall is not None:
         schedules["alltoall direct"] = alltoall
-        schedules["alltoall hierarchical"], nvlink = hierarchical_alltoall(ranks, alltoall)
+        schedules["alltoall hierarchical"], nvlink = hierarchical_alltoall_cells(ranks, alltoall)
     loads = link_loads(projector, schedules, port_names)
     steps = {
         "allreduce ring (rank order)": ring_steps(n), "allreduce ring (rail-aligned)": ring_steps(n),

@@ -108,18 +108,41 @@ def drift(a: FloatArray, b: FloatArray) -> float:
 
 def top_pairs(d: FloatArray, k: int) -> set[int]:
     """The k heaviest server pairs (upper triangle, flat index) of a demand matrix."""
-    iu = np.triu_indices(len(d), 1)
-    v = (d + d.T)[iu]
+    return _top_of(_pair_values(d), k)
+
+
+def _pair_values(d: FloatArray) -> FloatArray:
+    """D + Dᵀ over the upper triangle (the pairs a circuit can serve)."""
+    iu = _upper(len(d))
+    out: FloatArray = d[iu] + d.T[iu]
+    return out
+
+
+_UPPER: dict[int, tuple[IntArray, IntArray]] = {}
+
+
+def _upper(n: int) -> tuple[IntArray, IntArray]:
+    hit = _UPPER.get(n)
+    if hit is None:
+        hit = _UPPER[n] = np.triu_indices(n, 1)
+    return hit
+
+
+def _top_of(v: FloatArray, k: int) -> set[int]:
     k = min(k, len(v))
     if k <= 0:
         return set()
     order = np.argpartition(-v, k - 1)[:k]  # the k largest, in O(pairs)
-    return {int(i) for i in order if v[i] > 0}
+    return {int(i) for i in order[v[order] > 0]}
 
 
 def hit_rate(predicted: FloatArray, actual: FloatArray, k: int) -> float:
     want = top_pairs(actual, k)
     return len(top_pairs(predicted, k) & want) / len(want) if want else math.nan
+
+
+def _hit(predicted: set[int], want: set[int]) -> float:
+    return len(predicted & want) / len(want) if want else math.nan
 
 
 def symmetry(dispatch: FloatArray, combine: FloatArray) -> float:
@@ -133,13 +156,32 @@ def symmetry(dispatch: FloatArray, combine: FloatArray) -> float:
 
 def stability(s: Any, circuits: int) -> dict[str, Any]:
     """Drift and top-K predictability over (steps, layers) of server matrices: an (S, L, N, N)
-    array or anything with that ``shape`` whose ``s[i, j]`` is one (N, N) matrix."""
+    array or anything with that ``shape`` whose ``s[i, j]`` is one (N, N) matrix. Each matrix's
+    |S| total and top-K pairs are found once (not once per comparison)."""
     n_steps, n_layers = s.shape[:2]
-    step_drift = [drift(s[i, j], s[i - 1, j]) for i in range(1, n_steps) for j in range(n_layers)]
-    layer_drift = [drift(s[i, j], s[i, j - 1]) for i in range(n_steps) for j in range(1, n_layers)]
-    prev_step = [hit_rate(s[i - 1, j], s[i, j], circuits) for i in range(1, n_steps) for j in range(n_layers)]
-    prev_layer = [hit_rate(s[i, j - 1], s[i, j], circuits)
-                  for i in range(n_steps) for j in range(1, n_layers)]
+    abs_sum: dict[tuple[int, int], float] = {}
+    tops: dict[tuple[int, int], set[int]] = {}
+
+    def total(ij: tuple[int, int]) -> float:
+        if ij not in abs_sum:
+            abs_sum[ij] = float(np.abs(s[ij]).sum())
+        return abs_sum[ij]
+
+    def top(ij: tuple[int, int]) -> set[int]:
+        if ij not in tops:
+            tops[ij] = _top_of(_pair_values(s[ij]), circuits)
+        return tops[ij]
+
+    def drift_of(a: tuple[int, int], b: tuple[int, int]) -> float:
+        den = total(a) + total(b)
+        return float(np.abs(s[a] - s[b]).sum() / den) if den > 0 else math.nan
+
+    step_pairs = [((i, j), (i - 1, j)) for i in range(1, n_steps) for j in range(n_layers)]
+    layer_pairs = [((i, j), (i, j - 1)) for i in range(n_steps) for j in range(1, n_layers)]
+    step_drift = [drift_of(a, b) for a, b in step_pairs]
+    layer_drift = [drift_of(a, b) for a, b in layer_pairs]
+    prev_step = [_hit(top(b), top(a)) for a, b in step_pairs]
+    prev_layer = [_hit(top(b), top(a)) for a, b in layer_pairs]
     n = s.shape[-1]
     pairs = n * (n - 1) // 2
 

@@ -68,26 +68,46 @@ def circuits_batch(demand: FloatArray, alpha: int, link_bytes_s: float = 1.0, ep
             break
     out = np.zeros((n_b, k, k), dtype=np.int64)
     out[:, iu[0], iu[1]] = c
-    for b_i in np.flatnonzero((free >= 2).any(axis=1)).tolist():  # repair stranded servers (rare)
-        _repair(out[b_i], free[b_i], np.triu(demand[b_i] + demand[b_i].T, 1))
+    stranded = np.flatnonzero((free >= 2).any(axis=1))
+    if len(stranded):
+        dd = demand[stranded] + demand[stranded].transpose(0, 2, 1)
+        dd[:, np.arange(k), np.arange(k)] = 0.0
+        sub, sub_free = out[stranded], free[stranded]
+        _repair_batch(sub, sub_free, dd)
+        out[stranded] = sub
     return out + out.transpose(0, 2, 1)
 
 
-def _repair(c: IntArray, free: IntArray, d: FloatArray) -> None:
-    """A server left with ≥ 2 free ports takes over a circuit (a, b) between two others: (i,a), (i,b)
-    — the circuit whose ends i exchanges most demand with."""
-    dd = d + d.T
-    for i in np.flatnonzero(free >= 2).tolist():
-        while free[i] >= 2:
-            pairs = np.argwhere(c > 0)
-            pairs = pairs[(pairs[:, 0] != i) & (pairs[:, 1] != i)]
-            if not len(pairs):
-                break
-            a, b = (int(x) for x in pairs[int(np.argmax(dd[i, pairs[:, 0]] + dd[i, pairs[:, 1]]))])
-            c[a, b] -= 1
-            for x in (a, b):
-                c[min(i, x), max(i, x)] += 1
-            free[i] -= 2
+def _repair_batch(c: IntArray, free: IntArray, dd: FloatArray) -> None:
+    """In place, for a stack (B, k, k) of upper-triangular circuit counts: a server left with ≥ 2
+    free ports takes over a circuit (a, b) between two others — (i,a), (i,b) — the circuit whose
+    ends i exchanges most duplex demand ``dd`` with (the first such in row-major order). Servers are
+    served in index order, each until it has < 2 free ports or no circuit is left to split. Every
+    region advances one repair per round (rounds = the most repairs any region needs, ≤ α·k/2)."""
+    n_b, k = free.shape
+    rows = np.arange(n_b)
+    done = np.zeros((n_b, k), dtype=bool)  # servers with no circuit left to take over
+    while True:
+        want = (free >= 2) & ~done
+        active = np.flatnonzero(want.any(axis=1))
+        if not len(active):
+            return
+        i = np.argmax(want[active], axis=1)  # the lowest stranded server of each region
+        ci = c[active]
+        ok = ci > 0
+        ok[rows[: len(active)], i, :] = False  # circuits not touching i
+        ok[rows[: len(active)], :, i] = False
+        d_i = dd[active, i, :]  # (A, k): demand between i and each server
+        score = np.where(ok, d_i[:, :, None] + d_i[:, None, :], -np.inf).reshape(len(active), -1)
+        best = np.argmax(score, axis=1)
+        has = ok.reshape(len(active), -1)[rows[: len(active)], best]
+        done[active[~has], i[~has]] = True
+        b_, i_, p = active[has], i[has], best[has]
+        a, b = p // k, p % k
+        c[b_, a, b] -= 1
+        for x in (a, b):
+            c[b_, np.minimum(i_, x), np.maximum(i_, x)] += 1
+        free[b_, i_] -= 2
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ The gain is reported as predicted peak port load and uplink bytes before/after, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,19 +27,26 @@ from scipy.optimize import linear_sum_assignment
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement
 from fabricmon.core.phases.projector import Projector
 from fabricmon.core.phases.routing import Routing
-from fabricmon.core.whatif.terrace_run import by_group_columns
+from fabricmon.core.whatif.terrace_run import by_group_columns, by_group_rows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def host_swaps(w: FloatArray, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
-    """Improve the host of each rank by pairwise swaps (sizes per host kept). ``w`` symmetric bytes."""
+def host_swaps(t: FloatArray, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
+    """Improve the host of each rank by pairwise swaps (sizes per host kept) under the symmetric
+    bytes w = t + tᵀ (never formed: a 4,096² float64 transpose costs ~0.3 s).
+
+    Greedy, bounded: at most ``max_swaps`` rounds, each scoring every (hot rank, any rank) swap of
+    the ``candidates`` heaviest ranks, O(candidates·R) a round; the affinity table (R × hosts)
+    follows each swap in O(R)."""
     host = host.copy()
-    aff = by_group_columns(w, host)  # (R, hosts): bytes between rank r and host h's ranks (one read)
-    diag = np.diag(w).copy()
-    hot = np.argsort(-w.sum(axis=1))[:candidates]
-    w_hot = w[hot]
+    n_h = int(host.max()) + 1
+    # (R, hosts): bytes between rank r and host h's ranks, both directions (two folds of t)
+    aff = by_group_columns(t, host) + by_group_rows(t, host, n_h).T
+    diag = 2 * np.diag(t)
+    hot = np.argsort(-(t.sum(axis=1) + t.sum(axis=0)))[:candidates]
+    w_hot = t[hot] + t[:, hot].T
     tiny = 1e-9 * max(1.0, float(w_hot.sum()))
     for _ in range(max_swaps):
         own = aff[np.arange(len(host)), host] - diag
@@ -52,69 +59,115 @@ def host_swaps(w: FloatArray, host: IntArray, max_swaps: int = 64, candidates: i
             break
         a, b = int(hot[i]), j
         ha, hb = int(host[a]), int(host[b])
-        delta = w[:, b] - w[:, a]  # the affinity table follows the swap: two columns change
+        delta = (t[:, b] + t[b, :]) - (t[:, a] + t[a, :])  # w's two columns: the table follows the swap
         aff[:, ha] += delta
         aff[:, hb] -= delta
         host[a], host[b] = hb, ha
     return host
 
 
-def rail_slots(w: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]], local_of_slot: IntArray,
+def rail_slots(t: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]], local_of_slot: IntArray,
                rounds: int = 3) -> IntArray:
     """GPU (slot) of every rank: per host, a linear assignment maximising same-local-index bytes
-    to other hosts' ranks, iterated a few rounds. ``slots_of_host[h]`` are h's GPU ids."""
+    (w = t + tᵀ) to other hosts' ranks, iterated a few rounds. ``slots_of_host[h]`` are h's GPU ids.
+
+    Each round: two R²×(local indices) products give every rank's bytes per local index, less
+    its own host's (from the Σ hosts² same-host cells, gathered once); then one small assignment
+    per host."""
     gpu = np.full(len(host), -1, dtype=np.int64)
     for h, slots in slots_of_host.items():  # start: rank order on the host's GPUs
         ranks = np.flatnonzero(host == h)
         gpu[ranks] = slots[: len(ranks)]
     n_local = int(local_of_slot.max()) + 1
+    rows, cols = same_group_pairs(host)
+    own_w = t[rows, cols] + t[cols, rows]
+    groups = [(np.flatnonzero(host == h), np.asarray(ids)) for h, ids in slots_of_host.items()]
+    r = len(host)
     for _ in range(rounds):
         local = local_of_slot[gpu]
-        member = np.zeros((len(host), n_local))
-        member[np.arange(len(host)), local] = 1.0
-        for h, slots in slots_of_host.items():
-            ranks = np.flatnonzero(host == h)
-            others = host != h
-            # bytes of each of h's ranks to other hosts' ranks at each local index
-            score = w[np.ix_(ranks, np.flatnonzero(others))] @ member[others]
-            cost = -score[:, local_of_slot[slots]]
-            r_i, s_i = linear_sum_assignment(cost)
-            gpu[ranks[r_i]] = np.asarray(slots)[s_i]
+        member = np.zeros((r, n_local))
+        member[np.arange(r), local] = 1.0
+        own = np.bincount(rows * n_local + local[cols], weights=own_w, minlength=r * n_local)
+        # (R, local index): bytes of each rank to other hosts' ranks there
+        score = t @ member + (member.T @ t).T - own.reshape(r, n_local)
+        for ranks, slot_ids in groups:
+            r_i, s_i = linear_sum_assignment(-score[ranks][:, local_of_slot[slot_ids]])
+            gpu[ranks[r_i]] = slot_ids[s_i]
     return gpu
+
+
+def same_group_pairs(group: IntArray) -> tuple[IntArray, IntArray]:
+    """Every (i, j) with group[i] == group[j] (i == j included): Σ sizes² pairs, sorted by group."""
+    order = np.argsort(group, kind="stable")
+    sorted_ = group[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_[1:] != sorted_[:-1]])) if len(order) else order
+    sizes = np.diff(np.concatenate([starts, [len(order)]]))
+    size_of = np.repeat(sizes, sizes)  # per sorted position: its group's size
+    start_of = np.repeat(starts, sizes)
+    rows = np.repeat(order, size_of)
+    first = np.repeat(np.cumsum(size_of) - size_of, size_of)  # where each row's run begins
+    cols = order[np.repeat(start_of, size_of) + np.arange(len(rows)) - first]
+    return rows, cols
+
+
+def same_group_bytes(t: FloatArray, group: IntArray) -> float:
+    """Σ t[i, j] over pairs in the same group: the diagonal blocks of equal contiguous groups, the
+    gathered pairs when they are few, else a product with the groups' membership."""
+    r = len(group)
+    if not r:
+        return 0.0
+    n = int(group.max()) + 1
+    g = r // n
+    if g * n == r and np.array_equal(group, np.repeat(np.arange(n), g)):
+        idx = np.arange(n)
+        return float(t.reshape(n, g, n, g)[idx, :, idx, :].sum())
+    sizes = np.bincount(group).astype(np.int64)
+    if int((sizes**2).sum()) <= r * r // 4:
+        rows, cols = same_group_pairs(group)
+        return float(t[rows, cols].sum())
+    member = np.zeros((r, n))
+    member[np.arange(r), group] = 1.0
+    return float((t @ member)[np.arange(r), group].sum())
 
 
 ProjectorFactory = Callable[[FabricLayout, RankPlacement, Routing], Projector]
 
 
-def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray, routing: Routing,
-            projector: ProjectorFactory = Projector) -> dict[str, Any]:
-    """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes."""
+def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[FloatArray], routing: Routing, *,
+            projector: ProjectorFactory = Projector, total: FloatArray | None = None) -> dict[str, Any]:
+    """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes.
+    ``stack``: the per-(layer, phase) matrices (an array or a list); ``total`` their sum, if known.
+
+    Cost (R ranks, H hosts, L local indices): host swaps ≤ 64 rounds over 64 candidates, O(64·64·R);
+    rail slots 3 rounds of one R²·L product and H assignments of L×L; two projections (the
+    suggestion's only when it moves fewer bytes)."""
     g0 = placement.gpu_of_rank
     if (g0 < 0).any():
         return {"error": "the rank map does not place every rank; no suggestion"}
-    total = stack.sum(axis=0)
-    w = total + total.T
+    if total is None:
+        total = sum_of(stack)
+
     host0 = layout.gpu_host[g0]
     hosts = sorted(set(host0.tolist()))
     slots_of_host = {h: sorted(int(g) for g in g0[host0 == h]) for h in hosts}
-    host1 = host_swaps(w, host0)
-    gpu1 = rail_slots(w, host1, slots_of_host, layout.gpu_local)
+    host1 = host_swaps(total, host0)
+    gpu1 = rail_slots(total, host1, slots_of_host, layout.gpu_local)
     suggested = RankPlacement(gpu1)
     all_bytes = float(total.sum())
-    ar = np.arange(len(g0))
 
     def bytes_of(p: RankPlacement) -> dict[str, float]:
-        """Bytes between hosts, and between hosts on different rails (one read of T each key)."""
+        """Bytes between hosts, and between hosts on different rails (their same-group cells)."""
         h, r = layout.gpu_host[p.gpu_of_rank], layout.gpu_rail[p.gpu_of_rank]
-        same_host = float(by_group_columns(total, h)[ar, h].sum())
-        same_rail = float(by_group_columns(total, r)[ar, r].sum())
+        same_host = same_group_bytes(total, h)
+        same_rail = same_group_bytes(total, r)
         _, hr = np.unique(h * (int(r.max()) + 1) + r, return_inverse=True)  # (host, rail) as one key
-        both = float(by_group_columns(total, hr.astype(np.int64))[ar, hr].sum())
+        both = same_group_bytes(total, hr.reshape(-1).astype(np.int64))
         return {"network_bytes": all_bytes - same_host,
                 "cross_rail_bytes": all_bytes - same_host - same_rail + both}
 
     def ports_of(p: RankPlacement) -> dict[str, float]:
-        loads = projector(layout, p, routing).project(stack).load_bytes
+        proj = projector(layout, p, routing)
+        loads = np.stack([proj.project(m).load_bytes for m in stack])  # one phase at a time: no stacked copy
         up = ~layout.index.host_facing
         return {"peak_port_bytes": float(loads.max()), "uplink_bytes": float(loads[:, up].sum())}
 
@@ -134,6 +187,16 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: FloatArray, r
             "suggest": bool(better and moved),
             "gpu_of_rank": gpu1.tolist() if better and moved else None,
             "hosts": [layout.host_names[h] for h in hosts]}
+
+
+def sum_of(mats: Sequence[FloatArray]) -> FloatArray:
+    """Σ of the matrices in order, into one new array (no stacked copy of a list)."""
+    if len(mats) == 1:
+        return np.array(mats[0], dtype=np.float64, copy=True)
+    out = np.add(mats[0], mats[1], dtype=np.float64)
+    for m in mats[2:]:
+        out += m
+    return out
 
 
 def node_choice(layout: FabricLayout, placement: RankPlacement, total: FloatArray) -> dict[str, Any]:
@@ -162,9 +225,8 @@ def node_choice(layout: FabricLayout, placement: RankPlacement, total: FloatArra
             break
         need.append(s)
         room += int(capacity[s])
-    ar = np.arange(len(g))
     _, dense = np.unique(su, return_inverse=True)
-    same_su = float(by_group_columns(total, dense.astype(np.int64))[ar, dense].sum()) if len(g) else 0.0
+    same_su = same_group_bytes(total, dense.reshape(-1).astype(np.int64)) if len(g) else 0.0
     all_bytes = float(total.sum())
     return {"scalable_units": len(keys), "run_hosts": len(run_hosts),
             "run_spans_sus": int((held > 0).sum()), "fewest_sus": len(need),

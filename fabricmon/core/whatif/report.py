@@ -30,6 +30,7 @@ from fabricmon.core.phases.routing import Routing
 from fabricmon.core.whatif import locality as loc
 from fabricmon.core.whatif import ocs
 from fabricmon.core.whatif.collectives import collectives_figure_values
+from fabricmon.core.whatif.matrix_pass import Accumulator
 from fabricmon.core.whatif.placement import node_choice, suggest
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
 from fabricmon.core.whatif.terrace import Calibration
@@ -57,97 +58,6 @@ class Params:
     row_bytes: int | None = None  # H × bytes per element, when declared (else the cells' gcd)
 
 
-@dataclass
-class Accumulator:
-    """Reductions of a run's matrices as they are read (see the module doc)."""
-
-    server_of_rank: IntArray
-    n_servers: int
-    rank_steps: set[int] | None = None  # steps whose rank×rank matrices are summed (None: all)
-    keys: list[Key] = field(default_factory=list)
-    server: list[FloatArray] = field(default_factory=list)  # (N, N) per key
-    sums: dict[tuple[int, str], FloatArray] = field(default_factory=dict)  # (layer, phase) → Σ T
-    sums_recv: dict[tuple[int, str], FloatArray] = field(default_factory=dict)
-    steps_of: dict[tuple[int, str], int] = field(default_factory=dict)
-    event_bytes: dict[tuple[int, str], float] = field(default_factory=dict)
-    start_s: list[float] = field(default_factory=list)
-    end_s: list[float] = field(default_factory=list)
-    busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
-    _means: dict[tuple[int, str], FloatArray] = field(default_factory=dict, repr=False)
-    _means_at: dict[tuple[int, str], int] = field(default_factory=dict, repr=False)
-
-    def add(self, key: Key, sent: FloatArray, received: FloatArray | None = None, *,
-            event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
-        layer, phase = key[1], key[2]
-        r = len(self.server_of_rank)
-        sent = sent[:r, :r]
-        self.keys.append(key)
-        server, busiest = _server_and_busiest(sent, self.server_of_rank, self.n_servers)
-        self.server.append(server)
-        self.busiest_cross.append(busiest)
-        self.start_s.append(start_s)
-        self.end_s.append(end_s)
-        if self.rank_steps is not None and key[0] not in self.rank_steps:
-            return
-        lp = (layer, phase)
-        if lp not in self.sums:
-            self.sums[lp] = np.zeros((r, r))
-            self.steps_of[lp] = 0
-            self.event_bytes[lp] = 0.0
-        if received is not None:  # what receivers reported (kept only when it was reported)
-            if lp not in self.sums_recv:  # earlier steps without it count as received = sent
-                self.sums_recv[lp] = self.sums[lp].copy()
-            np.add(self.sums_recv[lp], received[:r, :r], out=self.sums_recv[lp], casting="unsafe")
-        elif lp in self.sums_recv:
-            np.add(self.sums_recv[lp], sent, out=self.sums_recv[lp], casting="unsafe")
-        np.add(self.sums[lp], sent, out=self.sums[lp], casting="unsafe")
-        self.steps_of[lp] += 1
-        self.event_bytes[lp] += event_bytes
-
-    def mean(self, lp: tuple[int, str]) -> FloatArray:
-        """Σ T / steps of one (layer, phase), computed once (R×R: 134 MB at 4,096 ranks)."""
-        hit = self._means.get(lp)
-        if hit is None or self._means_at.get(lp) != self.steps_of[lp]:
-            hit = self._means[lp] = self.sums[lp] / max(1, self.steps_of[lp])
-            self._means_at[lp] = self.steps_of[lp]
-        return hit
-
-
-def _server_and_busiest(t: FloatArray, server_of_rank: IntArray, n: int) -> tuple[FloatArray, float]:
-    """S of one matrix and the busiest rank's bytes to or from other servers. Contiguous equal
-    hosts (the rail-optimized order): one BLAS pass folding each server's senders, one for the
-    row sums, and the diagonal blocks (about 8 ms at 4,096 ranks); else membership products."""
-    r = len(server_of_rank)
-    g = r // n if n else 0
-    ar = np.arange(r)
-    own = np.maximum(server_of_rank, 0)
-    if g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)):
-        t32 = np.asarray(t, dtype=np.float32)
-        from_server = (np.ones(g, dtype=np.float32) @ t32.reshape(n, g, r)).astype(np.float64)  # (N, R)
-        s = from_server.reshape(n, n, g).sum(axis=2)
-        row = (t32 @ np.ones(r, dtype=np.float32)).astype(np.float64)
-        idx = np.arange(n)
-        own_out = t32.reshape(n, g, n, g)[idx, :, idx, :].sum(axis=2, dtype=np.float64).ravel()
-    else:
-        member = np.zeros((r, n))
-        ok = server_of_rank >= 0
-        member[np.flatnonzero(ok), server_of_rank[ok]] = 1.0
-        tt = np.asarray(t, dtype=np.float64)
-        to_server, from_server = tt @ member, member.T @ tt
-        s = member.T @ to_server
-        row = to_server.sum(axis=1)
-        own_out = to_server[ar, own]
-    out_cross = row - own_out
-    in_cross = from_server.sum(axis=0) - from_server[own, ar]
-    s = np.array(s, dtype=np.float64)
-    np.fill_diagonal(s, 0.0)
-    return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
-
-
-def _server(t: FloatArray, server_of_rank: IntArray, n: int) -> FloatArray:
-    return _server_and_busiest(t, server_of_rank, n)[0]
-
-
 def _durations(acc: Accumulator) -> FloatArray:
     out: FloatArray = np.asarray(acc.end_s) - np.asarray(acc.start_s)
     return out
@@ -171,7 +81,7 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
         dur = d[mine]
         median = float(np.median(dur)) if len(dur) and np.isfinite(dur).all() else math.nan
         recv = acc.sums_recv.get((layer, phase))
-        layers.append(LayerDispatch(layer, total / n, None if recv is None else recv / n,
+        layers.append(LayerDispatch(layer, acc.mean((layer, phase)), None if recv is None else recv / n,
                                     acc.event_bytes[(layer, phase)] / n, median,
                                     busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
                                     step_durations_s=dur,
@@ -182,11 +92,10 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
 
 def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
     per_layer: dict[int, float] = {}
-    for (layer, phase) in acc.sums:
+    for (layer, phase) in acc.sums:  # S of the window's sums: the sum of its steps' S
         if phase == DISPATCH and (layer, COMBINE) in acc.sums:
-            a = _server(acc.sums[(layer, DISPATCH)], acc.server_of_rank, acc.n_servers)
-            b = _server(acc.sums[(layer, COMBINE)], acc.server_of_rank, acc.n_servers)
-            per_layer[layer] = loc.symmetry(a, b)
+            sums = acc.server_sums
+            per_layer[layer] = loc.symmetry(sums[(layer, DISPATCH)], sums[(layer, COMBINE)])
     worst = max(per_layer.values()) if per_layer else math.nan
     return worst, per_layer
 
@@ -194,10 +103,11 @@ def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
 def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) -> Figure:
     """mFabric's locality metrics and a regional OCS domain against the run's fabric."""
     n = acc.n_servers
+    stack_all = acc.server_stack()
     ep = [i for i, k in enumerate(acc.keys) if k[2] in (DISPATCH, COMBINE)]
     w = np.zeros((n, n))
-    for i in ep:  # summed in place: no (K, N, N) copy
-        w += acc.server[i]
+    for i in ep:  # summed in place, in key order: no (K, N, N) copy
+        w += stack_all[i]
     k_max = ocs.port_budget(params.alpha)
     k = min(n, params.region_servers or k_max)
     regions = loc.greedy_regions(w, k) if n > 1 else np.zeros(n, dtype=np.int64)
@@ -206,12 +116,11 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     steps = sorted({key[0] for key in acc.keys})
     layers = sorted({key[1] for key in acc.keys if key[2] == DISPATCH})
     by_key = {key: i for i, key in enumerate(acc.keys)}
-    grid = _Grid(acc.server, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
+    grid = _Grid(stack_all, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
                                        for s in steps], dtype=np.int64).reshape(len(steps), -1), n)
     circuits_k = params.alpha * max(1, min(k, n)) // 2
     link_bytes_s = link_gbs * 1e9
     # phase times with per-phase circuits (reconfigured) and with one static topology from W
-    stack_all = np.stack(acc.server) if acc.server else np.zeros((0, n, n))
     dyn = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s)
     static = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s, fixed=w)
     t_mix, t_ft = float(dyn["mix_s"].sum()), float(dyn["fat_tree_s"].sum())
@@ -272,7 +181,7 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
 class _Grid:
     """(steps, layers) of server matrices without copying them: ``grid[i, j]`` (zeros if missing)."""
 
-    def __init__(self, mats: list[FloatArray], index: IntArray, n: int) -> None:
+    def __init__(self, mats: FloatArray, index: IntArray, n: int) -> None:
         self.mats, self.index, self.zero = mats, index, np.zeros((n, n))
         self.shape = (*index.shape, n, n)
 
@@ -329,20 +238,18 @@ def _projectors(layout: FabricLayout, placement: RankPlacement, seeds: int = 3) 
 def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, measured: FloatArray | None,
             port_names: list[str], coverage: Gate) -> Figure:
     lps = sorted(acc.sums)
-    stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
-    loads = {name: p.project(stack).load_bytes for name, p in _projectors(layout, placement).items()}
+    means = [acc.mean(lp) for lp in lps]
+    loads = {name: _loads(p, means, layout) for name, p in _projectors(layout, placement).items()}
     cols = [(-1, layer, phase) for layer, phase in lps]
     uplink = ~layout.index.host_facing
     out = compare(loads, measured, cols, port_names, uplink)
     # ECMP expectation: the busiest leaf's cross-leaf NIC pairs hashed onto its uplinks
     g = placement.gpu_of_rank
     leaf = layout.nic_leaf[np.maximum(g, 0)]
-    total = stack.sum(axis=0) if len(stack) else np.zeros((0, 0))
-    cross = (leaf[:, None] != leaf[None, :]) & (total > 0)
     n_leaves = len(layout.leaf_names)
-    flows: Any = np.bincount(leaf[np.nonzero(cross)[0]], minlength=n_leaves) if cross.any() else []
+    flows = _cross_leaf_flows(acc.mean_total(), leaf, n_leaves) if means else None
     per_leaf: Any = np.bincount(layout.link[:, 0], minlength=n_leaves) if len(layout.link) else []
-    if len(flows) and len(per_leaf):
+    if flows is not None and flows.any() and len(per_leaf):
         busiest = int(np.argmax(flows))
         out["ecmp_expectation"] = {"leaf": layout.leaf_names[busiest],
                                    **ecmp_expectation(int(flows[busiest]), int(per_leaf[busiest]))}
@@ -358,6 +265,24 @@ def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *,
                                "the collision risk); spraying splits every flow evenly over usable uplinks",
                                "measured: the phase view's attributed per-port bytes, folded the same way"),
                   gates=gates, values=out)
+
+
+def _loads(proj: Projector, mats: list[FloatArray], layout: FabricLayout) -> FloatArray:
+    """(phases, ports) busier-direction bytes, one phase at a time (no stacked R×R copy)."""
+    if not mats:
+        return np.zeros((0, len(layout.index)))
+    return np.stack([proj.project(m).load_bytes for m in mats])
+
+
+def _cross_leaf_flows(total: FloatArray, leaf: IntArray, n_leaves: int) -> IntArray:
+    """Per source leaf: how many rank pairs on different leaves carry bytes (row blocks, so the
+    R×R comparison is never materialised)."""
+    out = np.zeros(n_leaves, dtype=np.int64)
+    step = 256
+    for i in range(0, len(total), step):
+        busy = (total[i:i + step] > 0) & (leaf[i:i + step, None] != leaf[None, :])
+        out += np.bincount(leaf[i:i + step], weights=busy.sum(axis=1), minlength=n_leaves).astype(np.int64)
+    return out
 
 
 def _flag_only(g: Gate) -> Gate:
@@ -391,12 +316,12 @@ def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement
 
 def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, routing_: Routing,
                      coverage: Gate) -> Figure:
-    lps = sorted(acc.sums)
-    stack = np.stack([acc.mean(lp) for lp in lps]) if lps else np.zeros((0, 0, 0))
-    values: dict[str, Any] = (suggest(layout, placement, stack, routing_, projector=_projector) if len(stack)
-                              else {"error": "no matrices"})
-    if len(stack):
-        values["node_choice"] = node_choice(layout, placement, stack.sum(axis=0))
+    means = [acc.mean(lp) for lp in sorted(acc.sums)]
+    total = acc.mean_total() if means else None
+    values: dict[str, Any] = (suggest(layout, placement, means, routing_, projector=_projector, total=total)
+                              if means else {"error": "no matrices"})
+    if total is not None:
+        values["node_choice"] = node_choice(layout, placement, total)
     return Figure("placement", "Placement suggestion",
                   assumptions=("only the run's own GPUs; ranks swapped between hosts (heaviest receivers "
                                "first), then permuted over local GPU indices (rails)",

@@ -33,9 +33,8 @@ def expected_max_flows(k: int, n: int, trials: int = 4000, seed: int = 0) -> flo
         return 0.0
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, n, size=(trials, k))
-    counts = np.zeros((trials, n), dtype=np.int64)
-    np.add.at(counts, (np.repeat(np.arange(trials), k), picks.ravel()), 1)
-    return float(counts.max(axis=1).mean())
+    counts = np.bincount((np.arange(trials)[:, None] * n + picks).ravel(), minlength=trials * n)
+    return float(counts.reshape(trials, n).max(axis=1).mean())
 
 
 def ecmp_expectation(k: int, n: int) -> dict[str, float]:

@@ -1,0 +1,317 @@
+"""The What-if's one pass over a run's matrices: each (step, layer, phase) matrix is read once and
+reduced to what the figures need, nothing rank×rank kept per step.
+
+    for each matrix T (dense, any numeric dtype, or its stored non-zero cells):
+        server matrix S = MᵀTM, diagonal 0            → locality, drift, top-K, OCS phase times
+        the busiest rank's cross-server bytes          → the per-step flat-time prediction
+        window steps: Σ T per (layer, phase), Σ S too  → hierarchy, collectives, routing, placement
+
+Cost, and why it is shaped so (R ranks, N servers; ``bench/whatif.py`` at R = 4,096):
+
+* A dense matrix is read in row blocks of about 512 KB: each block, converted to float32 once,
+  gives its servers' sender fold (S and the column sums) and its rows' sums while it is in cache,
+  so the matrix crosses memory once instead of twice (6 ms a 64 MB matrix against 4 ms for a bare
+  ``np.sum``). Window steps add the block into the float64 sum in the same visit; only the server
+  blocks that carry bytes are added when the matrix is non-negative (an MoE job's EP groups).
+* Stored sparse cells (the jobs store keeps a matrix as (index, value) pairs when that is smaller)
+  are reduced with ``bincount`` and added at their indices: the cost follows the non-zeros.
+* Other rank orders (hosts not contiguous or unequal) use membership products, as before.
+
+Precision: S and the row/column sums of a dense matrix are float32 folds (8 terms) and float32 row
+sums, as they were before this module; sparse cells are summed in float64. Window sums are
+float64 (exact for integer bytes below 2^53).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.whatif.placement import sum_of
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Key = tuple[int, int, str]
+LayerPhase = tuple[int, str]
+
+BLOCK_BYTES = 512 * 1024  # float32 rows per visit: L2-sized (measured best at R = 4,096: 32 rows)
+
+
+@dataclass(frozen=True)
+class SparseCells:
+    """A stored n×n matrix as its non-zero cells: row-major flat ``index`` (unique) and ``values``."""
+
+    n: int
+    index: npt.NDArray[Any]
+    values: npt.NDArray[Any]
+
+    def within(self, r: int) -> SparseCells:
+        """The cells of the top-left r×r corner, indexed in an r×r matrix."""
+        if r == self.n:
+            return self
+        idx = self.index.astype(np.int64)
+        rows, cols = idx // self.n, idx % self.n
+        keep = (rows < r) & (cols < r)
+        return SparseCells(r, rows[keep] * r + cols[keep], self.values[keep])
+
+    def dense(self) -> npt.NDArray[Any]:
+        out = np.zeros(self.n * self.n, dtype=self.values.dtype)
+        out[self.index] = self.values
+        return out.reshape(self.n, self.n)
+
+
+Matrix = npt.NDArray[Any] | SparseCells
+
+
+@dataclass(frozen=True)
+class _Hosts:
+    """Where ranks sit, in the forms the kernels use."""
+
+    server: IntArray  # (R,) server of each rank, -1 unplaced
+    n: int
+    per: int  # ranks per server when hosts are contiguous and equal (rank order), else 0
+
+    @classmethod
+    def of(cls, server_of_rank: IntArray, n: int) -> _Hosts:
+        r = len(server_of_rank)
+        g = r // n if n else 0
+        equal = bool(g and g * n == r and np.array_equal(server_of_rank, np.repeat(np.arange(n), g)))
+        return cls(np.asarray(server_of_rank, dtype=np.int64), n, g if equal else 0)
+
+
+def server_and_busiest(t: Matrix, server_of_rank: IntArray, n: int) -> tuple[FloatArray, float]:
+    """S of one matrix (diagonal 0) and the busiest rank's bytes to or from other servers."""
+    return _reduce(t, _Hosts.of(server_of_rank, n), None)
+
+
+def _reduce(t: Matrix, hosts: _Hosts, into: FloatArray | None) -> tuple[FloatArray, float]:
+    """S and the busiest cross bytes; ``into`` (R×R float64), when given, gets ``t`` added."""
+    if isinstance(t, SparseCells):
+        return _reduce_sparse(t, hosts, into)
+    if hosts.per and t.flags.c_contiguous:
+        return _reduce_blocks(t, hosts, into)
+    if into is not None:
+        np.add(into, t, out=into, casting="unsafe")
+    return _reduce_member(t, hosts)
+
+
+def _reduce_blocks(t: npt.NDArray[Any], hosts: _Hosts, into: FloatArray | None) -> tuple[FloatArray, float]:
+    """Contiguous equal hosts: one visit per row block of whole servers (see the module doc)."""
+    r, n, g = len(hosts.server), hosts.n, hosts.per
+    per_block = max(1, BLOCK_BYTES // (4 * r * g))  # servers per block
+    rows_per = per_block * g
+    from_server = np.empty((n, r), dtype=np.float32)  # each server's senders folded
+    row = np.empty(r, dtype=np.float32)
+    own_out = np.empty((n, g))
+    ones_g, ones_r = np.ones(g, dtype=np.float32), np.ones(r, dtype=np.float32)
+    convert = t.dtype != np.float32
+    scratch = np.empty((rows_per, r), dtype=np.float32) if convert else None
+    may_skip = into is not None and (t.dtype.kind in "ui" or t.dtype == np.float32)
+    for h0 in range(0, n, per_block):
+        h1 = min(n, h0 + per_block)
+        a, b = h0 * g, h1 * g
+        blk = t[a:b]
+        if scratch is not None:
+            b32 = scratch[: b - a]
+            np.copyto(b32, blk, casting="unsafe")
+        else:
+            b32 = blk
+        np.matmul(ones_g, b32.reshape(h1 - h0, g, r), out=from_server[h0:h1])
+        np.matmul(b32, ones_r, out=row[a:b])
+        k = np.arange(h1 - h0)
+        own_out[h0:h1] = b32.reshape(h1 - h0, g, n, g)[k, :, h0 + k, :].sum(axis=2, dtype=np.float64)
+        if into is not None:
+            skip = may_skip and (t.dtype.kind == "u" or bool(b32.min() >= 0))
+            _add_block(into[a:b], blk, from_server[h0:h1], g, skip)
+    fs = from_server.astype(np.float64)
+    s = fs.reshape(n, n, g).sum(axis=2)
+    np.fill_diagonal(s, 0.0)
+    ar = np.arange(r)
+    out_cross = row.astype(np.float64) - own_out.ravel()
+    in_cross = fs.sum(axis=0) - fs[hosts.server, ar]
+    return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
+
+
+def _add_block(into: FloatArray, blk: npt.NDArray[Any], folded: npt.NDArray[np.float32], g: int,
+               skip_zero: bool) -> None:
+    """into += blk; when blk ≥ 0 (and exactly representable in float32's zero test: integers or
+    float32), only over the runs of receiver servers whose folded bytes are non-zero (a zero fold
+    of non-negative cells means every cell below it is zero)."""
+    if not skip_zero:
+        np.add(into, blk, out=into, casting="unsafe")
+        return
+    busy = folded.reshape(len(folded), -1, g).any(axis=(0, 2))  # receiver servers with bytes
+    if busy.all():
+        np.add(into, blk, out=into, casting="unsafe")
+        return
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], busy.astype(np.int8), [0]])))
+    for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        sl = slice(lo * g, hi * g)
+        np.add(into[:, sl], blk[:, sl], out=into[:, sl], casting="unsafe")
+
+
+def _reduce_member(t: npt.NDArray[Any], hosts: _Hosts) -> tuple[FloatArray, float]:
+    """Any rank order: membership products (float64)."""
+    r, n = len(hosts.server), hosts.n
+    member = np.zeros((r, n))
+    ok = hosts.server >= 0
+    member[np.flatnonzero(ok), hosts.server[ok]] = 1.0
+    tt = np.asarray(t, dtype=np.float64)
+    to_server, from_server = tt @ member, member.T @ tt
+    s = member.T @ to_server
+    own = np.maximum(hosts.server, 0)
+    ar = np.arange(r)
+    out_cross = to_server.sum(axis=1) - to_server[ar, own]
+    in_cross = from_server.sum(axis=0) - from_server[own, ar]
+    s = np.array(s, dtype=np.float64)
+    np.fill_diagonal(s, 0.0)
+    return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
+
+
+def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None) -> tuple[FloatArray, float]:
+    """Stored non-zero cells: bincounts over the cells (the same sums as the membership products:
+    only placed ranks count as a server's; an unplaced rank's "own" server is server 0)."""
+    r, n = c.n, hosts.n
+    idx = c.index.astype(np.int64)
+    src, dst = np.divmod(idx, r)
+    v = c.values.astype(np.float64)
+    if into is not None:
+        into.reshape(-1)[idx] += v  # unique indices: a plain fancy add is exact
+    srv = hosts.server
+    s_src, s_dst = srv[src], srv[dst]
+    if hosts.per:  # every rank placed: one cross-server weight serves both directions
+        folded = np.bincount(s_src * n + s_dst, weights=v, minlength=n * n)
+        s = np.asarray(folded, dtype=np.float64).reshape(n, n)
+        np.fill_diagonal(s, 0.0)
+        cross = np.where(s_src != s_dst, v, 0.0)
+        out_c, in_c = np.bincount(src, cross, minlength=r), np.bincount(dst, cross, minlength=r)
+        return s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))
+    placed = (s_src >= 0) & (s_dst >= 0)
+    s = np.asarray(np.bincount(s_src[placed] * n + s_dst[placed], weights=v[placed], minlength=n * n),
+                   dtype=np.float64).reshape(n, n)
+    np.fill_diagonal(s, 0.0)
+    own = np.maximum(srv, 0)
+    own_out = (srv[dst] >= 0) & (srv[dst] == own[src])
+    own_in = (srv[src] >= 0) & (srv[src] == own[dst])
+    out_cross = np.bincount(src, weights=np.where(own_out, 0.0, v), minlength=r)
+    in_cross = np.bincount(dst, weights=np.where(own_in | (srv[src] < 0), 0.0, v), minlength=r)
+    return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
+
+
+@dataclass
+class Accumulator:
+    """Reductions of a run's matrices as they are read (see the module doc)."""
+
+    server_of_rank: IntArray
+    n_servers: int
+    rank_steps: set[int] | None = None  # steps whose rank×rank matrices are summed (None: all)
+    keys: list[Key] = field(default_factory=list)
+    sums: dict[LayerPhase, FloatArray] = field(default_factory=dict)  # (layer, phase) → Σ T
+    sums_recv: dict[LayerPhase, FloatArray] = field(default_factory=dict)
+    server_sums: dict[LayerPhase, FloatArray] = field(default_factory=dict)  # Σ S over the same steps
+    steps_of: dict[LayerPhase, int] = field(default_factory=dict)
+    event_bytes: dict[LayerPhase, float] = field(default_factory=dict)
+    start_s: list[float] = field(default_factory=list)
+    end_s: list[float] = field(default_factory=list)
+    busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
+    expected_keys: int = 0  # how many matrices will come (the stack is allocated once when known)
+    _stack: FloatArray | None = field(default=None, repr=False)  # (capacity, N, N) server matrices
+    _hosts: _Hosts | None = field(default=None, repr=False)
+    _means: dict[LayerPhase, FloatArray] = field(default_factory=dict, repr=False)
+    _means_at: dict[LayerPhase, int] = field(default_factory=dict, repr=False)
+    _total: tuple[tuple[int, ...], FloatArray] | None = field(default=None, repr=False)
+
+    @property
+    def server(self) -> list[FloatArray]:
+        """The per-key server matrices (views into one stack)."""
+        st = self.server_stack()
+        return [st[i] for i in range(len(st))]
+
+    def server_stack(self) -> FloatArray:
+        """(keys, N, N): every key's server matrix, without a copy."""
+        n = self.n_servers
+        if self._stack is None:
+            return np.zeros((0, n, n))
+        return self._stack[: len(self.keys)]
+
+    def _slot(self) -> FloatArray:
+        """The next server matrix's row of the stack (grown by doubling)."""
+        n, k = self.n_servers, len(self.keys)
+        if self._stack is None or k >= len(self._stack):
+            grown = np.empty((max(8, 2 * k, self.expected_keys), n, n))
+            if self._stack is not None:
+                grown[:k] = self._stack[:k]
+            self._stack = grown
+        slot: FloatArray = self._stack[k]
+        return slot
+
+    def add(self, key: Key, sent: Matrix, received: Matrix | None = None, *,
+            event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
+        """Fold one matrix in (``received`` None: the receivers reported nothing apart from it)."""
+        layer, phase = key[1], key[2]
+        r = len(self.server_of_rank)
+        if self._hosts is None:
+            self._hosts = _Hosts.of(self.server_of_rank, self.n_servers)
+        sent, received = _corner(sent, r), None if received is None else _corner(received, r)
+        in_window = self.rank_steps is None or key[0] in self.rank_steps
+        lp = (layer, phase)
+        into = None
+        if in_window:
+            if lp not in self.sums:
+                self.sums[lp] = np.zeros((r, r))
+                self.server_sums[lp] = np.zeros((self.n_servers, self.n_servers))
+                self.steps_of[lp] = 0
+                self.event_bytes[lp] = 0.0
+            if received is not None and lp not in self.sums_recv:
+                # earlier steps without it count as received = sent
+                self.sums_recv[lp] = self.sums[lp].copy()
+            into = self.sums[lp]
+        slot = self._slot()
+        s, busiest = _reduce(sent, self._hosts, into)
+        slot[...] = s
+        self.keys.append(key)
+        self.busiest_cross.append(busiest)
+        self.start_s.append(start_s)
+        self.end_s.append(end_s)
+        if not in_window:
+            return
+        if lp in self.sums_recv:
+            _add_into(self.sums_recv[lp], sent if received is None else received)
+        self.server_sums[lp] += s
+        self.steps_of[lp] += 1
+        self.event_bytes[lp] += event_bytes
+
+    def mean(self, lp: LayerPhase) -> FloatArray:
+        """Σ T / steps of one (layer, phase), computed once (R×R: 134 MB at 4,096 ranks)."""
+        hit: FloatArray | None = self._means.get(lp)
+        if hit is None or self._means_at.get(lp) != self.steps_of[lp]:
+            hit = np.divide(self.sums[lp], max(1, self.steps_of[lp]))
+            self._means[lp] = hit
+            self._means_at[lp] = self.steps_of[lp]
+        return hit
+
+
+    def mean_total(self) -> FloatArray:
+        """Σ of the per-(layer, phase) means in (layer, phase) order, made once."""
+        lps = sorted(self.sums)
+        at = tuple(self.steps_of[lp] for lp in lps)
+        if self._total is None or self._total[0] != at:
+            self._total = (at, sum_of([self.mean(lp) for lp in lps]))
+        return self._total[1]
+
+
+def _corner(m: Matrix, r: int) -> Matrix:
+    if isinstance(m, SparseCells):
+        return m.within(r)
+    return m[:r, :r] if m.shape != (r, r) else m
+
+
+def _add_into(into: FloatArray, m: Matrix) -> None:
+    if isinstance(m, SparseCells):
+        into.reshape(-1)[m.index.astype(np.int64)] += m.values.astype(np.float64)
+    else:
+        np.add(into, m, out=into, casting="unsafe")

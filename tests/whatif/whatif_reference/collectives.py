@@ -1,0 +1,229 @@
+"""Collective algorithms on the run's placement: step counts, and the bytes each schedule puts on
+every port (the schedule's rank×rank matrix, routed by the phases projector).
+
+    ring (rank order)   one ring i → i+1 carries everything: 2(N−1) steps for all-reduce
+    ring (rail-aligned) NCCL's channels: one ring per local GPU index c, crossing hosts only on
+                        rail c (host h's GPU c → host h+1's GPU c), each carrying S/n_local
+    tree                NCCL's double binary tree over hosts (the second mirrored, so a host is
+                        interior in at most one), each carrying S/2 up (reduce) and down
+                        (broadcast): ≈ 2⌈log2 N⌉ steps
+    direct (all-to-all) every rank to every rank at once: the measured matrix, 1 round of N−1 sends
+    hierarchical        regroup inside the host by destination local index (NVLink), then one
+                        rail-aligned inter-host all-to-all among same-index GPUs: 2 rounds
+
+Step counts (fabric_model.md §2): N = 256 → ring 510, tree 16.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fabricmon.core.phases.projector import Projector
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def ring_steps(n: int, collective: str = "allreduce") -> int:
+    """Latency steps of a ring: 2(N−1) for all-reduce, N−1 for reduce-scatter / all-gather."""
+    return 2 * (n - 1) if collective == "allreduce" else n - 1
+
+
+def tree_steps(n: int, collective: str = "allreduce") -> int:
+    """A binary tree's depth both ways (reduce up, broadcast down): 2⌈log2 N⌉; one way otherwise."""
+    depth = math.ceil(math.log2(n)) if n > 1 else 0
+    return 2 * depth if collective == "allreduce" else depth
+
+
+def alltoall_steps(n: int, n_hosts: int, schedule: str) -> int:
+    """Rounds of an all-to-all: direct is one round of N−1 concurrent sends; hierarchical two."""
+    return 1 if schedule == "direct" else 2
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where each rank sits: host number and GPU index inside the host (-1: not placed)."""
+
+    host: IntArray
+    local: IntArray
+
+    @property
+    def n(self) -> int:
+        return len(self.host)
+
+    def at(self) -> dict[tuple[int, int], int]:
+        return {(int(h), int(c)): r for r, (h, c) in enumerate(zip(self.host, self.local, strict=True))
+                if h >= 0}
+
+    def table(self) -> IntArray:
+        """(host, local index) → rank, -1 where no rank sits."""
+        placed = self.host >= 0
+        t = np.full((int(self.host.max()) + 1, int(self.local.max()) + 1), -1, dtype=np.int64)
+        t[self.host[placed], self.local[placed]] = np.flatnonzero(placed)
+        return t
+
+    def hosts(self) -> list[int]:
+        return sorted({int(h) for h in self.host if h >= 0})
+
+
+def ring_rank_order(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> FloatArray:
+    """One ring in rank order: each rank sends factor·S to the next."""
+    n = ranks.n
+    factor = (2 if collective == "allreduce" else 1) * (n - 1) / n
+    m = np.zeros((n, n))
+    m[np.arange(n), (np.arange(n) + 1) % n] = factor * bytes_per_rank
+    return m
+
+
+def _same_index_edges(ranks: Ranks, pairs: list[tuple[int, int]], c: int) -> tuple[IntArray, IntArray]:
+    """Ranks on GPU index ``c`` of each (host a, host b) pair (host positions), where both exist."""
+    table, hosts = ranks.table(), np.asarray(ranks.hosts(), dtype=np.int64)
+    if not pairs or c >= table.shape[1]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    p = np.asarray(pairs, dtype=np.int64)
+    a, b = table[hosts[p[:, 0]], c], table[hosts[p[:, 1]], c]
+    ok = (a >= 0) & (b >= 0) & (a != b)
+    return a[ok], b[ok]
+
+
+def ring_rail_aligned(ranks: Ranks, bytes_per_rank: float, collective: str = "allreduce") -> FloatArray:
+    """n_local rings, ring c crossing from host h to host h+1 on GPU c (the intra-host part of each
+    ring is NVLink and left out: this is the network matrix)."""
+    n, k = ranks.n, len(ranks.hosts())
+    factor = (2 if collective == "allreduce" else 1) * (n - 1) / n
+    locals_ = sorted({int(c) for c in ranks.local if c >= 0})
+    m = np.zeros((n, n))
+    for c in locals_:
+        a, b = _same_index_edges(ranks, [(i, (i + 1) % k) for i in range(k)], c)
+        np.add.at(m, (a, b), factor * bytes_per_rank / len(locals_))
+    return m
+
+
+def _tree_edges(k: int, mirrored: bool) -> list[tuple[int, int]]:
+    """(child, parent) positions of a binary heap tree over k nodes (mirrored: positions reversed)."""
+    order = list(range(k))[::-1] if mirrored else list(range(k))
+    return [(order[i], order[(i - 1) // 2]) for i in range(1, k)]
+
+
+def double_binary_tree(ranks: Ranks, bytes_per_rank: float) -> FloatArray:
+    """Two trees over hosts, each S/2 each way per edge; tree t uses GPU t mod n_local of each host."""
+    n, k = ranks.n, len(ranks.hosts())
+    locals_ = sorted({int(c) for c in ranks.local if c >= 0})
+    m = np.zeros((n, n))
+    for t in (0, 1):
+        a, b = _same_index_edges(ranks, _tree_edges(k, mirrored=bool(t)), locals_[t % len(locals_)])
+        np.add.at(m, (a, b), bytes_per_rank / 2)  # reduce up
+        np.add.at(m, (b, a), bytes_per_rank / 2)  # broadcast down
+    return m
+
+
+def _by_rows(m: FloatArray, group: IntArray, n_groups: int) -> FloatArray:
+    """(R, R) → (groups, R): column d's bytes summed over the source rows of every group (one
+    reduceat over group-sorted rows)."""
+    out = np.zeros((n_groups, m.shape[1]))
+    order = np.argsort(group, kind="stable")
+    counts = np.bincount(group, minlength=n_groups)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rows = m if np.array_equal(order, np.arange(len(order))) else m[order]
+    present = counts > 0
+    out[present] = np.add.reduceat(rows, starts[present], axis=0, dtype=np.float64)
+    return out
+
+
+def hierarchical_alltoall(ranks: Ranks, traffic: FloatArray) -> tuple[FloatArray, float]:
+    """The inter-host stage of a 2D all-to-all (bytes s→d re-sent from the GPU on s's host with d's
+    local index), and the NVLink bytes of the regrouping stage::
+
+        F[h, d] = Σ_{s on h} T[s, d]   →   m[rank(h, local(d)), d] = F[h, d]   for h ≠ host(d)
+    """
+    table = ranks.table()
+    placed = np.flatnonzero(ranks.host >= 0)
+    t = np.asarray(traffic, dtype=np.float64)
+    host, local = ranks.host, ranks.local
+    sub = t if len(placed) == len(t) else t[np.ix_(placed, placed)]
+    f = _by_rows(sub, host[placed], table.shape[0])  # (hosts, placed)
+    g = _by_rows(sub, local[placed], table.shape[1])  # (locals, placed)
+    m = np.zeros_like(t)
+    dst = placed
+    h = np.arange(table.shape[0])[:, None]
+    proxy = table[h, local[dst][None, :]]  # (hosts, placed): the GPU of host h on d's index
+    ok = (proxy >= 0) & (h != host[dst][None, :])
+    m[proxy[ok], np.broadcast_to(dst[None, :], proxy.shape)[ok]] = f[ok]
+    j = np.arange(len(dst))
+    cross = float(sub.sum() - f[host[dst], j].sum())
+    same_index_cross = float((g[local[dst], j] - t[dst, dst]).sum())
+    return m, cross - same_index_cross
+
+
+def link_loads(projector: Projector, schedules: dict[str, FloatArray], port_names: list[str],
+               top: int = 5) -> dict[str, dict[str, object]]:
+    """Per schedule: ports used, peak and mean port load (bytes, busier direction), the busiest
+    ports by name, and the bytes on spine-facing cables."""
+    out: dict[str, dict[str, object]] = {}
+    up = ~projector.layout.index.host_facing
+    for name, matrix in schedules.items():  # one at a time: each is R×R (134 MB at 4,096 ranks)
+        load = projector.project(matrix).load_bytes
+        used = load > 0
+        order = np.argsort(load)[::-1][:top]
+        out[name] = {
+            "ports_used": int(used.sum()),
+            "peak_bytes": float(load.max()) if len(load) else 0.0,
+            "mean_used_bytes": float(load[used].mean()) if used.any() else 0.0,
+            "uplink_bytes": float(load[up].sum()),
+            "busiest": [{"port": port_names[p], "bytes": float(load[p])} for p in order if load[p] > 0],
+        }
+    return out
+
+
+def ranks_of(projector: Projector) -> Ranks:
+    """Host and local index of every rank of the projector's placement."""
+    g = projector.placement.gpu_of_rank
+    lay = projector.layout
+    placed = g >= 0
+    return Ranks(np.where(placed, lay.gpu_host[np.maximum(g, 0)], -1),
+                 np.where(placed, lay.gpu_local[np.maximum(g, 0)], -1))
+
+
+def collectives_figure_values(projector: Projector, alltoall: FloatArray | None,
+                              measured_bytes: dict[str, float], port_names: list[str]) -> dict[str, object]:
+    """Step counts and per-port loads of every schedule on this placement.
+
+    All-reduce / reduce-scatter / all-gather loads are per byte of the per-rank buffer S (they are
+    linear in S), and in bytes where the run's traces timed that collective (``measured_bytes``).
+    The all-to-all schedules route the run's measured dispatch matrix (per step, mean of layers).
+    """
+    ranks = ranks_of(projector)
+    n, n_hosts = ranks.n, len(ranks.hosts())
+    unit = 1.0
+    schedules = {
+        "allreduce ring (rank order)": ring_rank_order(ranks, unit),
+        "allreduce ring (rail-aligned)": ring_rail_aligned(ranks, unit),
+        "allreduce tree (double binary)": double_binary_tree(ranks, unit),
+        "allgather ring (rail-aligned)": ring_rail_aligned(ranks, unit, "allgather"),
+    }
+    nvlink = 0.0
+    if alltoall is not None:
+        schedules["alltoall direct"] = alltoall
+        schedules["alltoall hierarchical"], nvlink = hierarchical_alltoall(ranks, alltoall)
+    loads = link_loads(projector, schedules, port_names)
+    steps = {
+        "allreduce ring (rank order)": ring_steps(n), "allreduce ring (rail-aligned)": ring_steps(n),
+        "allreduce tree (double binary)": tree_steps(n),
+        "allgather ring (rail-aligned)": ring_steps(n, "allgather"),
+        "alltoall direct": alltoall_steps(n, n_hosts, "direct"),
+        "alltoall hierarchical": alltoall_steps(n, n_hosts, "hierarchical"),
+    }
+    rows = []
+    for name, load in loads.items():
+        kind = name.split()[0]
+        per = "byte" if kind == "alltoall" else "byte of S"
+        scale = measured_bytes.get(kind) if kind != "alltoall" else 1.0
+        rows.append({"schedule": name, "steps": steps[name], "unit": f"bytes per {per}", **load,
+                     "peak_bytes_measured_size": load["peak_bytes"] * scale if scale else None})  # type: ignore[operator]
+    return {"world": n, "hosts": n_hosts, "schedules": rows, "hierarchical_nvlink_bytes": nvlink,
+            "measured_sizes": measured_bytes,
+            "reference_steps_256": {"ring": ring_steps(256), "tree": tree_steps(256)}}

@@ -1,0 +1,161 @@
+"""mFabric / MixNet's locality analysis on a run's own matrices (mfabric_locality.md §4).
+
+    T[s,l,p]   rank×rank bytes of step s, MoE layer l, phase p
+    S = MᵀTM   server×server bytes (diagonal 0: inside a server it is NVLink)
+    D = S + Sᵀ the OCS demand of a pair (a circuit is duplex)
+
+Metrics: locality L(R) of a region partition, per-server k-locality, the curve L*(k) with k95/k99,
+drift between steps and layers, top-K predictability of the circuits' pairs, and the
+phase-symmetry σ that gates all of it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+SYMMETRY_BOUND = 0.05  # σ above this withholds a layer's derived views (§4.1.7)
+
+
+def server_matrix(traffic: FloatArray, server_of_rank: IntArray, n_servers: int | None = None) -> FloatArray:
+    """(…, R, R) rank bytes → (…, N, N) server bytes with the diagonal zeroed."""
+    n = int(n_servers if n_servers is not None else server_of_rank.max() + 1)
+    member = np.zeros((len(server_of_rank), n))
+    ok = server_of_rank >= 0
+    member[np.flatnonzero(ok), server_of_rank[ok]] = 1.0
+    s = member.T @ traffic @ member
+    idx = np.arange(n)
+    s[..., idx, idx] = 0.0
+    return np.asarray(s)
+
+
+def locality(s: FloatArray, region_of_server: IntArray) -> float:
+    """L(R): the share of inter-server bytes that stay inside a region."""
+    total = float(s.sum())
+    if total <= 0:
+        return math.nan
+    same = region_of_server[:, None] == region_of_server[None, :]
+    return float((s * same).sum() / total)
+
+
+def k_locality(s: FloatArray, k: int) -> FloatArray:
+    """ℓ_k(i): the share of server i's outbound bytes that go to its top k−1 partners."""
+    out = s.sum(axis=1)
+    top = -np.sort(-s, axis=1)[:, : max(0, k - 1)].sum(axis=1)
+    share: FloatArray = np.divide(top, out, out=np.full(len(out), np.nan), where=out > 0)
+    return share
+
+
+def greedy_regions(w: FloatArray, k: int) -> IntArray:
+    """Regions of at most ``k`` servers by greedy merging (§4.2), in rounds: every cluster names the
+    cluster it shares most bytes with among those it fits with, and mutual choices merge — the
+    pairwise greedy's choices, many at once (rounds ≈ log k, not one per merge). Merging stops
+    where clusters share no bytes; no Kernighan–Lin refinement."""
+    n = len(w)
+    label = np.arange(n)
+    cw = (w + w.T).astype(np.float64)
+    size = np.ones(n, dtype=np.int64)
+    while len(size) > 1:
+        c = len(size)
+        cand = np.where(size[:, None] + size[None, :] <= k, cw, -1.0)
+        np.fill_diagonal(cand, -1.0)
+        best = np.argmax(cand, axis=1)
+        ok = cand[np.arange(c), best] > 0
+        mutual = ok & (best[best] == np.arange(c)) & (np.arange(c) < best)
+        if not mutual.any():
+            break
+        new = np.arange(c)
+        new[best[mutual]] = np.flatnonzero(mutual)
+        _, new = np.unique(new, return_inverse=True)
+        m = int(new.max()) + 1
+        cw = np.asarray(np.bincount((new[:, None] * m + new[None, :]).ravel(), weights=cw.ravel(),
+                                    minlength=m * m), dtype=np.float64).reshape(m, m)
+        size = np.bincount(new, weights=size, minlength=m).astype(np.int64)
+        label = new[label]
+    return label.astype(np.int64)
+
+
+def locality_curve(w: FloatArray, max_k: int | None = None) -> dict[str, Any]:
+    """L*(k) for k = 1, 2, 4, … (greedy regions), and k95 / k99 (smallest k reaching 0.95 / 0.99)."""
+    n = len(w)
+    ks, vals = [], []
+    k = 1
+    while k <= min(n, max_k or n):
+        ks.append(k)
+        vals.append(locality(w, greedy_regions(w, k)) if k > 1 else 0.0)
+        k *= 2
+    if ks[-1] != n and (max_k is None or n <= max_k):
+        ks.append(n)
+        vals.append(1.0 if w.sum() > 0 else math.nan)
+
+    def first(th: float) -> int | None:
+        return next((kk for kk, v in zip(ks, vals, strict=True) if v >= th), None)
+
+    return {"k": ks, "L": vals, "k95": first(0.95), "k99": first(0.99)}
+
+
+def drift(a: FloatArray, b: FloatArray) -> float:
+    """‖a − b‖₁ / (‖a‖₁ + ‖b‖₁): 0 the same pattern, 1 disjoint."""
+    den = float(np.abs(a).sum() + np.abs(b).sum())
+    return float(np.abs(a - b).sum() / den) if den > 0 else math.nan
+
+
+def top_pairs(d: FloatArray, k: int) -> set[int]:
+    """The k heaviest server pairs (upper triangle, flat index) of a demand matrix."""
+    iu = np.triu_indices(len(d), 1)
+    v = (d + d.T)[iu]
+    k = min(k, len(v))
+    if k <= 0:
+        return set()
+    order = np.argpartition(-v, k - 1)[:k]  # the k largest, in O(pairs)
+    return {int(i) for i in order if v[i] > 0}
+
+
+def hit_rate(predicted: FloatArray, actual: FloatArray, k: int) -> float:
+    want = top_pairs(actual, k)
+    return len(top_pairs(predicted, k) & want) / len(want) if want else math.nan
+
+
+def symmetry(dispatch: FloatArray, combine: FloatArray) -> float:
+    """σ = ‖Ŝ_combine − Ŝ_dispatchᵀ‖₁ with both normalised to their totals (dispatch and combine may
+    carry different element sizes, FP8 vs BF16): 0 when combine retraces dispatch."""
+    sd, sc = float(dispatch.sum()), float(combine.sum())
+    if sd <= 0 or sc <= 0:
+        return math.nan
+    return float(np.abs(combine / sc - dispatch.T / sd).sum())
+
+
+def stability(s: Any, circuits: int) -> dict[str, Any]:
+    """Drift and top-K predictability over (steps, layers) of server matrices: an (S, L, N, N)
+    array or anything with that ``shape`` whose ``s[i, j]`` is one (N, N) matrix."""
+    n_steps, n_layers = s.shape[:2]
+    step_drift = [drift(s[i, j], s[i - 1, j]) for i in range(1, n_steps) for j in range(n_layers)]
+    layer_drift = [drift(s[i, j], s[i, j - 1]) for i in range(n_steps) for j in range(1, n_layers)]
+    prev_step = [hit_rate(s[i - 1, j], s[i, j], circuits) for i in range(1, n_steps) for j in range(n_layers)]
+    prev_layer = [hit_rate(s[i, j - 1], s[i, j], circuits)
+                  for i in range(n_steps) for j in range(1, n_layers)]
+    n = s.shape[-1]
+    pairs = n * (n - 1) // 2
+
+    def mean(x: list[float]) -> float | None:
+        x = [v for v in x if math.isfinite(v)]
+        return float(np.mean(x)) if x else None
+
+    return {"drift_step": mean(step_drift), "drift_layer": mean(layer_drift), "circuits_K": circuits,
+            "hit_rate": {"previous_step": mean(prev_step), "previous_layer": mean(prev_layer),
+                         "uniform": min(1.0, circuits / pairs) if pairs else None}}
+
+
+def intensity(traffic: FloatArray) -> dict[str, float]:
+    """Receiver (expert) intensity r_j = Σ_i T_ij: CV and max/mean."""
+    r = traffic.sum(axis=0)
+    m = float(r.mean())
+    if m <= 0:
+        return {"cv": math.nan, "max_over_mean": math.nan}
+    return {"cv": float(r.std() / m), "max_over_mean": float(r.max() / m)}
