@@ -8,9 +8,12 @@ an incast-family alert whose culprit has no (layer, phase) yet looks again, ever
 ``LATE_S`` after it resolved, because the events of its last seconds may post after that. A
 moving incast looks at every port its episode visited, most recent first.
 
-Cost is bounded: at most ``REFRESH_S`` apart per alert, over at most ``LOOKBACK_S`` of events
-(``jobs.blocks.columns_near`` decodes only the blocks overlapping it), and only for alerts that
-still lack a phase.
+Cost is bounded: at most ``REFRESH_S`` apart per alert, over at most ``LOOKBACK_S`` of its span —
+the newest part the job has reported events for so far (``culprit.culprit_of_port``;
+``jobs.blocks.columns_near`` decodes only the blocks overlapping it, once per run), and only for
+alerts that still lack a phase. The look-back is short on purpose: a 256-GPU job's events carry
+2 × 256 per-peer counts each, so three minutes of a densely reporting job decoded every few seconds
+cost a worker gigabytes (the soak's worker grew to 3.2 GB with 180 s).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from fabricmon.alerts.culprit import culprit_of_ports
 from fabricmon.alerts.models import Alert, Episode, family_of
 
 REFRESH_S = 5.0  # how often an alert without a named phase looks again
-LOOKBACK_S = 180.0  # … at most this far back over its span (a sampled job reports every ~12 s)
+LOOKBACK_S = 40.0  # … over at most this much of its span (a sampled job reports every ~6-12 s)
 LATE_S = 90.0  # … and for this long after it resolved (its last events post late)
 
 
@@ -68,9 +71,8 @@ def refresh(
                                         *_visited(episode)]))
         else:
             ports = [alert.key]
-        until = alert.resolved_at or now
-        since = max(alert.active_since, until - timedelta(seconds=LOOKBACK_S))
-        found = culprit_of_ports(fabric, ports or [alert.key], since, until)
+        found = culprit_of_ports(fabric, ports or [alert.key], alert.active_since, alert.resolved_at or now,
+                                 lookback_ns=int(LOOKBACK_S * 1e9))
         attribution = found.as_json() if found.known else dict(alert.attribution)
         attribution["checked_ns"] = now_ns
         Alert.objects.filter(pk=alert.pk).update(attribution=attribution)

@@ -96,10 +96,31 @@ def received_by_layer_phase(
     return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
 
 
-def culprit_of_port(fabric: str, switch: str, port: str, t1: datetime, t2: datetime) -> Culprit:
+def _reported_window(run: Any, t1_ns: int, t2_ns: int, lookback_ns: int | None) -> tuple[int, int] | None:
+    """The part of [t1, t2] the run has reported events for so far, at most its last ``lookback_ns``:
+    a job posts late, so the newest seconds of a firing alert have no events yet while its earlier
+    ones do. None when the run's events do not reach the window yet."""
+    if lookback_ns is None:
+        return t1_ns, t2_ns
+    span = blocks.time_span(run)
+    if span is None or span[1] < t1_ns - blocks.MAX_PHASE_NS:
+        return None
+    hi = min(t2_ns, span[1] + 1_000_000_000)  # the newest event's start, and its phase after it
+    return max(t1_ns, hi - lookback_ns), hi
+
+
+def culprit_of_port(
+    fabric: str, switch: str, port: str, t1: datetime, t2: datetime, *,
+    decoded: dict[int, tuple[int, int, EventColumns] | None] | None = None,
+    lookback_ns: int | None = None,
+) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
 
-    Unknown (``Culprit()``) when no active run of the fabric maps a rank to that port."""
+    Unknown (``Culprit()``) when no active run of the fabric maps a rank to that port. With
+    ``lookback_ns``, only the newest ``lookback_ns`` of the window that each run has reported events
+    for is read (bounded work for a long alert whose job posts late). ``decoded`` keeps each run's
+    events across calls for the same window (a moving incast's hot set: several ports of one run,
+    decoded once)."""
     entries = (
         RankMapEntry.objects.select_related("run")
         .filter(run__fabric=fabric, switch=switch, switch_port=port, run__started_at__lte=t2)
@@ -117,8 +138,17 @@ def culprit_of_port(fabric: str, switch: str, port: str, t1: datetime, t2: datet
             "host": entry.host,
             "gpu": entry.gpu,
         }
-        cols = blocks.columns_near(run, t1_ns, t2_ns)
-        layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, t1_ns, t2_ns)
+        if decoded is None:
+            decoded = {}
+        if run.pk not in decoded:
+            window = _reported_window(run, t1_ns, t2_ns, lookback_ns)
+            decoded[run.pk] = None if window is None else (*window, blocks.columns_near(run, *window))
+        got = decoded[run.pk]
+        if got is None:
+            first = first or Culprit(**base)
+            continue
+        lo, hi, cols = got
+        layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, lo, hi)
         if not len(nbytes):
             first = first or Culprit(**base)
             continue
@@ -136,12 +166,18 @@ def culprit_of_port(fabric: str, switch: str, port: str, t1: datetime, t2: datet
     return first or Culprit()
 
 
-def culprit_of_ports(fabric: str, ports: list[str], t1: datetime, t2: datetime) -> Culprit:
-    """The first known ``culprit_of_port`` among ``switch:port`` names (a moving incast's hot set)."""
+def culprit_of_ports(
+    fabric: str, ports: list[str], t1: datetime, t2: datetime, *, lookback_ns: int | None = None
+) -> Culprit:
+    """The first ``culprit_of_port`` among ``switch:port`` names (a moving incast's hot set) that
+    names its phase, else the first that names a run, else unknown."""
+    decoded: dict[int, tuple[int, int, EventColumns] | None] = {}
+    known = Culprit()
     for name in ports[:4]:
         switch, sep, port = name.partition(":")
         if sep:
-            found = culprit_of_port(fabric, switch, port, t1, t2)
-            if found.known:
+            found = culprit_of_port(fabric, switch, port, t1, t2, decoded=decoded, lookback_ns=lookback_ns)
+            if found.phase:
                 return found
-    return Culprit()
+            known = known if known.known else found
+    return known

@@ -228,3 +228,19 @@ def test_a_resolved_alert_is_named_when_its_events_post_after_it_resolved(geo, r
     windows(geo, [[]] * 4, fabric="su1", start=int(711 + LATE_S))
     second.refresh_from_db()
     assert not second.attribution["phase"]
+
+
+def test_a_long_alert_whose_job_lags_is_named_from_what_the_job_reported(geo, run_on_port) -> None:  # noqa: F811
+    """A firing alert two minutes long whose job's events lag a minute behind: the newest
+    LOOKBACK_S of the span has no events yet, the part the job has reported does — the refresh
+    reads that part (bounded), not the empty last seconds."""
+    from fabricmon.alerts.attribution import LOOKBACK_S, REFRESH_S
+
+    run, port = run_on_port
+    windows(geo, [[port]] * 120, fabric="su1", start=900)
+    ingest.ingest_events(run, [_ev(50, 5, 3, "combine", T0_NS + 955 * S, recv={"0": 9_000})])
+    assert LOOKBACK_S < 1020 - 955  # the job is further behind than the look-back
+    windows(geo, [[port]] * (int(REFRESH_S) + 2), fabric="su1", start=1020)
+    alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
+    assert alert.state == "firing"
+    assert (alert.attribution["layer"], alert.attribution["phase"]) == (3, "combine")
