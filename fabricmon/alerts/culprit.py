@@ -109,9 +109,43 @@ def _reported_window(run: Any, t1_ns: int, t2_ns: int, lookback_ns: int | None) 
     return max(t1_ns, hi - lookback_ns), hi
 
 
+OWN_FIELDS = ("start_ns", "end_ns", "rank", "layer", "phase", "bytes_recv")
+# Peers' sends stand in only where a rank reported no receive totals; their per-peer columns are
+# 2 x world size numbers per event (a 256-GPU job: gigabytes for a minute of events), so that
+# fallback reads at most the newest few seconds of the window.
+PEER_FALLBACK_NS = 5_000_000_000
+
+
+def own_received_by_layer_phase(
+    fields: dict[str, np.ndarray], rank: int, t1_ns: int, t2_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What ``rank`` says it received per (layer, phase code) in events overlapping [t1, t2], from
+    the integer columns only (``jobs.blocks.fields_near``); bytes descending."""
+    sel = ((fields["rank"] == rank) & (fields["start_ns"] <= t2_ns) & (fields["end_ns"] >= t1_ns)
+           & (fields["bytes_recv"] > 0))
+    if not sel.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    key = fields["layer"][sel] * (len(PHASES) + 1) + fields["phase"][sel]
+    keys, inv = np.unique(key, return_inverse=True)
+    total = np.bincount(inv, weights=fields["bytes_recv"][sel], minlength=len(keys)).astype(np.int64)
+    order = np.argsort(-total, kind="stable")
+    keys, total = keys[order], total[order]
+    return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
+
+
+def _received(
+    run: Any, rank: int, lo: int, hi: int, fields: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    got = own_received_by_layer_phase(fields, rank, lo, hi)
+    if len(got[2]) or not len(fields["rank"]):  # named by its own totals, or nothing reported here
+        return got
+    lo = max(lo, hi - PEER_FALLBACK_NS)
+    return received_by_layer_phase(blocks.columns_near(run, lo, hi), rank, lo, hi)
+
+
 def culprit_of_port(
     fabric: str, switch: str, port: str, t1: datetime, t2: datetime, *,
-    decoded: dict[int, tuple[int, int, EventColumns] | None] | None = None,
+    decoded: dict[int, tuple[int, int, dict[str, np.ndarray]] | None] | None = None,
     lookback_ns: int | None = None,
 ) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
@@ -142,13 +176,14 @@ def culprit_of_port(
             decoded = {}
         if run.pk not in decoded:
             window = _reported_window(run, t1_ns, t2_ns, lookback_ns)
-            decoded[run.pk] = None if window is None else (*window, blocks.columns_near(run, *window))
+            decoded[run.pk] = None if window is None else (
+                *window, blocks.fields_near(run, *window, OWN_FIELDS))
         got = decoded[run.pk]
         if got is None:
             first = first or Culprit(**base)
             continue
-        lo, hi, cols = got
-        layers, phases, nbytes = received_by_layer_phase(cols, entry.rank, lo, hi)
+        lo, hi, fields = got
+        layers, phases, nbytes = _received(run, entry.rank, lo, hi, fields)
         if not len(nbytes):
             first = first or Culprit(**base)
             continue
@@ -171,7 +206,7 @@ def culprit_of_ports(
 ) -> Culprit:
     """The first ``culprit_of_port`` among ``switch:port`` names (a moving incast's hot set) that
     names its phase, else the first that names a run, else unknown."""
-    decoded: dict[int, tuple[int, int, EventColumns] | None] = {}
+    decoded: dict[int, tuple[int, int, dict[str, np.ndarray]] | None] = {}
     known = Culprit()
     for name in ports[:4]:
         switch, sep, port = name.partition(":")
