@@ -82,8 +82,9 @@ def placement(run: Run, limit: int = MAX_RANK_ROWS) -> dict[str, Any]:
     qs = RankMapEntry.objects.filter(run=run).order_by("rank")
     total = qs.count()
     rows = list(qs.values("rank", "host", "local_rank", "gpu", "nic", "switch", "switch_port")[:limit])
-    hosts = qs.values("host").distinct().count()
-    leaves = sorted(s for s in qs.exclude(switch="").values_list("switch", flat=True).distinct()[:200])
+    plain = qs.order_by()  # no ordering column in a DISTINCT (it would repeat each value per rank)
+    hosts = plain.values("host").distinct().count()
+    leaves = sorted(plain.exclude(switch="").values_list("switch", flat=True).distinct()[:200])
     return {
         "summary": check["summary"],
         "coverage": check.get("coverage", 0.0),

@@ -8,6 +8,7 @@
   const PHASE_COLOUR = { dispatch: "#1f77b4", combine: "#ff7f0e", dispatch_bwd: "#6baed6", combine_bwd: "#fdae6b",
     allreduce: "#2ca02c" };
   const ROW_PX = 14;
+  // ticks in SI prefixes (800M, 100G): plotly's default writes a billion as "B", read as bytes here
 
   function fmtBytes(v) {
     if (v === null || v === undefined || Number.isNaN(v)) return "no data";
@@ -27,7 +28,7 @@
     const top = zmax ?? maxOf(h.z);
     Plotly.newPlot(el, [{
       type: "heatmap", x: h.columns, y: h.rows, z: h.z, colorscale: COLOURS, zmin: 0, zmax: top || 1,
-      hoverongaps: false, colorbar: { title: { text: "bytes per phase (B)", side: "right" } },
+      hoverongaps: false, colorbar: { title: { text: "bytes per phase (B)", side: "right" }, exponentformat: "SI" },
       hovertemplate: "%{y}<br>%{x}: %{z:.4s}B<extra></extra>",
     }], {
       title: { text: title }, height: Math.max(360, h.rows.length * ROW_PX + 240),
@@ -77,8 +78,9 @@
     Plotly.newPlot(el, traces, {
       title: { text: title }, height: 360, barmode: "group",
       xaxis: { title: { text: "layer · phase" }, type: "category", automargin: true },
-      yaxis: { title: { text: "bytes sent (B)" }, rangemode: "tozero" },
-      legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom" }, margin: { t: 60 },
+      yaxis: { title: { text: "bytes sent (B)" }, rangemode: "tozero", exponentformat: "SI" }, margin: { t: 60 },
+      // a legend only for two runs (plotly.js 4.1.1's validate trips on a legend it did not draw)
+      ...(series.length > 1 ? { showlegend: true, legend: { orientation: "h", x: 0, y: 1.0, yanchor: "bottom" } } : {}),
     }, { responsive: true, displaylogo: false });
     el.dataset.drawn = "1";
   }
