@@ -112,7 +112,8 @@ def port_tables(run: Run, routing: Routing, steps: tuple[int, int] | None = None
     if steps is not None:
         qs = qs.filter(step__gte=steps[0], step__lte=steps[1])
     chunk = max(1, min(max_chunk, CHUNK_CELLS // (world * world)))
-    rows = qs.order_by("step", "layer", "phase", "-id").only("id", "step", "layer", "phase", "n_ranks", "sent")
+    rows = qs.order_by("step", "layer", "phase", "-id").only("id", "step", "layer", "phase", "n_ranks",
+                                                             "sent")
     batch: list[TrafficMatrix] = []
     last: tuple[int, int, str] | None = None
     for m in rows.iterator(chunk_size=chunk):
@@ -122,13 +123,13 @@ def port_tables(run: Run, routing: Routing, steps: tuple[int, int] | None = None
         last = key
         batch.append(m)
         if len(batch) == chunk:
-            yield _table(batch, world, projector, switch, names, faces)
+            yield _table(batch, world, projector, switch=switch, names=names, faces=faces)
             batch = []
     if batch:
-        yield _table(batch, world, projector, switch, names, faces)
+        yield _table(batch, world, projector, switch=switch, names=names, faces=faces)
 
 
-def _table(batch: list[TrafficMatrix], world: int, projector: Any, switch: np.ndarray, names: np.ndarray,
+def _table(batch: list[TrafficMatrix], world: int, projector: Any, *, switch: np.ndarray, names: np.ndarray,
            faces: np.ndarray) -> pa.Table:
     stack = np.zeros((len(batch), world, world), dtype=np.float64)
     for i, m in enumerate(batch):

@@ -157,7 +157,8 @@ def _keys_per_step(run: Run) -> int:
     newest = blocks.newest_steps(run, 4)
     if not newest:
         return 0
-    per = TrafficMatrix.objects.filter(run=run, step__in=newest, layer__gte=0).values_list("step", "layer", "phase")
+    per = TrafficMatrix.objects.filter(run=run, step__in=newest, layer__gte=0)
+    per = per.values_list("step", "layer", "phase")
     counts: dict[int, int] = {}
     for step, _layer, _phase in per.distinct():
         counts[step] = counts.get(step, 0) + 1
@@ -183,8 +184,8 @@ def _totals(run: Run, lo: int, hi: int) -> list[dict[str, Any]]:
     ids = sorted(blocks.block_ids(run, min_step=lo, max_step=hi))
     for _, cols in blocks.read_block_fields(ids, tuple(parts)):
         ok = (cols["step"] >= lo) & (cols["step"] <= hi)
-        for f in parts:
-            parts[f].append(cols[f][ok])
+        for f, kept in parts.items():
+            kept.append(cols[f][ok])
     if not ids:
         return []
     cat = {f: np.concatenate(p) for f, p in parts.items()}
@@ -216,7 +217,7 @@ def phase_section(run: Run, routing: Routing = PXN, bounds: Bounds | None = None
         return out
     view = snap.views[name]
     load = np.asarray(view.load_bytes, dtype=np.float64)
-    cols = [tuple(c) for c in view.columns]
+    cols = list(view.columns)
     cut = max(0, len(cols) - b.max_columns)  # one step with more keys than the bound: its newest columns
     load, cols = load[cut:], cols[cut:]
     hot = view.hot
@@ -227,7 +228,8 @@ def phase_section(run: Run, routing: Routing = PXN, bounds: Bounds | None = None
     label = {int(p): port_label(ports_meta[int(p)]) for p in
              np.union1d(np.union1d(rows, top), hottest(totals, run_ports, HOTTEST)).tolist()}
     if hot is not None:
-        label.update({int(p): port_label(ports_meta[int(p)]) for p in np.unique(hot.runner_up[cut:]).tolist()})
+        runners = np.unique(hot.runner_up[cut:]).tolist()
+        label.update({int(p): port_label(ports_meta[int(p)]) for p in runners})
     out["view"] = name
     out["verdict"] = view.verdict
     out["heatmap"] = {
@@ -237,7 +239,7 @@ def phase_section(run: Run, routing: Routing = PXN, bounds: Bounds | None = None
         "z": json_rows(load[:, rows].T, whole=True),
         "ports_total": len(run_ports),
     }
-    out["trajectory"] = _trajectory(cols, load, hot, cut, top, label)
+    out["trajectory"] = _trajectory(cols, load, hot, cut, top=top, label=label)
     out["hottest"] = [{"port": label[int(p)], "port_index": int(p), "bytes": _num(totals[int(p)])}
                       for p in hottest(totals, run_ports, HOTTEST).tolist()]
     return out
@@ -247,7 +249,7 @@ def _num(v: float) -> int | None:
     return round(float(v)) if np.isfinite(v) else None
 
 
-def _trajectory(cols: list[Any], load: np.ndarray, hot: Any, cut: int, top: np.ndarray,
+def _trajectory(cols: list[Any], load: np.ndarray, hot: Any, cut: int, *, top: np.ndarray,
                 label: dict[int, str]) -> list[dict[str, Any]]:
     """Per column: the hottest port, its bytes, its lead over the runner-up (the margin) and
     whether that lead makes it a claim (else ambiguous), with its direction."""

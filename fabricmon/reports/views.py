@@ -30,7 +30,7 @@ from fabricmon.reports import exports, services
 from fabricmon.topology.models import Fabric
 
 
-class BadQuery(ValueError):
+class BadQueryError(ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(reason)
         self.field = field
@@ -44,7 +44,7 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 def _routing(request: HttpRequest) -> Routing:
     mode, seed = request.GET.get("routing", "pxn"), request.GET.get("seed", "0")
     if mode not in ROUTING_MODES or not seed.lstrip("-").isdigit():
-        raise BadQuery("routing", f"routing must be one of {', '.join(ROUTING_MODES)} (seed an integer)")
+        raise BadQueryError("routing", f"routing must be one of {', '.join(ROUTING_MODES)} (seed an integer)")
     return Routing(mode, int(seed))  # type: ignore[arg-type]
 
 
@@ -55,13 +55,13 @@ def _steps(request: HttpRequest) -> tuple[int, int] | None:
     try:
         a, b = int(lo), int(hi)
     except ValueError:
-        raise BadQuery("steps_from", "steps_from and steps_to must both be integers") from None
+        raise BadQueryError("steps_from", "steps_from and steps_to must both be integers") from None
     if a < 0 or b < a:
-        raise BadQuery("steps_from", f"need 0 ≤ steps_from ≤ steps_to (got {a}, {b})")
+        raise BadQueryError("steps_from", f"need 0 ≤ steps_from ≤ steps_to (got {a}, {b})")
     return a, b
 
 
-def _bad(exc: BadQuery) -> JsonResponse:
+def _bad(exc: BadQueryError) -> JsonResponse:
     return JsonResponse({"error": str(exc), "field": exc.field}, status=400)
 
 
@@ -86,24 +86,26 @@ def run_report(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
     try:
         routing = _routing(request)
-    except BadQuery as exc:
+    except BadQueryError as exc:
         return _bad(exc)
     data = services.run_report(run, routing)
-    links = {k.replace("-", "_"): request.build_absolute_uri(reverse(f"reports:run-{k}", kwargs={"run_id": run.pk}))
-             for k in ("ports-csv", "ports-parquet")}
-    links["run"] = request.build_absolute_uri(reverse("jobs:run", kwargs={"run_id": run.pk}))
+    routes = {"ports_csv": "reports:run-ports-csv", "ports_parquet": "reports:run-ports-parquet",
+              "run": "jobs:run"}
+    links = {k: request.build_absolute_uri(reverse(r, kwargs={"run_id": run.pk})) for k, r in routes.items()}
     html = render_to_string("reports/run_report.html", {
         **data, "links": links, "data": services.chart_data(data),
-        "plotly_js": mark_safe(_static_text("vendor/plotly.min.js")),  # noqa: S308  (no '</script' in it)
-        "report_js": mark_safe(_static_text("reports/report.js")),  # noqa: S308
-        "report_css": mark_safe(_static_text("reports/report.css")),  # noqa: S308
+        "plotly_js": mark_safe(_static_text("vendor/plotly.min.js")),
+        "report_js": mark_safe(_static_text("reports/report.js")),
+        "report_css": mark_safe(_static_text("reports/report.css")),
     })
     resp = HttpResponse(html, content_type="text/html; charset=utf-8")
     resp["Content-Disposition"] = f'attachment; filename="{_filename(run, "html")}"'
     return resp
 
 
-def _streamed(request: HttpRequest, chunks: Iterator[bytes], content_type: str, filename: str) -> HttpResponse:
+def _streamed(
+    request: HttpRequest, chunks: Iterator[bytes], content_type: str, filename: str
+) -> HttpResponse:
     """Chunks as they are made, in bounded memory. Under ASGI the body must be an async iterator:
     given a sync one, Django reads it all into a list first (its warning says so)."""
     body: Iterator[bytes] | AsyncIterator[bytes] = chunks
@@ -124,7 +126,7 @@ def _export(request: HttpRequest, run_id: int) -> tuple[Run, Routing, tuple[int,
     run = _run(request, run_id)
     try:
         routing, steps = _routing(request), _steps(request)
-    except BadQuery as exc:
+    except BadQueryError as exc:
         return _bad(exc)
     if not run.fabric:
         return JsonResponse({"error": "the run names no fabric: set it on the run page", "field": "fabric"},
@@ -163,7 +165,7 @@ def _run_param(request: HttpRequest, name: str) -> Run | None:
     if not raw:
         return None
     if not raw.isdigit():
-        raise BadQuery(name, f"{name} must be a run id (an integer), got {raw[:40]!r}")
+        raise BadQueryError(name, f"{name} must be a run id (an integer), got {raw[:40]!r}")
     return _run(request, int(raw))
 
 
@@ -174,10 +176,10 @@ def compare(request: HttpRequest) -> HttpResponse:
     try:
         a, b = _run_param(request, "a"), _run_param(request, "b")
         routing = _routing(request)
-    except BadQuery as exc:
+    except BadQueryError as exc:
         choices = access.runs_visible_to(request.user, Run.objects.all()).order_by("-started_at")[:200]
-        return render(request, "reports/compare.html", {"error": str(exc), "choose": True, "choices": choices},
-                      status=400)
+        page = {"error": str(exc), "choose": True, "choices": choices}
+        return render(request, "reports/compare.html", page, status=400)
     ctx: dict[str, object] = {"a_id": a.pk if a else None, "b_id": b.pk if b else None}
     if a is None or b is None:
         ctx["choose"] = True

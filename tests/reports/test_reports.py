@@ -137,7 +137,7 @@ def test_who_may_get_a_report_an_export_and_a_comparison(client, django_user_mod
     for url in urls:
         resp = client.get(url)
         assert resp.status_code == 200, url
-        b"".join(resp.streaming_content) if resp.streaming else resp.content  # noqa: B018  (drained)
+        b"".join(resp.streaming_content) if resp.streaming else resp.content
 
 
 def test_the_csv_export_is_the_projection_of_the_stored_matrices(client, twin_run, rec) -> None:

@@ -29,7 +29,9 @@ def steps_that_fit(keys_per_step: int, max_columns: int, window_steps: int) -> i
     return max(1, min(window_steps, max_columns // keys_per_step))
 
 
-def report_rows(load: npt.ArrayLike, candidates: npt.ArrayLike, must: npt.ArrayLike, max_rows: int) -> IntArray:
+def report_rows(
+    load: npt.ArrayLike, candidates: npt.ArrayLike, must: npt.ArrayLike, max_rows: int
+) -> IntArray:
     """The ports a report's heatmap shows, ascending (fabric order).
 
     ``load`` is (columns, ports) bytes (NaN: no data); ``candidates`` the run's own ports;
