@@ -185,6 +185,7 @@ INSTALLED_APPS = [
     "fabricmon.alerts",
     "fabricmon.phases",
     "fabricmon.whatif",
+    "fabricmon.reports",
 ]
 
 MIDDLEWARE = [
@@ -304,6 +305,11 @@ FABRICMON_PHASES_TICK_S = env_float("FABRICMON_PHASES_TICK_S", 2.0)
 # The phase views (page, socket, views.json) cover this many of a run's newest reported steps;
 # older steps are paged (views.json?steps_from=&steps_to=, at most 64 steps a page).
 FABRICMON_PHASE_WINDOW_STEPS = int(env_float("FABRICMON_PHASE_WINDOW_STEPS", 16))
+# A run's shareable report (fabricmon/reports): its heatmap shows at most this many ports (every
+# column's hot port, then the run's busiest) and this many (step, layer, phase) columns (the newest
+# steps of the phase views' window that fit), so the file stays a few MB for any run.
+FABRICMON_REPORT_MAX_PORTS = env_int("FABRICMON_REPORT_MAX_PORTS", 96)
+FABRICMON_REPORT_MAX_COLUMNS = env_int("FABRICMON_REPORT_MAX_COLUMNS", 512)
 
 # --- Alerts ------------------------------------------------------------------------------------
 # Host names, IPs or CIDRs that notifications may reach although the SSRF guard refuses

@@ -11,6 +11,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("topology/", include("fabricmon.topology.urls")),
     path("jobs/", include("fabricmon.jobs.urls")),
+    path("jobs/", include("fabricmon.reports.urls")),  # a run's report, exports and the comparison
     path("alerts/", include("fabricmon.alerts.urls")),
     # /phases/ (the README's name for the phase views): the runs list, which links each run's view
     path("phases/", access.logged_in(RedirectView.as_view(pattern_name="jobs:runs")), name="phases-index"),

@@ -1,7 +1,8 @@
 """The house's layer order (pyproject.toml ``[tool.importlinter]``) and its framework-free floors.
 
 ``lint-imports`` checks the contracts: apps depend downward only
-(``core < collectors < base < topology < telemetry | jobs < phases | alerts < live < composition``),
+(``core < collectors < base < topology < telemetry | jobs < phases | alerts < live | reports <
+composition``),
 ``fabricmon/core`` and ``collectors`` import no web framework, and the product and the twin never
 import each other's apps. A second run against a contract the tree is known to break shows the
 checker really sees the imports (a checker that reads nothing would pass everything).

@@ -138,6 +138,7 @@ class Entry:
     probes: tuple[Probe, ...]
     kwargs: Callable[[Ctx], dict[str, Any]] = lambda ctx: {}
     owned: bool = False  # asked for the user's own object and a stranger's
+    query: Callable[[Ctx], dict[str, Any]] | None = None  # a route whose objects are in its query string
 
 
 @dataclass
@@ -238,6 +239,14 @@ ROUTES: dict[str, Entry] = {
     "whatif:run": Entry((Probe(rule=run_seen),), run_kw, owned=True),
     "whatif:run-api": Entry((Probe(rule=run_seen),), run_kw, owned=True),
     "whatif:export": Entry((Probe(rule=run_seen),), lambda ctx: run_kw(ctx) | {"kind": "topology.conf"}, owned=True),
+    # a run's report (a download), its per-port bytes (CSV, Parquet) and two runs side by side: the
+    # run rule (both runs of a comparison; without them, its form to choose: any logged-in user)
+    "reports:run-report": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    "reports:run-ports-csv": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    "reports:run-ports-parquet": Entry((Probe(rule=run_seen),), run_kw, owned=True),
+    "reports:compare": Entry(
+        (Probe(rule=run_seen),), owned=True, query=lambda ctx: {"a": ctx.run.pk, "b": ctx.run.pk}
+    ),
     # /metrics: a scraper's bearer token only (a session is not a scraper): 401 for every person
     "metrics": Entry((Probe(rule=lambda role, own: "unauth"),)),
     # the fabric: viewers and above; a run's markers on it follow the run rule
@@ -390,8 +399,11 @@ def cases(own_ctx: dict[str, Any], stranger_ctx: Any) -> Iterator[tuple[str, str
         for role_name, role in ROLES.items():
             for own in (True, False) if entry.owned and role is not None else (None,):
                 ctx = own_ctx[role_name] if own else stranger_ctx
+                url = reverse(name, kwargs=entry.kwargs(ctx))
+                if entry.query is not None:
+                    url += "?" + urllib.parse.urlencode(entry.query(ctx))
                 for probe in entry.probes:
-                    yield reverse(name, kwargs=entry.kwargs(ctx)), role_name, role, own, ctx, probe
+                    yield url, role_name, role, own, ctx, probe
 
 
 def where(probe: Probe, url: str, role_name: str, own: bool | None) -> str:
