@@ -358,6 +358,8 @@ class RunPhaseState:
             projected_in=p_in,
             projected_out=p_out,
             coverage=placement.coverage,
+            missing_ranks=np.flatnonzero(placement.gpu_of_rank < 0),
+            placement_problems=placement.problems,
             clock_error_s=clock.error_bound_ns / 1e9,
             clock_noise_s=clock.noise_ns / 1e9,
             offset_known=clock.offset_known,

@@ -8,6 +8,8 @@ fabric ran PXN, the view assumes ECMP)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from phase_twin import recording, report, write_counters
 
@@ -81,6 +83,8 @@ def test_each_fault_withholds_with_its_reason(live_server, django_user_model, cl
     proj = half["views"]["projected"]
     assert proj["verdict"] == "withhold" and proj["values"] is None and proj["hot_port"] is None
     assert proj["failed"][0].startswith("rank_map_coverage: 50 % < 90 %")
+    # … and says which ranks, not only how many (a rank-map entry of every other host is gone)
+    assert re.search(r"not placed: ranks \d", proj["failed"][0]), proj["failed"][0]
     assert "clock_alignment" not in _gates(proj)
 
     skewed = _run_views(client, report(live_server, user, rec, skew_ns_by_host={1: 500_000_000}))

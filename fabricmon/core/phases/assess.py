@@ -150,6 +150,8 @@ def assess(
     projected_in: FloatArray,
     projected_out: FloatArray,
     coverage: float,
+    missing_ranks: npt.ArrayLike = (),
+    placement_problems: tuple[str, ...] = (),
     clock_error_s: float,
     offset_known: bool,
     edges_ns: npt.ArrayLike | None,
@@ -185,8 +187,9 @@ def assess(
     if counters is not None:
         share = _share_gate(counters, start, end, projected_in=projected_in, projected_out=projected_out,
                             nic_ports=nic_ports)
+    cover = coverage_gate(coverage, np.asarray(missing_ranks, dtype=np.int64).tolist(), placement_problems)
     projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
-                                     projected_out=projected_out, gates=[coverage_gate(coverage)],
+                                     projected_out=projected_out, gates=[cover],
                                      counters=counters, share=share)
     views = {"projected": projected}
     if counters is not None and share is not None:

@@ -13,8 +13,8 @@ much). A failing gate revokes the view; nothing is ever drawn as if it were true
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -172,11 +172,33 @@ def run_share_gate(share: float, projected_bytes: float, measured_bytes: float, 
                 f"counters_of_run: {why}")
 
 
-def coverage_gate(coverage: float) -> Gate:
-    return check(
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``"0–2, 5, 7–8"`` (at most 8 ranges, then how many more)."""
+    ordered = sorted({int(r) for r in ranks})
+    spans: list[tuple[int, int]] = []
+    for r in ordered:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], r)
+        else:
+            spans.append((r, r))
+    text = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans[:8])
+    return text + (f" and {len(spans) - 8} more ranges" if len(spans) > 8 else "")
+
+
+def coverage_gate(coverage: float, missing: Iterable[int] = (), problems: Sequence[str] = ()) -> Gate:
+    """The rank map's share of the world; when it falls short, which ranks are missing and which
+    entries could not be placed (an unknown host or NIC), not only the percentage."""
+    g = check(
         "rank_map_coverage", "the rank map places every rank of the job on a NIC of the fabric",
         coverage, flag_bound=0.99, withhold_bound=0.9, unit="ratio", higher_is_better=True,
     )
+    missing = list(missing)
+    if g.verdict == "pass" or not (missing or problems):
+        return g
+    said = [f"not placed: ranks {rank_ranges(missing)}"] if missing else []
+    said += [f"{'; '.join(problems[:3])}" + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+             ] if problems else []
+    return replace(g, reason=f"{g.reason} — {'; '.join(said)}")
 
 
 def projection_gate(rel_error: float) -> Gate:

@@ -11,7 +11,15 @@ import pytest
 from projection_twin_runs import gate_summary, recording, scenario
 
 from fabricmon.core.phases.clocks import estimate_skew
-from fabricmon.core.phases.gates import check, clock_gate, clock_noise_gate, step_coverage, view_verdict
+from fabricmon.core.phases.gates import (
+    check,
+    clock_gate,
+    clock_noise_gate,
+    coverage_gate,
+    rank_ranges,
+    step_coverage,
+    view_verdict,
+)
 from fabricmon.core.phases.routing import Routing
 
 
@@ -226,3 +234,13 @@ def test_exact_views_claim_a_hot_port_only_by_a_clear_margin_and_keep_its_direct
     assert hot.claimed.tolist() == [True, False, False]  # 3.5 % is no lead; nor a tie of two ports
     assert abs(hot.lead_rel[1] - 0.035) < 1e-9 and np.flatnonzero(hot.tied[1]).tolist() == [1, 2]
     assert [hot.dir_label(k) for k in range(3)] == ["out", "in", "in = out"]  # a tie stays a tie
+
+
+def test_rank_map_coverage_names_the_missing_ranks_and_the_unplaced_entries() -> None:
+    assert rank_ranges([7, 0, 1, 2, 5, 8]) == "0–2, 5, 7–8"
+    assert rank_ranges(range(0, 40, 2)).endswith("and 12 more ranges")
+    short = coverage_gate(0.75, [4, 5], ["rank 4: host 'nodeX' is not in the fabric"])
+    assert short.verdict == "withhold"
+    assert short.reason.startswith("rank_map_coverage: 75 % < 90 %")
+    assert "not placed: ranks 4–5" in short.reason and "host 'nodeX'" in short.reason
+    assert coverage_gate(1.0).reason == "rank_map_coverage: 100 % ≥ 99 %"
