@@ -108,8 +108,9 @@ def test_live_heatmap_of_the_twin(page, daphne_server, twin_and_collectors, fabr
     page.wait_for_url(f"**/fabric/{fabric_name}/")
     page.wait_for_function("window.fabricmon && window.fabricmon.heatmap.nPorts > 0", timeout=60_000)
 
-    # One row per port of the topology.
-    assert page.evaluate("fabricmon.heatmap.rowCount()") == len(index)
+    # One row per port of the topology once idle rows are shown (collapsed by default, issue 16).
+    page.click("#idle-toggle")
+    page.wait_for_function(f"fabricmon.heatmap.rowCount() === {len(index)}", timeout=10_000)
     assert page.evaluate("fabricmon.state.layout.n_ports") == len(index)
 
     # New columns arrive over the WebSocket (one per collector frame).

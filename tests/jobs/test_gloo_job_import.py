@@ -193,14 +193,16 @@ def test_the_run_page_shows_the_gloo_jobs_import_report(gloo_job, browser) -> No
 def _assert_phase_views(data: dict) -> None:
     """The Kineto-only run has its phase columns — every (step, layer, phase) of the MoE
     all-to-alls, backward included — on its fabric with the whole rank map; the projected view is
-    withheld and says why: an offline trace exchanged no clock offset with the server, and no
-    switch counters cover its time, so nothing can verify the projection."""
+    drawn but flagged unverified and says why: no switch counters cover its time. An offline trace
+    exchanged no clock offset with the server, but a projection does not depend on clocks (issue 16:
+    it is never gated by them), so that alone withholds nothing here."""
     assert "error" not in data, data.get("error")
     assert data["rank_map"]["coverage"] == 1.0 and data["window"]["steps"] == list(range(STEPS))
     projected = data["views"]["projected"]
     want = {(s, layer, p) for s in range(STEPS) for layer in range(LAYERS)
             for p in ("dispatch", "combine", "dispatch_bwd", "combine_bwd")}  # fmt: skip
     assert {tuple(c) for c in projected["columns"]} == want
-    assert projected["verdict"] == "withhold" and projected["values"] is None
+    assert projected["verdict"] == "flag" and projected["values"] is not None
     reasons = " ".join(projected["failed"])
-    assert "no clock offset was exchanged" in reasons and "no counters for the run's time" in reasons, reasons
+    assert "no counters for the run's time" in reasons and "unverified" in reasons, reasons
+    assert "clock" not in reasons, reasons
