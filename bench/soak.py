@@ -74,10 +74,7 @@ MIN_DWELL_S = 2.0  # a hotspot shorter than two polls is not a migration a 1 s p
 WARMUP_S = 150.0  # collectors start, the first episode opens, RSS settles
 # Stated bounds (MB of PSS, whole process tree) for a 256-GPU twin fabric: the product's processes, and the
 # harness's twins (their size follows the simulated fabric, not the product)
-# web: 800, not 600, since the demo's job reports 4 steps in 20 (was 8 in 256) so its culprits name
-# a phase: ~2.2k events/s of 2 x 256 per-peer counts parsed by the one web process, which held
-# 683-730 MB from 12 to 24 minutes (flat: the second-half growth check below still applies)
-RSS_BOUND_MB = {"web": 800, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800, "twin2": 1000}
+RSS_BOUND_MB = {"web": 600, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800, "twin2": 1000}
 DB_SLACK_MB = 300  # history frames, alerts, topology and SQLite's free pages beside the run budgets
 PAGE_BOUND_S = 1.0
 # the "within two windows of the twin's first migration", plus the window straddling it
