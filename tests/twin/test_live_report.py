@@ -13,6 +13,7 @@ import pytest
 
 from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token
+from fabricmon.topology.services import import_fabric
 from tests.topologies import four_leaf_two_spine
 from twin.cluster import Twin
 from twin.config import TwinConfig
@@ -40,6 +41,7 @@ def test_twin_reports_its_phases_live_and_matrices_match(live_server, django_use
     with Twin(cfg) as tw:
         tw.reporter.retry_s = 0.05
         _wait(lambda: "No such file" in tw.status()["report"]["error"])
+        import_fabric(tw.fabric)  # a run needs its fabric in the topology: the server refuses an unknown one
         token_file.write_text(token + "\n")
         _wait(lambda: tw.status()["report"]["phases_reported"] >= 3 * 2 * cfg.job.layers)
         # the twin keeps serving while it reports
