@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.whatif.placement import sum_of
+from fabricmon.core.whatif.server_cells import ServerCells
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -88,10 +89,11 @@ def server_and_busiest(t: Matrix, server_of_rank: IntArray, n: int) -> tuple[Flo
     return _reduce(t, _Hosts.of(server_of_rank, n), None)
 
 
-def _reduce(t: Matrix, hosts: _Hosts, into: FloatArray | None) -> tuple[FloatArray, float]:
+def _reduce(t: Matrix, hosts: _Hosts, into: FloatArray | None,
+            plans: list[_Plan] | None = None) -> tuple[FloatArray, float]:
     """S and the busiest cross bytes; ``into`` (R×R float64), when given, gets ``t`` added."""
     if isinstance(t, SparseCells):
-        return _reduce_sparse(t, hosts, into)
+        return _reduce_sparse(t, hosts, into, plans)
     if hosts.per and t.flags.c_contiguous:
         return _reduce_blocks(t, hosts, into)
     if into is not None:
@@ -172,10 +174,17 @@ def _reduce_member(t: npt.NDArray[Any], hosts: _Hosts) -> tuple[FloatArray, floa
     return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
 
 
-def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None) -> tuple[FloatArray, float]:
+def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None,
+                   plans: list[_Plan] | None = None) -> tuple[FloatArray, float]:
     """Stored non-zero cells: bincounts over the cells (the same sums as the membership products:
     only placed ranks count as a server's; an unplaced rank's "own" server is server 0)."""
     r, n = c.n, hosts.n
+    if hosts.per:  # every rank placed, hosts contiguous: the pattern's plan (see _Plan)
+        plan = _plan_of(c, hosts, plans)
+        v = c.values.astype(np.float64)
+        if into is not None:
+            into.reshape(-1)[plan.flat] += v  # unique indices: a plain fancy add is exact
+        return plan.reduce(v, n, r)
     idx = c.index.astype(np.int64)
     src, dst = np.divmod(idx, r)
     v = c.values.astype(np.float64)
@@ -183,13 +192,6 @@ def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None) -> tu
         into.reshape(-1)[idx] += v  # unique indices: a plain fancy add is exact
     srv = hosts.server
     s_src, s_dst = srv[src], srv[dst]
-    if hosts.per:  # every rank placed: one cross-server weight serves both directions
-        folded = np.bincount(s_src * n + s_dst, weights=v, minlength=n * n)
-        s = np.asarray(folded, dtype=np.float64).reshape(n, n)
-        np.fill_diagonal(s, 0.0)
-        cross = np.where(s_src != s_dst, v, 0.0)
-        out_c, in_c = np.bincount(src, cross, minlength=r), np.bincount(dst, cross, minlength=r)
-        return s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))
     placed = (s_src >= 0) & (s_dst >= 0)
     s = np.asarray(np.bincount(s_src[placed] * n + s_dst[placed], weights=v[placed], minlength=n * n),
                    dtype=np.float64).reshape(n, n)
@@ -200,6 +202,75 @@ def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None) -> tu
     out_cross = np.bincount(src, weights=np.where(own_out, 0.0, v), minlength=r)
     in_cross = np.bincount(dst, weights=np.where(own_in | (srv[src] < 0), 0.0, v), minlength=r)
     return s, float(max(out_cross.max(initial=0.0), in_cross.max(initial=0.0)))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a sparse index pattern gives every matrix stored with it, on contiguous equal hosts of
+    g ranks (an MoE job's EP groups send to the same peers step after step, so the pattern — and
+    everything below, derived once — repeats; a new pattern costs one build).
+
+    Row-major cells come in *runs*: the cells of one sender to one receiving server are adjacent
+    (index // g is constant along them), so the server matrix and the senders' cross bytes are
+    bincounts over the runs' sums (g× fewer terms than cells for an all-pairs group); the
+    receivers' cross bytes need the cells. Integer ops run on uint32 (libdivide: ~5× int64's)."""
+
+    index: npt.NDArray[Any]  # the pattern itself (matched by value)
+    flat: npt.NDArray[np.intp]  # cell → flat index (window adds)
+    starts: npt.NDArray[np.intp] | None  # run starts (None: runs no longer than a cell)
+    run_bin: npt.NDArray[np.intp]  # run → server-pair bin (source server · N + receiving server)
+    run_src: npt.NDArray[np.intp]  # run → sender rank
+    run_cross: FloatArray  # run → 1.0 when it leaves the sender's server, else 0.0
+    dst: npt.NDArray[np.intp]  # cell → receiver rank
+    cell_cross: FloatArray  # cell → 1.0 when it crosses servers
+
+    @classmethod
+    def build(cls, index: npt.NDArray[Any], r: int, g: int) -> _Plan:
+        n = r // g
+        small = r * r <= np.iinfo(np.uint32).max
+        idx = index.astype(np.uint32 if small else np.int64, copy=False)
+        k2 = idx // g  # sender · N + receiving server
+        if len(idx) > 1:
+            starts = np.flatnonzero(np.concatenate([[True], k2[1:] != k2[:-1]])).astype(np.intp)
+        else:
+            starts = np.arange(len(idx), dtype=np.intp)
+        run_k = k2[starts]
+        src, dsrv = run_k // n, run_k % n
+        ssrv = src // g
+        dst = idx % r
+        cell_cross = (idx // (r * g) != dst // g).astype(np.float64) if small else (
+            (idx // r) // g != dst // g).astype(np.float64)
+        dense_runs = len(starts) * 2 > len(idx)
+        return cls(index, idx.astype(np.intp), None if dense_runs else starts,
+                   (ssrv * n + dsrv).astype(np.intp), src.astype(np.intp),
+                   (ssrv != dsrv).astype(np.float64), dst.astype(np.intp), cell_cross)
+
+    def reduce(self, v: FloatArray, n: int, r: int) -> tuple[FloatArray, float]:
+        """S (diagonal 0) and the busiest cross bytes of one matrix's float64 values."""
+        if self.starts is None:
+            runs = v
+        else:
+            runs = np.add.reduceat(v, self.starts) if len(v) else v
+        s = np.bincount(self.run_bin, weights=runs, minlength=n * n).reshape(n, n)
+        np.fill_diagonal(s, 0.0)
+        out_c = np.bincount(self.run_src, weights=runs * self.run_cross, minlength=r)
+        in_c = np.bincount(self.dst, weights=v * self.cell_cross, minlength=r)
+        return s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))
+
+
+def _plan_of(c: SparseCells, hosts: _Hosts, plans: list[_Plan] | None) -> _Plan:
+    """The cached plan of c's pattern (the newest few are kept), else a new one."""
+    for p in plans or ():
+        if len(p.index) == len(c.index) and np.array_equal(p.index, c.index):
+            return p
+    plan = _Plan.build(c.index, c.n, hosts.per)
+    if plans is not None:
+        plans.insert(0, plan)
+        del plans[PLANS_KEPT:]
+    return plan
+
+
+PLANS_KEPT = 4  # patterns kept (dispatch and combine of a layer or two)
 
 
 @dataclass
@@ -218,36 +289,30 @@ class Accumulator:
     start_s: list[float] = field(default_factory=list)
     end_s: list[float] = field(default_factory=list)
     busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
-    expected_keys: int = 0  # how many matrices will come (the stack is allocated once when known)
-    _stack: FloatArray | None = field(default=None, repr=False)  # (capacity, N, N) server matrices
+    expected_keys: int = 0  # how many matrices will come (a hint; the server cells need no preallocation)
+    _cells: ServerCells | None = field(default=None, repr=False)  # every key's S as its non-zero cells
     _hosts: _Hosts | None = field(default=None, repr=False)
     _means: dict[LayerPhase, FloatArray] = field(default_factory=dict, repr=False)
     _means_at: dict[LayerPhase, int] = field(default_factory=dict, repr=False)
     _total: tuple[tuple[int, ...], FloatArray] | None = field(default=None, repr=False)
+    _plans: list[_Plan] = field(default_factory=list, repr=False)  # sparse patterns seen last
+
+    @property
+    def server_cells(self) -> ServerCells:
+        """Every key's server matrix, as its non-zero cells (``server_cells.py``)."""
+        if self._cells is None:
+            self._cells = ServerCells(self.n_servers)
+        return self._cells
 
     @property
     def server(self) -> list[FloatArray]:
-        """The per-key server matrices (views into one stack)."""
+        """The per-key server matrices (dense copies)."""
         st = self.server_stack()
         return [st[i] for i in range(len(st))]
 
     def server_stack(self) -> FloatArray:
-        """(keys, N, N): every key's server matrix, without a copy."""
-        n = self.n_servers
-        if self._stack is None:
-            return np.zeros((0, n, n))
-        return self._stack[: len(self.keys)]
-
-    def _slot(self) -> FloatArray:
-        """The next server matrix's row of the stack (grown by doubling)."""
-        n, k = self.n_servers, len(self.keys)
-        if self._stack is None or k >= len(self._stack):
-            grown = np.empty((max(8, 2 * k, self.expected_keys), n, n))
-            if self._stack is not None:
-                grown[:k] = self._stack[:k]
-            self._stack = grown
-        slot: FloatArray = self._stack[k]
-        return slot
+        """(keys, N, N): every key's server matrix, dense (a copy: for small runs and tests)."""
+        return self.server_cells.stack()
 
     def add(self, key: Key, sent: Matrix, received: Matrix | None = None, *,
             event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
@@ -270,9 +335,8 @@ class Accumulator:
                 # earlier steps without it count as received = sent
                 self.sums_recv[lp] = self.sums[lp].copy()
             into = self.sums[lp]
-        slot = self._slot()
-        s, busiest = _reduce(sent, self._hosts, into)
-        slot[...] = s
+        s, busiest = _reduce(sent, self._hosts, into, self._plans)
+        self.server_cells.append(s)
         self.keys.append(key)
         self.busiest_cross.append(busiest)
         self.start_s.append(start_s)

@@ -33,6 +33,7 @@ from fabricmon.core.whatif.collectives import collectives_figure_values
 from fabricmon.core.whatif.matrix_pass import Accumulator
 from fabricmon.core.whatif.placement import node_choice, suggest
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
+from fabricmon.core.whatif.server_cells import ServerCells
 from fabricmon.core.whatif.terrace import Calibration
 from fabricmon.core.whatif.terrace_run import LayerDispatch, row_bytes, terrace_figure
 from fabricmon.core.whatif.verdicts import SENSITIVITY, Figure
@@ -103,11 +104,9 @@ def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
 def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) -> Figure:
     """mFabric's locality metrics and a regional OCS domain against the run's fabric."""
     n = acc.n_servers
-    stack_all = acc.server_stack()
+    cells = acc.server_cells  # every key's S as its non-zero cells (no (K, N, N) stack)
     ep = [i for i, k in enumerate(acc.keys) if k[2] in (DISPATCH, COMBINE)]
-    w = np.zeros((n, n))
-    for i in ep:  # summed in place, in key order: no (K, N, N) copy
-        w += stack_all[i]
+    w = cells.sum(ep)  # in key order, as a running sum would add them
     k_max = ocs.port_budget(params.alpha)
     k = min(n, params.region_servers or k_max)
     regions = loc.greedy_regions(w, k) if n > 1 else np.zeros(n, dtype=np.int64)
@@ -116,13 +115,14 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     steps = sorted({key[0] for key in acc.keys})
     layers = sorted({key[1] for key in acc.keys if key[2] == DISPATCH})
     by_key = {key: i for i, key in enumerate(acc.keys)}
-    grid = _Grid(stack_all, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
+    grid = _Grid(cells, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
                                        for s in steps], dtype=np.int64).reshape(len(steps), -1), n)
     circuits_k = params.alpha * max(1, min(k, n)) // 2
     link_bytes_s = link_gbs * 1e9
     # phase times with per-phase circuits (reconfigured) and with one static topology from W
-    dyn = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s)
-    static = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s, fixed=w)
+    view = ocs.region_view(cells, regions)  # the regions' blocks, gathered once for both
+    dyn = ocs.phase_times_all(cells, regions, params.alpha, link_bytes_s, view=view)
+    static = ocs.phase_times_all(cells, regions, params.alpha, link_bytes_s, fixed=w, view=view)
     t_mix, t_ft = float(dyn["mix_s"].sum()), float(dyn["fat_tree_s"].sum())
     t_static = float(static["mix_s"].sum())
     on_circ = dyn["on_circuits"].tolist()
@@ -179,15 +179,29 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
 
 
 class _Grid:
-    """(steps, layers) of server matrices without copying them: ``grid[i, j]`` (zeros if missing)."""
+    """(steps, layers) of server matrices without a stack: ``grid[i, j]`` is key (i, j)'s S (zeros
+    if missing), scattered into one of a few reused buffers (``stability`` reads each matrix a few
+    times, neighbours together)."""
 
-    def __init__(self, mats: FloatArray, index: IntArray, n: int) -> None:
-        self.mats, self.index, self.zero = mats, index, np.zeros((n, n))
+    BUFFERS = 3
+
+    def __init__(self, cells: ServerCells, index: IntArray, n: int) -> None:
+        self.cells, self.index, self.zero = cells, index, np.zeros((n, n))
         self.shape = (*index.shape, n, n)
+        self._held: dict[int, FloatArray] = {}  # key → its buffer, oldest first
 
     def __getitem__(self, ij: tuple[int, int]) -> FloatArray:
         k = int(self.index[ij])
-        return self.mats[k] if k >= 0 else self.zero
+        if k < 0:
+            return self.zero
+        hit = self._held.pop(k, None)
+        if hit is None:
+            if len(self._held) >= self.BUFFERS:
+                hit = self.cells.dense(k, self._held.pop(next(iter(self._held))))
+            else:
+                hit = self.cells.dense(k)
+        self._held[k] = hit
+        return hit
 
 
 def _sparsity(w: FloatArray, m: int) -> dict[str, float]:
