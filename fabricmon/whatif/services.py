@@ -123,7 +123,7 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
             end_s=ev["end_s"].get(key, math.nan),
         )
     link_gbs = float(np.median(layout.index.speed_bps[layout.nic_pos])) / 8e9 if layout.n_gpus else math.nan
-    measured = _measured_ports(run, sorted(acc.sums))
+    measured = _measured_ports(run, acc.layer_phases())
     out = whatif(
         acc,
         layout,

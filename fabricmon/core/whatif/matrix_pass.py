@@ -184,7 +184,10 @@ def _reduce_sparse(c: SparseCells, hosts: _Hosts, into: FloatArray | None,
         v = c.values.astype(np.float64)
         if into is not None:
             into.reshape(-1)[plan.flat] += v  # unique indices: a plain fancy add is exact
-        return plan.reduce(v, n, r)
+        bins, values, busiest = plan.reduce(v, r)
+        s = np.zeros((n, n))
+        s.reshape(-1)[bins] = values
+        return s, busiest
     idx = c.index.astype(np.int64)
     src, dst = np.divmod(idx, r)
     v = c.values.astype(np.float64)
@@ -218,7 +221,8 @@ class _Plan:
     index: npt.NDArray[Any]  # the pattern itself (matched by value)
     flat: npt.NDArray[np.intp]  # cell → flat index (window adds)
     starts: npt.NDArray[np.intp] | None  # run starts (None: runs no longer than a cell)
-    run_bin: npt.NDArray[np.intp]  # run → server-pair bin (source server · N + receiving server)
+    bins: npt.NDArray[np.intp]  # S's off-diagonal cells the pattern reaches (flat, sorted)
+    run_bin: npt.NDArray[np.intp]  # run → its place in ``bins`` (len(bins): the diagonal)
     run_src: npt.NDArray[np.intp]  # run → sender rank
     run_cross: FloatArray  # run → 1.0 when it leaves the sender's server, else 0.0
     dst: npt.NDArray[np.intp]  # cell → receiver rank
@@ -240,22 +244,27 @@ class _Plan:
         dst = idx % r
         cell_cross = (idx // (r * g) != dst // g).astype(np.float64) if small else (
             (idx // r) // g != dst // g).astype(np.float64)
+        cross = ssrv != dsrv
+        bins, inv = np.unique((ssrv * n + dsrv).astype(np.intp), return_inverse=True)
+        # the diagonal (inside a server) is not part of S: its runs go to one slot past the end
+        off = (bins // n) != (bins % n)
+        slot = np.full(len(bins), int(off.sum()), dtype=np.intp)
+        slot[off] = np.arange(int(off.sum()))
         dense_runs = len(starts) * 2 > len(idx)
-        return cls(index, idx.astype(np.intp), None if dense_runs else starts,
-                   (ssrv * n + dsrv).astype(np.intp), src.astype(np.intp),
-                   (ssrv != dsrv).astype(np.float64), dst.astype(np.intp), cell_cross)
+        return cls(index, idx.astype(np.intp), None if dense_runs else starts, bins[off],
+                   slot[inv.reshape(-1)], src.astype(np.intp), cross.astype(np.float64),
+                   dst.astype(np.intp), cell_cross)
 
-    def reduce(self, v: FloatArray, n: int, r: int) -> tuple[FloatArray, float]:
-        """S (diagonal 0) and the busiest cross bytes of one matrix's float64 values."""
+    def reduce(self, v: FloatArray, r: int) -> tuple[npt.NDArray[np.intp], FloatArray, float]:
+        """One matrix's float64 values → S as (flat cells, values) and the busiest cross bytes."""
         if self.starts is None:
             runs = v
         else:
             runs = np.add.reduceat(v, self.starts) if len(v) else v
-        s = np.bincount(self.run_bin, weights=runs, minlength=n * n).reshape(n, n)
-        np.fill_diagonal(s, 0.0)
+        s = np.bincount(self.run_bin, weights=runs, minlength=len(self.bins) + 1)[:-1]
         out_c = np.bincount(self.run_src, weights=runs * self.run_cross, minlength=r)
         in_c = np.bincount(self.dst, weights=v * self.cell_cross, minlength=r)
-        return s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))
+        return self.bins, s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))
 
 
 def _plan_of(c: SparseCells, hosts: _Hosts, plans: list[_Plan] | None) -> _Plan:
@@ -275,13 +284,16 @@ PLANS_KEPT = 4  # patterns kept (dispatch and combine of a layer or two)
 
 @dataclass
 class Accumulator:
-    """Reductions of a run's matrices as they are read (see the module doc)."""
+    """Reductions of a run's matrices as they are read (see the module doc).
+
+    Window sums of sparse cells that keep one index pattern (an EP group's peers, step after step)
+    stay as that pattern's summed values until something asks for the dense R×R sum: ``mean``
+    scatters them once (no 134 MB sum written 16 times), ``sums`` materialises every one."""
 
     server_of_rank: IntArray
     n_servers: int
     rank_steps: set[int] | None = None  # steps whose rank×rank matrices are summed (None: all)
     keys: list[Key] = field(default_factory=list)
-    sums: dict[LayerPhase, FloatArray] = field(default_factory=dict)  # (layer, phase) → Σ T
     sums_recv: dict[LayerPhase, FloatArray] = field(default_factory=dict)
     server_sums: dict[LayerPhase, FloatArray] = field(default_factory=dict)  # Σ S over the same steps
     steps_of: dict[LayerPhase, int] = field(default_factory=dict)
@@ -290,12 +302,39 @@ class Accumulator:
     end_s: list[float] = field(default_factory=list)
     busiest_cross: list[float] = field(default_factory=list)  # per key: busiest rank's cross-server bytes
     expected_keys: int = 0  # how many matrices will come (a hint; the server cells need no preallocation)
+    _dense: dict[LayerPhase, FloatArray] = field(default_factory=dict, repr=False)  # dense window sums
+    _pending: dict[LayerPhase, tuple[_Plan, FloatArray]] = field(default_factory=dict, repr=False)
     _cells: ServerCells | None = field(default=None, repr=False)  # every key's S as its non-zero cells
     _hosts: _Hosts | None = field(default=None, repr=False)
     _means: dict[LayerPhase, FloatArray] = field(default_factory=dict, repr=False)
     _means_at: dict[LayerPhase, int] = field(default_factory=dict, repr=False)
     _total: tuple[tuple[int, ...], FloatArray] | None = field(default=None, repr=False)
     _plans: list[_Plan] = field(default_factory=list, repr=False)  # sparse patterns seen last
+
+    @property
+    def sums(self) -> dict[LayerPhase, FloatArray]:
+        """(layer, phase) → Σ T over the window (R×R; pending pattern sums are scattered now)."""
+        for lp in list(self._pending):
+            self._flush(lp)
+        return self._dense
+
+    def layer_phases(self) -> list[LayerPhase]:
+        """The window's (layer, phase) pairs, sorted (without materialising any sum)."""
+        return sorted(self.steps_of)
+
+    def window_cells(self, lp: LayerPhase) -> FloatArray:
+        """The window sum's cells where it may be non-zero: the pending pattern's summed values,
+        or the dense sum (for ``row_bytes``, which reads only the positive cells)."""
+        p = self._pending.get(lp)
+        return p[1] if p is not None else self._dense[lp]
+
+    def _flush(self, lp: LayerPhase) -> None:
+        p = self._pending.pop(lp, None)
+        r = len(self.server_of_rank)
+        if lp not in self._dense:
+            self._dense[lp] = np.zeros((r, r))
+        if p is not None:
+            self._dense[lp].reshape(-1)[p[0].flat] += p[1]
 
     @property
     def server_cells(self) -> ServerCells:
@@ -318,25 +357,38 @@ class Accumulator:
             event_bytes: float = math.nan, start_s: float = math.nan, end_s: float = math.nan) -> None:
         """Fold one matrix in (``received`` None: the receivers reported nothing apart from it)."""
         layer, phase = key[1], key[2]
-        r = len(self.server_of_rank)
+        r, n = len(self.server_of_rank), self.n_servers
         if self._hosts is None:
-            self._hosts = _Hosts.of(self.server_of_rank, self.n_servers)
+            self._hosts = _Hosts.of(self.server_of_rank, n)
         sent, received = _corner(sent, r), None if received is None else _corner(received, r)
         in_window = self.rank_steps is None or key[0] in self.rank_steps
         lp = (layer, phase)
-        into = None
-        if in_window:
-            if lp not in self.sums:
-                self.sums[lp] = np.zeros((r, r))
-                self.server_sums[lp] = np.zeros((self.n_servers, self.n_servers))
-                self.steps_of[lp] = 0
-                self.event_bytes[lp] = 0.0
-            if received is not None and lp not in self.sums_recv:
-                # earlier steps without it count as received = sent
-                self.sums_recv[lp] = self.sums[lp].copy()
-            into = self.sums[lp]
-        s, busiest = _reduce(sent, self._hosts, into, self._plans)
-        self.server_cells.append(s)
+        if in_window and lp not in self.steps_of:
+            self.server_sums[lp] = np.zeros((n, n))
+            self.steps_of[lp] = 0
+            self.event_bytes[lp] = 0.0
+        if in_window and received is not None and lp not in self.sums_recv:
+            # earlier steps without it count as received = sent
+            self._flush(lp)
+            self.sums_recv[lp] = self._dense[lp].copy()
+        if isinstance(sent, SparseCells) and self._hosts.per:
+            plan = _plan_of(sent, self._hosts, self._plans)
+            v = sent.values.astype(np.float64)
+            if in_window:
+                self._add_pattern(lp, plan, v)
+            bins, s_values, busiest = plan.reduce(v, r)
+            self.server_cells.append_cells(bins, s_values)
+            if in_window:
+                self.server_sums[lp].reshape(-1)[bins] += s_values
+        else:
+            into = None
+            if in_window:
+                self._flush(lp)
+                into = self._dense[lp]
+            s, busiest = _reduce(sent, self._hosts, into, self._plans)
+            self.server_cells.append(s)
+            if in_window:
+                self.server_sums[lp] += s
         self.keys.append(key)
         self.busiest_cross.append(busiest)
         self.start_s.append(start_s)
@@ -345,23 +397,38 @@ class Accumulator:
             return
         if lp in self.sums_recv:
             _add_into(self.sums_recv[lp], sent if received is None else received)
-        self.server_sums[lp] += s
         self.steps_of[lp] += 1
         self.event_bytes[lp] += event_bytes
+
+    def _add_pattern(self, lp: LayerPhase, plan: _Plan, v: FloatArray) -> None:
+        """Window sum += one sparse matrix: kept as the pattern's values while the pattern repeats
+        (and no dense sum exists yet), else scattered into the dense sum."""
+        p = self._pending.get(lp)
+        if lp not in self._dense and (p is None or p[0] is plan):
+            self._pending[lp] = (plan, v.copy() if p is None else np.add(p[1], v, out=p[1]))
+            return
+        self._flush(lp)
+        self._dense[lp].reshape(-1)[plan.flat] += v  # unique indices: a plain fancy add is exact
 
     def mean(self, lp: LayerPhase) -> FloatArray:
         """Σ T / steps of one (layer, phase), computed once (R×R: 134 MB at 4,096 ranks)."""
         hit: FloatArray | None = self._means.get(lp)
         if hit is None or self._means_at.get(lp) != self.steps_of[lp]:
-            hit = np.divide(self.sums[lp], max(1, self.steps_of[lp]))
+            steps = max(1, self.steps_of[lp])
+            p = self._pending.get(lp)
+            if p is not None:  # one pattern: its cells / steps, the rest zeros (as Σ T / steps)
+                r = len(self.server_of_rank)
+                hit = np.zeros((r, r))
+                hit.reshape(-1)[p[0].flat] = p[1] / steps
+            else:
+                hit = np.divide(self._dense[lp], steps)
             self._means[lp] = hit
             self._means_at[lp] = self.steps_of[lp]
         return hit
 
-
     def mean_total(self) -> FloatArray:
         """Σ of the per-(layer, phase) means in (layer, phase) order, made once."""
-        lps = sorted(self.sums)
+        lps = self.layer_phases()
         at = tuple(self.steps_of[lp] for lp in lps)
         if self._total is None or self._total[0] != at:
             self._total = (at, sum_of([self.mean(lp) for lp in lps]))

@@ -74,7 +74,7 @@ def _timings_gate(acc: Accumulator) -> Gate:
 def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float) -> Figure:
     d = _durations(acc)
     layers = []
-    for (layer, phase), total in sorted(acc.sums.items()):
+    for layer, phase in acc.layer_phases():
         if phase != DISPATCH:
             continue
         n = acc.steps_of[(layer, phase)]
@@ -86,15 +86,16 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
                                     acc.event_bytes[(layer, phase)] / n, median,
                                     busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
                                     step_durations_s=dur,
-                                    row_gcd=row_bytes(total) if params.row_bytes is None else 0))
+                                    row_gcd=(row_bytes(acc.window_cells((layer, phase)))
+                                             if params.row_bytes is None else 0)))
     return terrace_figure(layers, acc.server_of_rank, top_k=params.top_k, slow_gbs=link_gbs, ratio=ratio,
                           cal=params.calibration, assumed_ratio=params.assumed_ratio, row=params.row_bytes)
 
 
 def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
     per_layer: dict[int, float] = {}
-    for (layer, phase) in acc.sums:  # S of the window's sums: the sum of its steps' S
-        if phase == DISPATCH and (layer, COMBINE) in acc.sums:
+    for (layer, phase) in acc.steps_of:  # S of the window's sums: the sum of its steps' S
+        if phase == DISPATCH and (layer, COMBINE) in acc.steps_of:
             sums = acc.server_sums
             per_layer[layer] = loc.symmetry(sums[(layer, DISPATCH)], sums[(layer, COMBINE)])
     worst = max(per_layer.values()) if per_layer else math.nan
@@ -151,7 +152,7 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
         "k_locality": {"k": k, "median": float(np.nanmedian(loc.k_locality(w, k))) if n > 1 else math.nan,
                        "min": float(np.nanmin(loc.k_locality(w, k))) if n > 1 and w.sum() else math.nan},
         "stability": loc.stability(grid, circuits_k) if steps else {},
-        "intensity": loc.intensity(acc.mean(next(iter(acc.sums)))) if acc.sums else {},
+        "intensity": loc.intensity(acc.mean(next(iter(acc.steps_of)))) if acc.steps_of else {},
         "pair_sparsity": _sparsity(w, circuits_k),
         "times_s": {"fat_tree": t_ft, "mix": t_mix, "reconfig_penalty": penalty,
                     "mix_with_penalty": mix_total,
@@ -251,7 +252,7 @@ def _projectors(layout: FabricLayout, placement: RankPlacement, seeds: int = 3) 
 
 def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, measured: FloatArray | None,
             port_names: list[str], coverage: Gate) -> Figure:
-    lps = sorted(acc.sums)
+    lps = acc.layer_phases()
     means = [acc.mean(lp) for lp in lps]
     loads = {name: _loads(p, means, layout) for name, p in _projectors(layout, placement).items()}
     cols = [(-1, layer, phase) for layer, phase in lps]
@@ -309,7 +310,7 @@ def _flag_only(g: Gate) -> Gate:
 
 def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, routing_: Routing,
                 port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
-    disp = [lp for lp in sorted(acc.sums) if lp[1] == DISPATCH]
+    disp = [lp for lp in acc.layer_phases() if lp[1] == DISPATCH]
     a2a = acc.mean(disp[0]) if len(disp) == 1 else None
     if len(disp) > 1:  # mean of the layers, summed in place (one R×R buffer)
         a2a = acc.mean(disp[0]).copy()
@@ -330,7 +331,7 @@ def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement
 
 def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, routing_: Routing,
                      coverage: Gate) -> Figure:
-    means = [acc.mean(lp) for lp in sorted(acc.sums)]
+    means = [acc.mean(lp) for lp in acc.layer_phases()]
     total = acc.mean_total() if means else None
     values: dict[str, Any] = (suggest(layout, placement, means, routing_, projector=_projector, total=total)
                               if means else {"error": "no matrices"})

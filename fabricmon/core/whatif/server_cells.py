@@ -38,6 +38,12 @@ class ServerCells:
         self._values.append(flat[nz])
         self._joined = None
 
+    def append_cells(self, index: npt.NDArray[np.intp], values: FloatArray) -> None:
+        """One matrix given as its cells (unique flat indices; a zero value is harmless)."""
+        self._index.append(index)
+        self._values.append(values)
+        self._joined = None
+
     def cells(self, i: int) -> tuple[npt.NDArray[np.intp], FloatArray]:
         return self._index[i], self._values[i]
 
