@@ -206,8 +206,8 @@ def stability(s: Any, circuits: int) -> dict[str, Any]:
 
 
 def intensity(traffic: FloatArray) -> dict[str, float]:
-    """Receiver (expert) intensity r_j = Σ_i T_ij: CV and max/mean."""
-    r = traffic.sum(axis=0)
+    """Receiver (expert) intensity r_j = Σ_i T_ij: CV and max/mean (``traffic`` dense or sparse)."""
+    r = np.asarray(traffic.sum(axis=0), dtype=np.float64).reshape(-1)
     m = float(r.mean())
     if m <= 0:
         return {"cv": math.nan, "max_over_mean": math.nan}

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.placement import sum_of
 from fabricmon.core.whatif.server_cells import ServerCells
 
@@ -306,9 +307,9 @@ class Accumulator:
     _pending: dict[LayerPhase, tuple[_Plan, FloatArray]] = field(default_factory=dict, repr=False)
     _cells: ServerCells | None = field(default=None, repr=False)  # every key's S as its non-zero cells
     _hosts: _Hosts | None = field(default=None, repr=False)
-    _means: dict[LayerPhase, FloatArray] = field(default_factory=dict, repr=False)
+    _means: dict[LayerPhase, rm.RankMatrix] = field(default_factory=dict, repr=False)
     _means_at: dict[LayerPhase, int] = field(default_factory=dict, repr=False)
-    _total: tuple[tuple[int, ...], FloatArray] | None = field(default=None, repr=False)
+    _total: tuple[tuple[int, ...], rm.RankMatrix] | None = field(default=None, repr=False)
     _plans: list[_Plan] = field(default_factory=list, repr=False)  # sparse patterns seen last
 
     @property
@@ -410,23 +411,22 @@ class Accumulator:
         self._flush(lp)
         self._dense[lp].reshape(-1)[plan.flat] += v  # unique indices: a plain fancy add is exact
 
-    def mean(self, lp: LayerPhase) -> FloatArray:
-        """Σ T / steps of one (layer, phase), computed once (R×R: 134 MB at 4,096 ranks)."""
-        hit: FloatArray | None = self._means.get(lp)
+    def mean(self, lp: LayerPhase) -> rm.RankMatrix:
+        """Σ T / steps of one (layer, phase), computed once: dense (R×R: 134 MB at 4,096 ranks),
+        or the CSR array of a pending pattern's cells (the same numbers, ``rank_matrix``)."""
+        hit: rm.RankMatrix | None = self._means.get(lp)
         if hit is None or self._means_at.get(lp) != self.steps_of[lp]:
             steps = max(1, self.steps_of[lp])
             p = self._pending.get(lp)
-            if p is not None:  # one pattern: its cells / steps, the rest zeros (as Σ T / steps)
-                r = len(self.server_of_rank)
-                hit = np.zeros((r, r))
-                hit.reshape(-1)[p[0].flat] = p[1] / steps
+            if p is not None:  # one pattern: its cells / steps as a sparse matrix (rank_matrix.py)
+                hit = rm.csr(len(self.server_of_rank), p[0].flat, p[1] / steps)
             else:
                 hit = np.divide(self._dense[lp], steps)
             self._means[lp] = hit
             self._means_at[lp] = self.steps_of[lp]
         return hit
 
-    def mean_total(self) -> FloatArray:
+    def mean_total(self) -> rm.RankMatrix:
         """Σ of the per-(layer, phase) means in (layer, phase) order, made once."""
         lps = self.layer_phases()
         at = tuple(self.steps_of[lp] for lp in lps)

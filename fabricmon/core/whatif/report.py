@@ -29,9 +29,10 @@ from fabricmon.core.phases.projector import Projector, ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.whatif import locality as loc
 from fabricmon.core.whatif import ocs
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.collectives import collectives_figure_values
 from fabricmon.core.whatif.matrix_pass import Accumulator
-from fabricmon.core.whatif.placement import node_choice, suggest
+from fabricmon.core.whatif.placement import node_choice, suggest, sum_of
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
 from fabricmon.core.whatif.server_cells import ServerCells
 from fabricmon.core.whatif.terrace import Calibration
@@ -282,16 +283,20 @@ def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *,
                   gates=gates, values=out)
 
 
-def _loads(proj: Projector, mats: list[FloatArray], layout: FabricLayout) -> FloatArray:
+def _loads(proj: Projector, mats: list[rm.RankMatrix], layout: FabricLayout) -> FloatArray:
     """(phases, ports) busier-direction bytes, one phase at a time (no stacked R×R copy)."""
     if not mats:
         return np.zeros((0, len(layout.index)))
-    return np.stack([proj.project(m).load_bytes for m in mats])
+    return np.stack([rm.project_load(proj, m) for m in mats])
 
 
-def _cross_leaf_flows(total: FloatArray, leaf: IntArray, n_leaves: int) -> IntArray:
+def _cross_leaf_flows(total: rm.RankMatrix, leaf: IntArray, n_leaves: int) -> IntArray:
     """Per source leaf: how many rank pairs on different leaves carry bytes (row blocks, so the
-    R×R comparison is never materialised)."""
+    R×R comparison is never materialised; a sparse total: its cells)."""
+    if rm.is_sparse(total):
+        r, c, v = rm.cells(total)
+        busy = (v > 0) & (leaf[r] != leaf[c])
+        return np.bincount(leaf[r[busy]], minlength=n_leaves).astype(np.int64)
     out = np.zeros(n_leaves, dtype=np.int64)
     step = 256
     for i in range(0, len(total), step):
@@ -312,11 +317,15 @@ def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement
                 port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
     disp = [lp for lp in acc.layer_phases() if lp[1] == DISPATCH]
     a2a = acc.mean(disp[0]) if len(disp) == 1 else None
-    if len(disp) > 1:  # mean of the layers, summed in place (one R×R buffer)
-        a2a = acc.mean(disp[0]).copy()
-        for lp in disp[1:]:
-            a2a += acc.mean(lp)
-        a2a /= len(disp)
+    if len(disp) > 1:  # mean of the layers (dense: summed in place, one R×R buffer)
+        first = acc.mean(disp[0])
+        if rm.is_sparse(first) and all(rm.is_sparse(acc.mean(lp)) for lp in disp):
+            a2a = sum_of([acc.mean(lp) for lp in disp]) / len(disp)
+        else:
+            a2a = rm.dense(first).copy()
+            for lp in disp[1:]:
+                a2a += rm.dense(acc.mean(lp))
+            a2a /= len(disp)
     proj = _projector(layout, placement, routing_)
     values = collectives_figure_values(proj, a2a, measured_sizes, port_names)
     return Figure("collectives", "Collective algorithms on this placement",
