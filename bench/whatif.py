@@ -166,6 +166,7 @@ def main() -> None:
                                  cols["bytes_sent"], codes, tuple(index))
     summary = event_stats.summarise(ev, server_of_rank, PHASES)
     events_s = time.perf_counter() - t
+    events_cpu = time.process_time() - cpu0
     acc = Accumulator(server_of_rank, SERVERS, rank_steps=window, expected_keys=len(blobs))
     read_s = pass_s = 0.0
     for key, blob, _, _ in blobs:
@@ -178,6 +179,7 @@ def main() -> None:
                 start_s=summary["start_s"].get(key, math.nan), end_s=summary["end_s"].get(key, math.nan))
         t3 = time.perf_counter()
         read_s, pass_s = read_s + t2 - t, pass_s + t3 - t2
+    pass_cpu = time.process_time() - cpu0 - events_cpu  # read + pass
     t = time.perf_counter()
     out = whatif(acc, layout, placement, params, link_gbs=50.0, ratio=summary["ratio"], measured=None,
                  port_names=names, measured_sizes=summary["sizes"])
@@ -204,10 +206,12 @@ def main() -> None:
         print(f"routing {mode}: peak {r['peak_bytes'] / 1e9:.3g} GB at {r['peak_port']}")
     p = figs["placement"]["values"]
     print(f"placement: suggest={p.get('suggest')} moved={p.get('ranks_moved')}")
-    print("seconds per figure: " + ", ".join(f"{k} {v:.2f}" for k, v in sec.items()))
+    print("seconds per figure (wall, CPU): " + ", ".join(f"{k} {v:.2f}/{sec[k + '_cpu']:.2f}"
+                                                        for k, v in sec.items() if not k.endswith("_cpu")))
     print(f"events {events_s:.2f} s, read {read_s:.2f} s, pass {pass_s:.2f} s "
           f"({1e3 * pass_s / len(blobs):.1f} ms a matrix), figures {figures_s:.2f} s: total {total:.2f} s "
-          f"({cpu_s:.2f} s of CPU)")
+          f"({cpu_s:.2f} s of CPU: events {events_cpu:.2f}, read + pass {pass_cpu:.2f}, figures "
+          f"{cpu_s - events_cpu - pass_cpu:.2f})")
     print(f"dense pass {dense_s:.2f} s ({1e3 * dense_s / len(blobs):.1f} ms a matrix) against the floor "
           f"(one np.sum each) {floor_s:.2f} s: ×{dense_s / floor_s:.2f}")
     extra = ""
@@ -228,7 +232,9 @@ def main() -> None:
           f"routing_s={sec['routing']:.2f} hierarchy_s={sec['hierarchy']:.2f} target_s=2 cpu_s={cpu_s:.2f} "
           f"events_s={events_s:.2f} read_s={read_s:.2f} "
           f"pass_s={pass_s:.2f} dense_pass_s={dense_s:.2f} floor_s={floor_s:.2f} "
-          f"dense_ratio_to_floor={dense_s / floor_s:.2f}{extra}")
+          f"dense_ratio_to_floor={dense_s / floor_s:.2f} events_cpu_s={events_cpu:.2f} pass_cpu_s={pass_cpu:.2f} "
+          f"figures_cpu_s={cpu_s - events_cpu - pass_cpu:.2f} "
+          + " ".join(f"{k}_s={sec[k]:.2f}" for k in sec if k.endswith("_cpu")) + extra)
 
 
 if __name__ == "__main__":

@@ -197,10 +197,11 @@ def link_loads(projector: Projector, schedules: dict[str, rm.RankMatrix | Cells]
     for name, matrix in schedules.items():  # one at a time: each is R×R (134 MB at 4,096 ranks)
         if isinstance(matrix, list) and pxn:
             # PXN folds over each source host's senders: the cells go straight to the folded flows
-            folded = np.zeros(projector.n_flows)
-            for a, b, v in matrix:
-                folded += projector.fold_cells(a, b, v)
-            load = projector.project_folded(folded).load_bytes[0]
+            src = np.concatenate([a for a, _, _ in matrix]) if matrix else np.zeros(0, np.int64)
+            dst = np.concatenate([b for _, b, _ in matrix]) if matrix else np.zeros(0, np.int64)
+            val = (np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape) for a, _, v in matrix])
+                   if matrix else np.zeros(0))
+            load = projector.project_folded(projector.fold_cells(src, dst, val)).load_bytes[0]
         elif isinstance(matrix, list):
             if buffer is None:
                 buffer = np.zeros((projector.placement.world_size,) * 2)

@@ -172,20 +172,29 @@ def stability(s: Any, circuits: int) -> dict[str, Any]:
     n_steps, n_layers = s.shape[:2]
     abs_sum: dict[tuple[int, int], float] = {}
     tops: dict[tuple[int, int], set[int]] = {}
+    # ``s.cells_at(ij)``, when it has one: the matrix's sorted non-zero (flat index, value) cells —
+    # the same sums over its cells instead of its N² entries
+    cells_at = getattr(s, "cells_at", None)
 
     def total(ij: tuple[int, int]) -> float:
         if ij not in abs_sum:
-            abs_sum[ij] = float(np.abs(s[ij]).sum())
+            abs_sum[ij] = (float(np.abs(cells_at(ij)[1]).sum()) if cells_at is not None
+                           else float(np.abs(s[ij]).sum()))
         return abs_sum[ij]
 
     def top(ij: tuple[int, int]) -> set[int]:
         if ij not in tops:
-            tops[ij] = _top_of(_pair_values(s[ij]), circuits)
+            hit = _top_of_cells(*cells_at(ij), s.shape[-1], circuits) if cells_at is not None else None
+            tops[ij] = hit if hit is not None else _top_of(_pair_values(s[ij]), circuits)
         return tops[ij]
 
     def drift_of(a: tuple[int, int], b: tuple[int, int]) -> float:
         den = total(a) + total(b)
-        return float(np.abs(s[a] - s[b]).sum() / den) if den > 0 else math.nan
+        if den <= 0:
+            return math.nan
+        if cells_at is None:
+            return float(np.abs(s[a] - s[b]).sum() / den)
+        return _abs_diff_cells(*cells_at(a), *cells_at(b)) / den
 
     step_pairs = [((i, j), (i - 1, j)) for i in range(1, n_steps) for j in range(n_layers)]
     layer_pairs = [((i, j), (i, j - 1)) for i in range(n_steps) for j in range(1, n_layers)]
@@ -203,6 +212,40 @@ def stability(s: Any, circuits: int) -> dict[str, Any]:
     return {"drift_step": mean(step_drift), "drift_layer": mean(layer_drift), "circuits_K": circuits,
             "hit_rate": {"previous_step": mean(prev_step), "previous_layer": mean(prev_layer),
                          "uniform": min(1.0, circuits / pairs) if pairs else None}}
+
+
+def _abs_diff_cells(ia: IntArray, va: FloatArray, ib: IntArray, vb: FloatArray) -> float:
+    """‖a − b‖₁ of two matrices given as sorted unique (flat index, value) cells."""
+    _, pa, pb = np.intersect1d(ia, ib, assume_unique=True, return_indices=True)
+    only_a = np.ones(len(ia), dtype=bool)
+    only_a[pa] = False
+    only_b = np.ones(len(ib), dtype=bool)
+    only_b[pb] = False
+    return float(np.abs(va[pa] - vb[pb]).sum() + np.abs(va[only_a]).sum() + np.abs(vb[only_b]).sum())
+
+
+def _top_of_cells(flat: IntArray, v: FloatArray, n: int, k: int) -> set[int] | None:
+    """:func:`top_pairs` of an n×n matrix given as its cells: the upper-triangle positions of the
+    k heaviest D + Dᵀ pairs. None when ties at the k-th value make the choice the dense
+    partition's own (the caller then partitions the dense pairs)."""
+    i, j = np.divmod(np.asarray(flat, dtype=np.int64), n)
+    off = i != j
+    lo, hi = np.minimum(i, j)[off], np.maximum(i, j)[off]
+    pos = lo * n - lo * (lo + 1) // 2 + (hi - lo - 1)  # row-major position in the upper triangle
+    keys, inv = np.unique(pos, return_inverse=True)
+    vals = np.zeros(len(keys))
+    # D[i, j] + D[j, i]: at most two terms per pair, so the order of the sum does not matter
+    np.add.at(vals, inv.reshape(-1), v[off])
+    positive = vals > 0
+    k = min(k, n * (n - 1) // 2)
+    if k <= 0:
+        return set()
+    if int(positive.sum()) <= k:
+        return {int(x) for x in keys[positive]}
+    ranked = np.sort(vals[positive])[::-1]
+    if ranked[k - 1] == ranked[k]:
+        return None
+    return {int(x) for x in keys[positive][vals[positive] >= ranked[k - 1]]}
 
 
 def intensity(traffic: FloatArray) -> dict[str, float]:

@@ -205,6 +205,13 @@ class _Grid:
         self._held[k] = hit
         return hit
 
+    def cells_at(self, ij: tuple[int, int]) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """Key (i, j)'s non-zero cells, sorted by flat index (none when missing)."""
+        k = int(self.index[ij])
+        if k < 0:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        return self.cells.cells(k)
+
 
 def _sparsity(w: FloatArray, m: int) -> dict[str, float]:
     v = (w + w.T)[np.triu_indices(len(w), 1)]
@@ -365,9 +372,10 @@ def whatif(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, par
     spent: dict[str, float] = {}
 
     def timed(name: str, make: Callable[[], Figure]) -> Figure:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fig = make()
         spent[name] = time.perf_counter() - t
+        spent[f"{name}_cpu"] = time.process_time() - c  # CPU seconds: what a loaded machine moves less
         return fig
 
     h = timed("hierarchy", lambda: hierarchy(acc, params, link_gbs=link_gbs, ratio=ratio))
