@@ -154,7 +154,9 @@ def _matrix(c: matrix_read.StoredCells, world: int) -> Matrix:
     if c.dense is None:
         assert c.index is not None and c.values is not None
         cells = SparseCells(c.n, c.index, c.values)
-        if c.n <= world:
+        if c.n == world:  # the stored cells as they are (the pass plans on their uint32 index)
+            return cells
+        if c.n < world:
             idx = c.index.astype(np.int64)
             return SparseCells(world, idx // c.n * world + idx % c.n, c.values)
         return cells.within(world)

@@ -49,6 +49,8 @@ class PortBytes:
 class Projector:
     """Sparse routing incidence for one (layout, placement, routing); ``project`` is one matvec."""
 
+    _dn_choice: tuple[IntArray, IntArray, int, int] | None = None  # set by _cables for _pairs
+
     def __init__(self, layout: FabricLayout, placement: RankPlacement, routing: Routing) -> None:
         self.layout, self.placement, self.routing = layout, placement, routing
         self.n_ports = len(layout.index)
@@ -178,7 +180,9 @@ class Projector:
         m.sum_duplicates()
         return m
 
-    def _cables(self, src_gpu: IntArray, dst_gpu: IntArray, hops: bool = True) -> tuple[IntArray, _Hops, _Hops]:
+    def _cables(
+        self, src_gpu: IntArray, dst_gpu: IntArray, hops: bool = True
+    ) -> tuple[IntArray, _Hops, _Hops]:
         """Flows that change leaf (indices into src/dst) and their (flow, cable, fraction) on the
         uplink and the spine downlink tiers, under the routing's ECMP hash or spray (``hops``
         False: the ECMP flow numbers and fractions, all-ones, are left empty)."""
@@ -405,7 +409,8 @@ class Projector:
         pos = self._host_pos[src]
         ok = pos >= 0
         w = np.broadcast_to(np.asarray(values, dtype=np.float64), pos.shape)[ok]
-        return np.bincount(pos[ok] * r + np.asarray(dst)[ok], weights=w, minlength=self.n_flows)
+        folded = np.bincount(pos[ok] * r + np.asarray(dst)[ok], weights=w, minlength=self.n_flows)
+        return np.asarray(folded, dtype=np.float64)
 
     def project_folded(self, folded: FloatArray) -> PortBytes:
         """PXN: (K, hosts·R) flow bytes — each source host's bytes to each rank, what ``_fold``

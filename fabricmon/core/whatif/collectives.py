@@ -199,8 +199,8 @@ def link_loads(projector: Projector, schedules: dict[str, rm.RankMatrix | Cells]
             # PXN folds over each source host's senders: the cells go straight to the folded flows
             src = np.concatenate([a for a, _, _ in matrix]) if matrix else np.zeros(0, np.int64)
             dst = np.concatenate([b for _, b, _ in matrix]) if matrix else np.zeros(0, np.int64)
-            val = (np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape) for a, _, v in matrix])
-                   if matrix else np.zeros(0))
+            val = (np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape)
+                                   for a, _, v in matrix]) if matrix else np.zeros(0))
             load = projector.project_folded(projector.fold_cells(src, dst, val)).load_bytes[0]
         elif isinstance(matrix, list):
             if buffer is None:

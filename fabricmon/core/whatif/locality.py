@@ -184,7 +184,10 @@ def stability(s: Any, circuits: int) -> dict[str, Any]:
 
     def top(ij: tuple[int, int]) -> set[int]:
         if ij not in tops:
-            hit = _top_of_cells(*cells_at(ij), s.shape[-1], circuits) if cells_at is not None else None
+            hit = None
+            if cells_at is not None:
+                flat, vals = cells_at(ij)
+                hit = _top_of_cells(flat, vals, s.shape[-1], circuits)
             tops[ij] = hit if hit is not None else _top_of(_pair_values(s[ij]), circuits)
         return tops[ij]
 

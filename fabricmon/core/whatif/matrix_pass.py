@@ -239,6 +239,9 @@ class _Plan:
             starts = np.flatnonzero(np.concatenate([[True], k2[1:] != k2[:-1]])).astype(np.intp)
         else:
             starts = np.arange(len(idx), dtype=np.intp)
+        dense_runs = len(starts) * 2 > len(idx)  # runs too short to pay for the reduceat
+        if dense_runs:
+            starts = np.arange(len(idx), dtype=np.intp)  # every cell its own run
         run_k = k2[starts]
         src, dsrv = run_k // n, run_k % n
         ssrv = src // g
@@ -246,23 +249,21 @@ class _Plan:
         cell_cross = (idx // (r * g) != dst // g).astype(np.float64) if small else (
             (idx // r) // g != dst // g).astype(np.float64)
         cross = ssrv != dsrv
-        bins, inv = np.unique((ssrv * n + dsrv).astype(np.intp), return_inverse=True)
+        pair = np.asarray(ssrv, dtype=np.intp) * n + np.asarray(dsrv, dtype=np.intp)
+        bins, inv = np.unique(pair, return_inverse=True)
         # the diagonal (inside a server) is not part of S: its runs go to one slot past the end
         off = (bins // n) != (bins % n)
         slot = np.full(len(bins), int(off.sum()), dtype=np.intp)
         slot[off] = np.arange(int(off.sum()))
-        dense_runs = len(starts) * 2 > len(idx)
         return cls(index, idx.astype(np.intp), None if dense_runs else starts, bins[off],
                    slot[inv.reshape(-1)], src.astype(np.intp), cross.astype(np.float64),
                    dst.astype(np.intp), cell_cross)
 
     def reduce(self, v: FloatArray, r: int) -> tuple[npt.NDArray[np.intp], FloatArray, float]:
         """One matrix's float64 values → S as (flat cells, values) and the busiest cross bytes."""
-        if self.starts is None:
-            runs = v
-        else:
-            runs = np.add.reduceat(v, self.starts) if len(v) else v
-        s = np.bincount(self.run_bin, weights=runs, minlength=len(self.bins) + 1)[:-1]
+        runs = v if self.starts is None or not len(v) else np.add.reduceat(v, self.starts)
+        s: FloatArray = np.bincount(self.run_bin, weights=runs, minlength=len(self.bins) + 1)[:-1].astype(
+            np.float64, copy=False)
         out_c = np.bincount(self.run_src, weights=runs * self.run_cross, minlength=r)
         in_c = np.bincount(self.dst, weights=v * self.cell_cross, minlength=r)
         return self.bins, s, float(max(out_c.max(initial=0.0), in_c.max(initial=0.0)))

@@ -216,7 +216,7 @@ def region_view(server: FloatArray | ServerCells, region_of_server: IntArray) ->
 
 
 def phase_times_all(server: FloatArray | ServerCells, region_of_server: IntArray, alpha: int,
-                    link_bytes_s: float, fixed: FloatArray | None = None,
+                    link_bytes_s: float, fixed: FloatArray | None = None, *,
                     view: RegionView | None = None) -> dict[str, FloatArray]:
     """:func:`phase_times` for a stack (K, N, N) of phases at once: every (phase, region) gets its
     circuits in one :func:`circuits_batch` (or the circuits of ``fixed``, one (N, N) demand whose

@@ -140,8 +140,9 @@ def same_group_bytes(t: rm.RankMatrix, group: IntArray) -> float:
 ProjectorFactory = Callable[[FabricLayout, RankPlacement, Routing], Projector]
 
 
-def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[rm.RankMatrix], routing: Routing, *,
-            projector: ProjectorFactory = Projector, total: rm.RankMatrix | None = None) -> dict[str, Any]:
+def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[rm.RankMatrix],
+            routing: Routing, *, projector: ProjectorFactory = Projector,
+            total: rm.RankMatrix | None = None) -> dict[str, Any]:
     """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes.
     ``stack``: the per-(layer, phase) matrices (an array or a list); ``total`` their sum, if known.
 

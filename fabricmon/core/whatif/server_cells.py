@@ -81,15 +81,17 @@ class ServerCells:
             return np.zeros((n, n))
         idx = np.concatenate([self._index[i] for i in keys])
         vals = np.concatenate([self._values[i] for i in keys])
-        return np.bincount(idx, weights=vals, minlength=n * n).reshape(n, n)
+        out: FloatArray = np.bincount(idx, weights=vals, minlength=n * n).astype(np.float64, copy=False)
+        return out.reshape(n, n)
 
     def row_col_sums(self) -> tuple[FloatArray, FloatArray]:
         """(K, N) bytes each server sends and (K, N) it receives, per key."""
         n, k = self.n, len(self)
         key, flat, vals = self._all()
         rows, cols = np.divmod(flat, n)
-        out_b = np.bincount(key * n + rows, weights=vals, minlength=k * n).reshape(k, n)
-        in_b = np.bincount(key * n + cols, weights=vals, minlength=k * n).reshape(k, n)
+        out_b: FloatArray = np.bincount(key * n + rows, weights=vals, minlength=k * n).astype(np.float64)
+        in_b: FloatArray = np.bincount(key * n + cols, weights=vals, minlength=k * n).astype(np.float64)
+        out_b, in_b = out_b.reshape(k, n), in_b.reshape(k, n)
         return out_b, in_b
 
     def blocks(self, regions: Sequence[IntArray], kmax: int) -> FloatArray:
@@ -107,6 +109,7 @@ class ServerCells:
         key, flat, vals = self._all()
         rows, cols = np.divmod(flat, n)
         same = (region[rows] >= 0) & (region[rows] == region[cols])
-        at = ((key[same] * len(regions) + region[rows[same]]) * kmax + pos[rows[same]]) * kmax + pos[cols[same]]
+        r_, c_ = rows[same], cols[same]
+        at = ((key[same] * len(regions) + region[r_]) * kmax + pos[r_]) * kmax + pos[c_]
         out.reshape(-1)[at] = vals[same]  # one cell per (key, row, column): a plain assignment
         return out

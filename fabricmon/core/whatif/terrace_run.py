@@ -86,8 +86,9 @@ def by_group_columns(m: FloatArray, group_of_rank: IntArray) -> FloatArray:
     r = len(group_of_rank)
     if rm.is_sparse(m):  # over the stored cells: (row, column's group) bins
         rows, cols, v = rm.cells(m)
-        return np.bincount(rows * n_groups + group_of_rank[cols], weights=v,
-                           minlength=m.shape[0] * n_groups).reshape(m.shape[0], n_groups)
+        by_cols: FloatArray = np.bincount(rows * n_groups + group_of_rank[cols], weights=v,
+                                          minlength=m.shape[0] * n_groups).astype(np.float64, copy=False)
+        return by_cols.reshape(m.shape[0], n_groups)
     g = r // n_groups
     if g * n_groups == r and np.array_equal(group_of_rank, np.repeat(np.arange(n_groups), g)):
         folded = np.ascontiguousarray(m).reshape(m.shape[0] * n_groups, g) @ np.ones(g, dtype=m.dtype)
@@ -112,10 +113,10 @@ def by_group_rows(m: FloatArray, group: IntArray, n_groups: int) -> FloatArray:
     group-sorted rows."""
     r = len(group)
     if rm.is_sparse(m) and r:  # over the stored cells: (row's group, column) bins
-        rows, cols, v = rm.cells(m)
-        sparse_rows: FloatArray = np.bincount(group[rows] * m.shape[1] + cols, weights=v,
-                                              minlength=n_groups * m.shape[1]).reshape(n_groups, -1)
-        return sparse_rows
+        r_, c_, v = rm.cells(m)
+        sparse_rows: FloatArray = np.bincount(group[r_] * m.shape[1] + c_, weights=v,
+                                              minlength=n_groups * m.shape[1]).astype(np.float64, copy=False)
+        return sparse_rows.reshape(n_groups, -1)
     out = np.zeros((n_groups, m.shape[1]))
     if not r:
         return out
@@ -207,7 +208,8 @@ def _accounting_error(layers: list[LayerDispatch]) -> float:
     if not layers or sent <= 0:
         return math.nan
     events = sum(d.event_bytes for d in layers)
-    mismatch = sum(float(np.abs(rm.dense(d.sent) - d.received).sum()) for d in layers if d.received is not None)
+    mismatch = sum(float(np.abs(rm.dense(d.sent) - d.received).sum())
+                   for d in layers if d.received is not None)
     return max(abs(sent - events) / sent, mismatch / sent)
 
 
