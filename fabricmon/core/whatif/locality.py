@@ -227,10 +227,9 @@ def _abs_diff_cells(ia: IntArray, va: FloatArray, ib: IntArray, vb: FloatArray) 
     return float(np.abs(va[pa] - vb[pb]).sum() + np.abs(va[only_a]).sum() + np.abs(vb[only_b]).sum())
 
 
-def _top_of_cells(flat: IntArray, v: FloatArray, n: int, k: int) -> set[int] | None:
+def _top_of_cells(flat: IntArray, v: FloatArray, n: int, k: int) -> set[int]:
     """:func:`top_pairs` of an n×n matrix given as its cells: the upper-triangle positions of the
-    k heaviest D + Dᵀ pairs. None when ties at the k-th value make the choice the dense
-    partition's own (the caller then partitions the dense pairs)."""
+    k heaviest D + Dᵀ pairs (on a tie at the k-th value, the dense partition's choice)."""
     i, j = np.divmod(np.asarray(flat, dtype=np.int64), n)
     off = i != j
     lo, hi = np.minimum(i, j)[off], np.maximum(i, j)[off]
@@ -247,7 +246,11 @@ def _top_of_cells(flat: IntArray, v: FloatArray, n: int, k: int) -> set[int] | N
         return {int(x) for x in keys[positive]}
     ranked = np.sort(vals[positive])[::-1]
     if ranked[k - 1] == ranked[k]:
-        return None
+        # a tie at the K-th pair: the dense partition's own choice, on the same pair vector
+        # (absent pairs 0.0, present ones their one- or two-term sums) built from the cells
+        full = np.zeros(n * (n - 1) // 2)
+        full[keys] = vals
+        return _top_of(full, k)
     return {int(x) for x in keys[positive][vals[positive] >= ranked[k - 1]]}
 
 
