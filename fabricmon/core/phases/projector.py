@@ -69,12 +69,15 @@ class Projector:
             # rank → its host's row of the folded matrix (-1 unplaced), for callers folding cells
             self._host_pos = np.full(r, -1, dtype=np.int64)
             self._host_pos[placed] = np.searchsorted(hosts, host_of_rank[placed])
-            a = np.repeat(np.arange(len(hosts)), r)  # row of the folded matrix
-            d = np.tile(np.arange(r), len(hosts))
-            keep = placed[d] & (hosts[a] != host_of_rank[d])
-            a, d = a[keep], d[keep]
-            dst_gpu = g_of[d]
             self.n_flows = len(hosts) * r
+            # the flows' index arrays in int32 when they fit: ~2 M of them at 4,096 ranks, and half
+            # the bytes is half the fresh pages a first build faults in
+            it = np.int32 if self.n_flows < 2**31 else np.int64
+            a = np.repeat(np.arange(len(hosts), dtype=it), r)  # row of the folded matrix
+            d = np.tile(np.arange(r, dtype=it), len(hosts))
+            keep = placed[d] & (self._host_pos.astype(it)[d] != a)  # placed, on another host
+            a, d = a[keep], d[keep]
+            dst_gpu = g_of.astype(it)[d]
             placed_ranks = np.flatnonzero(placed)
             self._in_blocks, proxy_gpus = self._proxy_blocks(placed_ranks)
             if self._in_blocks is None:
@@ -82,7 +85,7 @@ class Projector:
             else:  # the proxy depends on d only through its (A, C) block: one gather of the table
                 (_, b_n, c_n), _ = self._in_blocks
                 per_host = len(proxy_gpus) // len(hosts)
-                src_gpu = proxy_gpus[a * per_host + (d // (b_n * c_n)) * c_n + d % c_n]
+                src_gpu = proxy_gpus.astype(it)[a * per_host + (d // (b_n * c_n)) * c_n + d % c_n]
             columns = a * r + d
             self._plan_pxn(columns, src_gpu, dst_gpu, placed_ranks)
             return
@@ -187,7 +190,8 @@ class Projector:
         uplink and the spine downlink tiers, under the routing's ECMP hash or spray (``hops``
         False: the ECMP flow numbers and fractions, all-ones, are left empty)."""
         lay = self.layout
-        l1, l2 = lay.nic_leaf[src_gpu], lay.nic_leaf[dst_gpu]
+        leaf = lay.nic_leaf.astype(src_gpu.dtype)  # gathers at the flows' own width
+        l1, l2 = leaf[src_gpu], leaf[dst_gpu]
         cross = np.flatnonzero(l1 != l2)
         none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         if not len(cross):
