@@ -14,7 +14,13 @@ Timed, as the service runs them (``whatif/services.run_whatif`` without the SQLi
 (``Accumulator.add``: server matrices, busiest ranks, the window's rank×rank sums) and each figure
 (hierarchy, optics, collectives, routing with PXN only above 1,024 ranks, placement).
 
-References in the same run, on the same matrices:
+CPU seconds (``cpu_s``, and per part ``events_cpu_s``, ``pass_cpu_s`` = read + pass,
+``figures_cpu_s``, ``<figure>_cpu_s``) are the measure on a shared machine: wall time there moves
+with other processes' load. The timed part runs before any reference is built, so its process
+holds what the service's does (the stored blobs), not the references' gigabyte of dense arrays
+(whose fragmented memory made fresh allocations fault slower).
+
+References in the same run, on the same matrices (made again after the timed part):
 * ``floor``: one ``np.sum`` over every dense float32 matrix — the read no dense reader avoids;
 * ``dense_pass``: the same pass fed the dense float32 matrices (what the phase state holds), the
   cost when the stored form is dense (an all-to-all across the whole world);
@@ -23,7 +29,8 @@ References in the same run, on the same matrices:
   its figures and the fast path's (skip with ``WHATIF_REFERENCE=0``; it takes ~20 s).
 
 Ends with ``BENCH whatif gpus=4096 steps=100 total_s=… placement_s=… optics_s=… collectives_s=…
-routing_s=… hierarchy_s=… target_s=2 events_s=… read_s=… pass_s=… …``.
+routing_s=… hierarchy_s=… target_s=2 cpu_s=… events_s=… read_s=… pass_s=… … events_cpu_s=…
+pass_cpu_s=… figures_cpu_s=… hierarchy_cpu_s=… … reference_s=… speedup=… max_rel_diff=…``.
 """
 
 from __future__ import annotations
@@ -134,25 +141,10 @@ def main() -> None:
     window = set(range(STEPS - RANK_WINDOW_STEPS, STEPS))
     names = list(layout.index.port_names)
     params = Params(row_bytes=ROW)
-    if REFERENCE:
-        from whatif_reference import report as reference
-        ref_acc = reference.Accumulator(server_of_rank, SERVERS, rank_steps=window)
-    dense = Accumulator(server_of_rank, SERVERS, rank_steps=window, expected_keys=2 * STEPS)
     blobs, timings = [], []
-    floor_s = dense_s = ref_pass_s = 0.0
     for key, m, start, end in _matrices(n, STEPS):
         blobs.append((key, matrix_blobs.encode(m.astype(np.int64)), start, end))  # what ingest stored
         timings.append((key, start, end, float(m.sum(dtype=np.float64))))
-        t = time.perf_counter()
-        np.sum(m)
-        floor_s += time.perf_counter() - t
-        t = time.perf_counter()
-        dense.add(key, m, event_bytes=timings[-1][3], start_s=start, end_s=end)
-        dense_s += time.perf_counter() - t
-        if REFERENCE:
-            t = time.perf_counter()
-            ref_acc.add(key, m, event_bytes=timings[-1][3], start_s=start, end_s=end)
-            ref_pass_s += time.perf_counter() - t
     cols = _events(n, timings)
     print(f"setup: {len(blobs)} matrices stored in {sum(len(b[1]) for b in blobs) / 1e6:.0f} MB, "
           f"{len(cols['step'])} events")
@@ -166,6 +158,7 @@ def main() -> None:
                                  cols["bytes_sent"], codes, tuple(index))
     summary = event_stats.summarise(ev, server_of_rank, PHASES)
     events_s = time.perf_counter() - t
+    events_cpu = time.process_time() - cpu0
     acc = Accumulator(server_of_rank, SERVERS, rank_steps=window, expected_keys=len(blobs))
     read_s = pass_s = 0.0
     for key, blob, _, _ in blobs:
@@ -178,6 +171,7 @@ def main() -> None:
                 start_s=summary["start_s"].get(key, math.nan), end_s=summary["end_s"].get(key, math.nan))
         t3 = time.perf_counter()
         read_s, pass_s = read_s + t2 - t, pass_s + t3 - t2
+    pass_cpu = time.process_time() - cpu0 - events_cpu  # read + pass
     t = time.perf_counter()
     out = whatif(acc, layout, placement, params, link_gbs=50.0, ratio=summary["ratio"], measured=None,
                  port_names=names, measured_sizes=summary["sizes"])
@@ -204,10 +198,31 @@ def main() -> None:
         print(f"routing {mode}: peak {r['peak_bytes'] / 1e9:.3g} GB at {r['peak_port']}")
     p = figs["placement"]["values"]
     print(f"placement: suggest={p.get('suggest')} moved={p.get('ranks_moved')}")
-    print("seconds per figure: " + ", ".join(f"{k} {v:.2f}" for k, v in sec.items()))
+    print("seconds per figure (wall, CPU): " + ", ".join(f"{k} {v:.2f}/{sec[k + '_cpu']:.2f}"
+                                                        for k, v in sec.items() if not k.endswith("_cpu")))
     print(f"events {events_s:.2f} s, read {read_s:.2f} s, pass {pass_s:.2f} s "
           f"({1e3 * pass_s / len(blobs):.1f} ms a matrix), figures {figures_s:.2f} s: total {total:.2f} s "
-          f"({cpu_s:.2f} s of CPU)")
+          f"({cpu_s:.2f} s of CPU: events {events_cpu:.2f}, read + pass {pass_cpu:.2f}, figures "
+          f"{cpu_s - events_cpu - pass_cpu:.2f})")
+
+    # -- references, after the timed page (so its process holds what the service's does: the
+    # stored blobs, not a gigabyte of dense accumulators), on the same matrices made again -------
+    if REFERENCE:
+        from whatif_reference import report as reference
+        ref_acc = reference.Accumulator(server_of_rank, SERVERS, rank_steps=window)
+    dense = Accumulator(server_of_rank, SERVERS, rank_steps=window, expected_keys=2 * STEPS)
+    floor_s = dense_s = ref_pass_s = 0.0
+    for (key, m, start, end), (_, _, _, ev_bytes) in zip(_matrices(n, STEPS), timings, strict=True):
+        t = time.perf_counter()
+        np.sum(m)
+        floor_s += time.perf_counter() - t
+        t = time.perf_counter()
+        dense.add(key, m, event_bytes=ev_bytes, start_s=start, end_s=end)
+        dense_s += time.perf_counter() - t
+        if REFERENCE:
+            t = time.perf_counter()
+            ref_acc.add(key, m, event_bytes=ev_bytes, start_s=start, end_s=end)
+            ref_pass_s += time.perf_counter() - t
     print(f"dense pass {dense_s:.2f} s ({1e3 * dense_s / len(blobs):.1f} ms a matrix) against the floor "
           f"(one np.sum each) {floor_s:.2f} s: ×{dense_s / floor_s:.2f}")
     extra = ""
@@ -228,7 +243,10 @@ def main() -> None:
           f"routing_s={sec['routing']:.2f} hierarchy_s={sec['hierarchy']:.2f} target_s=2 cpu_s={cpu_s:.2f} "
           f"events_s={events_s:.2f} read_s={read_s:.2f} "
           f"pass_s={pass_s:.2f} dense_pass_s={dense_s:.2f} floor_s={floor_s:.2f} "
-          f"dense_ratio_to_floor={dense_s / floor_s:.2f}{extra}")
+          f"dense_ratio_to_floor={dense_s / floor_s:.2f} events_cpu_s={events_cpu:.2f} "
+          f"pass_cpu_s={pass_cpu:.2f} "
+          f"figures_cpu_s={cpu_s - events_cpu - pass_cpu:.2f} "
+          + " ".join(f"{k}_s={sec[k]:.2f}" for k in sec if k.endswith("_cpu")) + extra)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
             end_s=ev["end_s"].get(key, math.nan),
         )
     link_gbs = float(np.median(layout.index.speed_bps[layout.nic_pos])) / 8e9 if layout.n_gpus else math.nan
-    measured = _measured_ports(run, sorted(acc.sums))
+    measured = _measured_ports(run, acc.layer_phases())
     out = whatif(
         acc,
         layout,
@@ -154,7 +154,9 @@ def _matrix(c: matrix_read.StoredCells, world: int) -> Matrix:
     if c.dense is None:
         assert c.index is not None and c.values is not None
         cells = SparseCells(c.n, c.index, c.values)
-        if c.n <= world:
+        if c.n == world:  # the stored cells as they are (the pass plans on their uint32 index)
+            return cells
+        if c.n < world:
             idx = c.index.astype(np.int64)
             return SparseCells(world, idx // c.n * world + idx % c.n, c.values)
         return cells.within(world)

@@ -34,8 +34,10 @@ from fabricmon.core.whatif.terrace_run import row_bytes
 ROW = 7168
 
 
-def _run(servers: int, gpus: int, ep: int, steps: int, seed: int = 0):  # type: ignore[no-untyped-def]
-    """(key, dispatch-or-combine matrix, start_s, end_s): EP-block traffic, skewed and drifting."""
+def _run(servers: int, gpus: int, ep: int, steps: int, seed: int = 0,  # type: ignore[no-untyped-def]
+         drop_every: int = 0):
+    """(key, dispatch-or-combine matrix, start_s, end_s): EP-block traffic, skewed and drifting
+    (``drop_every``: every so many steps a few pairs send nothing, so the cells' pattern changes)."""
     rng = np.random.default_rng(seed)
     n = servers * gpus
     t = 0.0
@@ -46,6 +48,9 @@ def _run(servers: int, gpus: int, ep: int, steps: int, seed: int = 0):  # type: 
             pop = rng.dirichlet(np.ones(ep) * 0.7)
             m[sl, sl] = np.rint(512 * pop[None, :] * rng.random((ep, ep)) + 1) * ROW
         np.fill_diagonal(m, 0.0)
+        if drop_every and step % drop_every == 1:
+            m[0, 1:5] = 0.0
+            m[9, :3] = 0.0
         for phase, x in (("dispatch", m), ("combine", np.ascontiguousarray(m.T) * 2)):
             dur = 1e-3 + float(x.sum()) / n / 25e9
             yield (step, 0, phase), x, t, t + dur
@@ -68,14 +73,15 @@ def _form(m: np.ndarray, form: str) -> Any:
 
 
 def _figures(layout: FabricLayout, placement: RankPlacement, servers: int, gpus: int, ep: int, steps: int, *,
-             form: str = "float32", recv_scale: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
+             form: str = "float32", recv_scale: float = 1.0,
+             drop_every: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     host = layout.gpu_host[placement.gpu_of_rank]
     used = np.unique(host)
     server_of_rank = np.searchsorted(used, host).astype(np.int64)
     window = set(range(steps - report.RANK_WINDOW_STEPS, steps))
     fast = Accumulator(server_of_rank, len(used), rank_steps=window, expected_keys=2 * steps)
     ref = reference.Accumulator(server_of_rank, len(used), rank_steps=window)
-    for key, m, start, end in _run(servers, gpus, ep, steps):
+    for key, m, start, end in _run(servers, gpus, ep, steps, drop_every=drop_every):
         recv = np.floor(m * recv_scale) if recv_scale != 1.0 and key[2] == "dispatch" else None
         kw = {"event_bytes": float(m.sum(dtype=np.float64)), "start_s": start, "end_s": end}
         fast.add(key, _form(m, form), None if recv is None else _form(recv, form), **kw)

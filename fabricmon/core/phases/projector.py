@@ -49,6 +49,8 @@ class PortBytes:
 class Projector:
     """Sparse routing incidence for one (layout, placement, routing); ``project`` is one matvec."""
 
+    _dn_choice: tuple[IntArray, IntArray, int, int] | None = None  # set by _cables for _pairs
+
     def __init__(self, layout: FabricLayout, placement: RankPlacement, routing: Routing) -> None:
         self.layout, self.placement, self.routing = layout, placement, routing
         self.n_ports = len(layout.index)
@@ -64,15 +66,28 @@ class Projector:
             self._fold_order = np.concatenate(self._fold_rows) if len(hosts) else np.zeros(0, np.int64)
             self._fold_starts = np.cumsum([0] + [len(x) for x in self._fold_rows[:-1]]).astype(np.int64)
             self._fold_contiguous = bool(np.array_equal(self._fold_order, np.arange(len(self._fold_order))))
-            a = np.repeat(np.arange(len(hosts)), r)  # row of the folded matrix
-            d = np.tile(np.arange(r), len(hosts))
-            keep = placed[d] & (hosts[a] != host_of_rank[d])
-            a, d = a[keep], d[keep]
-            dst_gpu = g_of[d]
-            src_gpu = self._proxy(hosts[a], dst_gpu)
-            columns = a * r + d
+            # rank → its host's row of the folded matrix (-1 unplaced), for callers folding cells
+            self._host_pos = np.full(r, -1, dtype=np.int64)
+            self._host_pos[placed] = np.searchsorted(hosts, host_of_rank[placed])
             self.n_flows = len(hosts) * r
-            self._plan_pxn(columns, src_gpu, dst_gpu, np.flatnonzero(placed))
+            # the flows' index arrays in int32 when they fit: ~2 M of them at 4,096 ranks, and half
+            # the bytes is half the fresh pages a first build faults in
+            it = np.int32 if self.n_flows < 2**31 else np.int64
+            a = np.repeat(np.arange(len(hosts), dtype=it), r)  # row of the folded matrix
+            d = np.tile(np.arange(r, dtype=it), len(hosts))
+            keep = placed[d] & (self._host_pos.astype(it)[d] != a)  # placed, on another host
+            a, d = a[keep], d[keep]
+            dst_gpu = g_of.astype(it)[d]
+            placed_ranks = np.flatnonzero(placed)
+            self._in_blocks, proxy_gpus = self._proxy_blocks(placed_ranks)
+            if self._in_blocks is None:
+                src_gpu = self._proxy(hosts[a], dst_gpu)
+            else:  # the proxy depends on d only through its (A, C) block: one gather of the table
+                (_, b_n, c_n), _ = self._in_blocks
+                per_host = len(proxy_gpus) // len(hosts)
+                src_gpu = proxy_gpus.astype(it)[a * per_host + (d // (b_n * c_n)) * c_n + d % c_n]
+            columns = a * r + d
+            self._plan_pxn(columns, src_gpu, dst_gpu, placed_ranks)
             return
         s = np.repeat(np.arange(r), r)
         d = np.tile(np.arange(r), r)
@@ -130,22 +145,17 @@ class Projector:
         else:
             ok = spine_reaches[link[:, 2]]  # (cable, target leaf)
         owner = link[:, owner_col]
-        count = np.zeros((n_owner, n_leaf), dtype=np.int64)
-        np.add.at(
-            count,
-            (np.repeat(owner, n_leaf)[ok.ravel()], np.tile(np.arange(n_leaf), len(link))[ok.ravel()]),
-            1,
-        )
+        c_idx, t_idx = np.nonzero(ok)  # cable-major, then target: cabling order within a cell
+        cell = owner[c_idx] * n_leaf + t_idx
+        count = np.bincount(cell, minlength=n_owner * n_leaf).reshape(n_owner, n_leaf)
         width = max(1, int(count.max()))
         dense = np.full((n_owner, n_leaf, width), -1, dtype=np.int64)
-        # cables in cabling order fill each (owner, target) cell left to right
-        c_idx, t_idx = np.nonzero(ok)
-        o_idx = owner[c_idx]
-        order = np.lexsort((c_idx, t_idx, o_idx))
-        c_idx, t_idx, o_idx = c_idx[order], t_idx[order], o_idx[order]
-        cell = o_idx * n_leaf + t_idx
-        starts = np.searchsorted(cell, cell, side="left")
-        dense[o_idx, t_idx, np.arange(len(cell)) - starts] = c_idx
+        # cables in cabling order fill each (owner, target) cell left to right (a stable sort by
+        # cell keeps the cable order inside it)
+        order = np.argsort(cell, kind="stable")
+        cell, c_idx = cell[order], c_idx[order]
+        first = np.cumsum(count.reshape(-1)) - count.reshape(-1)
+        dense.reshape(-1)[cell * width + np.arange(len(cell)) - first[cell]] = c_idx
         return dense, count
 
     def _incidence(self, columns: IntArray, src_gpu: IntArray, dst_gpu: IntArray) -> sp.csc_matrix:
@@ -156,6 +166,7 @@ class Projector:
         cols = [columns, columns]
         vals = [np.ones(len(columns)), np.ones(len(columns))]
         cross, (up_flow, ups, up_frac), (dn_flow, dns, dn_frac) = self._cables(src_gpu, dst_gpu)
+        self._dn_choice = None  # only the PXN plan reads it
         if len(cross):
             # Rows per cable (its bytes serve both its ends): fewer non-zeros in the big matrix;
             # ``cable_ends`` spreads the per-cable sums onto ports afterwards.
@@ -172,11 +183,15 @@ class Projector:
         m.sum_duplicates()
         return m
 
-    def _cables(self, src_gpu: IntArray, dst_gpu: IntArray) -> tuple[IntArray, _Hops, _Hops]:
+    def _cables(
+        self, src_gpu: IntArray, dst_gpu: IntArray, hops: bool = True
+    ) -> tuple[IntArray, _Hops, _Hops]:
         """Flows that change leaf (indices into src/dst) and their (flow, cable, fraction) on the
-        uplink and the spine downlink tiers, under the routing's ECMP hash or spray."""
+        uplink and the spine downlink tiers, under the routing's ECMP hash or spray (``hops``
+        False: the ECMP flow numbers and fractions, all-ones, are left empty)."""
         lay = self.layout
-        l1, l2 = lay.nic_leaf[src_gpu], lay.nic_leaf[dst_gpu]
+        leaf = lay.nic_leaf.astype(src_gpu.dtype)  # gathers at the flows' own width
+        l1, l2 = leaf[src_gpu], leaf[dst_gpu]
         cross = np.flatnonzero(l1 != l2)
         none = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         if not len(cross):
@@ -186,19 +201,60 @@ class Projector:
         up_tab, up_cnt = self._candidates(via_spine=False)
         dn_tab, dn_cnt = self._candidates(via_spine=True)
         a, b = l1[cross], l2[cross]
-        if (up_cnt[a, b] == 0).any():
+        # flat takes (one index each) rather than 2-/3-D fancy gathers: the same cells, ~2× faster
+        n_leaf, w_up, w_dn = up_cnt.shape[1], up_tab.shape[2], dn_tab.shape[2]
+        ab = a * n_leaf + b
+        cnt_ab = up_cnt.reshape(-1).take(ab)
+        if (cnt_ab == 0).any():
             raise ValueError("some leaf pair has no path through a common spine")
         if self.routing.mode == "spray":
             up, dn = self._spray(a, b, up_tab=up_tab, up_cnt=up_cnt, dn_tab=dn_tab, dn_cnt=dn_cnt)
             return cross, up, dn
         key = (src_gpu[cross].astype(np.uint64) << np.uint64(32)) | dst_gpu[cross].astype(np.uint64)
         h1 = splitmix64(key ^ np.uint64(self.routing.seed))
-        h2 = splitmix64(h1)
-        ups = up_tab[a, b, (h1 % up_cnt[a, b].astype(np.uint64)).astype(np.int64)]
-        sp_of = lay.link[ups, 2]
-        dns = dn_tab[sp_of, b, (h2 % dn_cnt[sp_of, b].astype(np.uint64)).astype(np.int64)]
+        k_up = (h1 % cnt_ab.astype(np.uint64)).astype(np.int64)
+        ups = up_tab.reshape(-1).take(ab * w_up + k_up)
+        sb = lay.link[ups, 2] * n_leaf + b
+        if int(dn_cnt.max()) <= 1:  # one downlink per (spine, leaf): the second hash picks index 0
+            k_dn = np.zeros(len(sb), dtype=np.int64)
+        else:
+            k_dn = (splitmix64(h1) % dn_cnt.reshape(-1).take(sb).astype(np.uint64)).astype(np.int64)
+        dns = dn_tab.reshape(-1).take(sb * w_dn + k_dn)
+        self._dn_choice = (b, k_dn, n_leaf, w_dn)  # what picked each downlink (for _pairs)
+        if not hops:
+            empty = np.zeros(0, np.int64)
+            return cross, (empty, ups, np.zeros(0)), (empty, dns, np.zeros(0))
         flow, ones = np.arange(len(cross)), np.ones(len(cross))
         return cross, (flow, ups, ones), (flow, dns, ones)
+
+    def _pairs(self, ups: IntArray, dns: IntArray) -> tuple[IntArray, IntArray]:
+        """``np.unique(ups·W + dns, return_inverse=True)`` (W = cables). Under ECMP a flow's
+        downlink is fixed by (its uplink's spine, destination leaf, hash index), so the pair is
+        also (uplink, destination leaf, index): a key space of cables × leaves × width, small
+        enough to mark in an array instead of sorting ~2 M keys."""
+        width = max(len(self.layout.link), 1)
+        choice = getattr(self, "_dn_choice", None)
+        if choice is None or len(choice[0]) != len(ups):
+            pairs, inv = np.unique(ups * width + dns, return_inverse=True)
+            return pairs, inv.reshape(-1)
+        b, k_dn, n_leaf, w_dn = choice
+        space = width * n_leaf * w_dn
+        if space > 1 << 26:
+            pairs, inv = np.unique(ups * width + dns, return_inverse=True)
+            return pairs, inv.reshape(-1)
+        compact = (ups * n_leaf + b) * w_dn + k_dn
+        mark = np.zeros(space, dtype=bool)
+        mark[compact] = True
+        present = np.flatnonzero(mark)
+        first = np.full(space, -1, dtype=np.int64)
+        first[compact[::-1]] = np.arange(len(compact))[::-1]  # a flow of each compact key
+        full = ups[first[present]] * width + dns[first[present]]
+        order = np.argsort(full, kind="stable")  # the pairs in np.unique's (sorted) order
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        lut = np.zeros(space, dtype=np.int64)
+        lut[present] = rank
+        return full[order], lut[compact]
 
     def _plan_pxn(
         self, columns: IntArray, src_gpu: IntArray, dst_gpu: IntArray, placed_ranks: IntArray
@@ -215,38 +271,52 @@ class Projector:
         self._drop = np.flatnonzero(~kept)  # same-host (NVLink) or unplaced: no NIC ever sees them
         self._out_ranks = placed_ranks
         self._out_pos = lay.nic_pos[self.placement.gpu_of_rank[placed_ranks]].astype(np.intp)
-        cross, (_, ups, _), (_, dns, _) = self._cables(src_gpu, dst_gpu)
+        self._dn_choice = None
+        cross, (_, ups, _), (_, dns, _) = self._cables(src_gpu, dst_gpu, hops=False)
         width = max(len(lay.link), 1)
-        pairs, pair_of = np.unique(ups * width + dns, return_inverse=True)
+        pairs, pair_of = self._pairs(ups, dns)
+        self._dn_choice = None
         self._pair_up, self._pair_dn = (pairs // width).astype(np.intp), (pairs % width).astype(np.intp)
         p = self.n_ports
-        self._in_blocks = self._proxy_blocks(placed_ranks)
+        shape = (p + len(pairs), n_f)
         if self._in_blocks is None:  # no block structure: one non-zero per flow for its proxy port
-            in_rows, in_cols = lay.nic_pos[src_gpu], columns
-        else:
-            in_rows, in_cols = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        self._route = sp.csc_matrix(
-            (
-                np.ones(len(in_cols) + len(cross)),
+            self._route = sp.csc_matrix(
                 (
-                    np.concatenate([in_rows, p + pair_of.reshape(-1)]),
-                    np.concatenate([in_cols, columns[cross]]),
+                    np.ones(len(columns) + len(cross)),
+                    (
+                        np.concatenate([lay.nic_pos[src_gpu], p + pair_of]),
+                        np.concatenate([columns, columns[cross]]),
+                    ),
                 ),
-            ),
-            shape=(p + len(pairs), n_f),
-        )
-        self._route.sum_duplicates()
+                shape=shape,
+            )
+            self._route.sum_duplicates()
+        else:
+            # one non-zero per cross-leaf flow, columns ascending and distinct: the canonical CSC
+            # arrays directly (what the COO conversion and sum_duplicates would give)
+            per_col = np.zeros(n_f + 1, dtype=np.int64)
+            per_col[columns[cross] + 1] = 1
+            self._route = sp.csc_matrix(
+                (np.ones(len(cross)), (p + pair_of).astype(np.int32 if shape[0] < 2**31 else np.int64),
+                 np.cumsum(per_col)),
+                shape=shape,
+            )
+            self._route.has_canonical_format = True
         self._build_cable_ends()
 
-    def _proxy_blocks(self, placed_ranks: IntArray) -> tuple[tuple[int, int, int], IntArray] | None:
+    def _proxy_blocks(
+        self, placed_ranks: IntArray
+    ) -> tuple[tuple[tuple[int, int, int], IntArray] | None, IntArray]:
         """The proxy of flow (host h, rank d) depends on d only through d's (leaf, rail, local
         index) — its *key*. When ranks come in blocks (A, B, C) whose key does not change along B
         (host-major ranks on a rail-optimized fabric: A = SUs, B = servers per SU, C = GPUs per
         server), the bytes each host sends per key are one reshape-sum of the folded matrix, and
-        the proxy ports a small table. Returns ((A, B, C), (hosts·A·C) port table) or None."""
+        the proxy ports a small table. Returns ((A, B, C), (hosts·A·C) port table) or None, and
+        the table's proxy GPUs."""
         lay, r = self.layout, self.placement.world_size
+        none = np.zeros(0, np.int64)
         if len(placed_ranks) != r or not len(self._fold_hosts):
-            return None
+            return None, none
         g = self.placement.gpu_of_rank
         triple = np.stack([lay.nic_leaf[g], lay.gpu_rail[g], lay.gpu_local[g]], axis=1)
         _, key = np.unique(triple, axis=0, return_inverse=True)
@@ -261,12 +331,12 @@ class Projector:
                 if (k3 == k3[:, :1]).all():
                     best = (r // (b * c), b, c)
         if best is None:
-            return None
+            return None, none
         a_n, b_n, c_n = best
         rep = np.arange(r).reshape(a_n, b_n, c_n)[:, 0, :].reshape(-1)  # one rank per (A, C) block
         hosts = np.repeat(self._fold_hosts, len(rep))
         proxy = self._proxy(hosts, np.tile(g[rep], len(self._fold_hosts)))
-        return best, lay.nic_pos[proxy].astype(np.intp)
+        return (best, lay.nic_pos[proxy].astype(np.intp)), proxy
 
     def _build_cable_ends(self) -> None:
         lay, p = self.layout, self.n_ports
@@ -333,6 +403,30 @@ class Projector:
     def _project_pxn(self, traffic: FloatArray) -> PortBytes:
         t = np.asarray(traffic)
         folded = self._fold(t)  # (K, flows): the one pass over the R×R input
+        out = self.project_folded(folded)
+        if t.ndim == 2:
+            return PortBytes(in_bytes=out.in_bytes[0], out_bytes=out.out_bytes[0])
+        return out
+
+    def fold_cells(self, src: IntArray, dst: IntArray, values: FloatArray | float) -> FloatArray:
+        """PXN: the (hosts·R,) flows of a matrix given as its cells (sender rank, receiver rank,
+        bytes) — what ``_fold`` makes of the dense matrix, without writing it; cells of unplaced
+        senders are dropped as their rows are."""
+        r = self.placement.world_size
+        pos = self._host_pos[src]
+        ok = pos >= 0
+        w = np.broadcast_to(np.asarray(values, dtype=np.float64), pos.shape)[ok]
+        folded = np.bincount(pos[ok] * r + np.asarray(dst)[ok], weights=w, minlength=self.n_flows)
+        return np.asarray(folded, dtype=np.float64)
+
+    def project_folded(self, folded: FloatArray) -> PortBytes:
+        """PXN: (K, hosts·R) flow bytes — each source host's bytes to each rank, what ``_fold``
+        makes of K matrices — to (K, P) port bytes. A caller holding a matrix's cells (a collective
+        schedule, a sparse mean) folds them itself instead of writing an R×R matrix. ``folded``
+        is modified (the same-host flows are zeroed)."""
+        if self.routing.mode != "pxn":
+            raise ValueError("folded flows are PXN's (source host, destination rank) flows")
+        folded = np.asarray(folded, dtype=np.float64).reshape(-1, self.n_flows)
         folded[:, self._drop] = 0.0
         p, n_links, r = self.n_ports, len(self.layout.link), self.placement.world_size
         by_host = folded.reshape(len(folded), -1, r)
@@ -354,8 +448,6 @@ class Projector:
                 ]
             )
             y[k] += self.cable_ends @ cab
-        if t.ndim == 2:
-            return PortBytes(in_bytes=y[0, :p], out_bytes=y[0, p:])
         return PortBytes(in_bytes=y[:, :p].copy(), out_bytes=y[:, p:].copy())
 
     def _fold(self, t: FloatArray) -> FloatArray:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.phases.projector import Projector
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.terrace_run import by_group_rows
 
 FloatArray = npt.NDArray[np.float64]
@@ -159,13 +160,17 @@ def hierarchical_alltoall(ranks: Ranks, traffic: FloatArray) -> tuple[FloatArray
     return dense(cells, len(traffic)), nvlink
 
 
-def hierarchical_alltoall_cells(ranks: Ranks, traffic: FloatArray) -> tuple[Cells, float]:
-    """:func:`hierarchical_alltoall` as the stage's cells (hosts × ranks of them, not R²)."""
+def hierarchical_alltoall_cells(ranks: Ranks, traffic: rm.RankMatrix) -> tuple[Cells, float]:
+    """:func:`hierarchical_alltoall` as the stage's cells (hosts × ranks of them, not R²);
+    ``traffic`` dense or sparse (``rank_matrix``)."""
     table = ranks.table()
     placed = np.flatnonzero(ranks.host >= 0)
-    t = np.asarray(traffic, dtype=np.float64)
+    t = traffic if rm.is_sparse(traffic) else np.asarray(traffic, dtype=np.float64)
     host, local = ranks.host, ranks.local
-    sub = t if len(placed) == len(t) else t[np.ix_(placed, placed)]
+    if len(placed) == t.shape[0]:
+        sub = t
+    else:
+        sub = t[placed][:, placed] if rm.is_sparse(t) else t[np.ix_(placed, placed)]
     f = by_group_rows(sub, host[placed], table.shape[0])  # (hosts, placed)
     g = by_group_rows(sub, local[placed], table.shape[1])  # (locals, placed)
     dst = placed
@@ -174,12 +179,12 @@ def hierarchical_alltoall_cells(ranks: Ranks, traffic: FloatArray) -> tuple[Cell
     ok = (proxy >= 0) & (h != host[dst][None, :])
     cells: Cells = [(proxy[ok], np.broadcast_to(dst[None, :], proxy.shape)[ok], f[ok])]
     j = np.arange(len(dst))
-    cross = float(sub.sum() - f[host[dst], j].sum())
-    same_index_cross = float((g[local[dst], j] - t[dst, dst]).sum())
+    cross = float(rm.total(sub) - f[host[dst], j].sum())
+    same_index_cross = float((g[local[dst], j] - rm.diagonal(t)[dst]).sum())
     return cells, cross - same_index_cross
 
 
-def link_loads(projector: Projector, schedules: dict[str, FloatArray | Cells], port_names: list[str],
+def link_loads(projector: Projector, schedules: dict[str, rm.RankMatrix | Cells], port_names: list[str],
                top: int = 5) -> dict[str, dict[str, object]]:
     """Per schedule (an R×R matrix, or its cells): ports used, peak and mean port load (bytes,
     busier direction), the busiest ports by name, and the bytes on spine-facing cables. Cells are
@@ -188,8 +193,16 @@ def link_loads(projector: Projector, schedules: dict[str, FloatArray | Cells], p
     out: dict[str, dict[str, object]] = {}
     up = ~projector.layout.index.host_facing
     buffer: FloatArray | None = None
+    pxn = projector.routing.mode == "pxn"
     for name, matrix in schedules.items():  # one at a time: each is R×R (134 MB at 4,096 ranks)
-        if isinstance(matrix, list):
+        if isinstance(matrix, list) and pxn:
+            # PXN folds over each source host's senders: the cells go straight to the folded flows
+            src = np.concatenate([a for a, _, _ in matrix]) if matrix else np.zeros(0, np.int64)
+            dst = np.concatenate([b for _, b, _ in matrix]) if matrix else np.zeros(0, np.int64)
+            val = (np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape)
+                                   for a, _, v in matrix]) if matrix else np.zeros(0))
+            load = projector.project_folded(projector.fold_cells(src, dst, val)).load_bytes[0]
+        elif isinstance(matrix, list):
             if buffer is None:
                 buffer = np.zeros((projector.placement.world_size,) * 2)
             for a, b, v in matrix:
@@ -198,7 +211,7 @@ def link_loads(projector: Projector, schedules: dict[str, FloatArray | Cells], p
             for a, b, _ in matrix:
                 buffer[a, b] = 0.0
         else:
-            load = projector.project(matrix).load_bytes
+            load = rm.project_load(projector, matrix)
         used = load > 0
         order = np.argsort(load)[::-1][:top]
         out[name] = {
@@ -220,7 +233,7 @@ def ranks_of(projector: Projector) -> Ranks:
                  np.where(placed, lay.gpu_local[np.maximum(g, 0)], -1))
 
 
-def collectives_figure_values(projector: Projector, alltoall: FloatArray | None,
+def collectives_figure_values(projector: Projector, alltoall: rm.RankMatrix | None,
                               measured_bytes: dict[str, float], port_names: list[str]) -> dict[str, object]:
     """Step counts and per-port loads of every schedule on this placement.
 
@@ -231,7 +244,7 @@ def collectives_figure_values(projector: Projector, alltoall: FloatArray | None,
     ranks = ranks_of(projector)
     n, n_hosts = ranks.n, len(ranks.hosts())
     unit = 1.0
-    schedules: dict[str, FloatArray | Cells] = {
+    schedules: dict[str, rm.RankMatrix | Cells] = {
         "allreduce ring (rank order)": ring_rank_order_cells(ranks, unit),
         "allreduce ring (rail-aligned)": ring_rail_aligned_cells(ranks, unit),
         "allreduce tree (double binary)": double_binary_tree_cells(ranks, unit),

@@ -43,8 +43,12 @@ class EventArrays:
 
 
 def factorise(strings: Sequence[str], index: dict[str, int]) -> IntArray:
-    """Codes of ``strings`` in ``index`` (new strings are added to it)."""
-    return np.fromiter((index.setdefault(s, len(index)) for s in strings), dtype=np.int64, count=len(strings))
+    """Codes of ``strings`` in ``index`` (new strings are added to it, in order of appearance).
+    The distinct strings are found by ``dict.fromkeys`` and the codes read by ``map`` — both loops
+    in C, not a Python generator per event (819 k events at 4,096 ranks)."""
+    for s in dict.fromkeys(strings):
+        index.setdefault(s, len(index))
+    return np.fromiter(map(index.__getitem__, strings), dtype=np.int64, count=len(strings))
 
 
 def group_classes(groups: Sequence[str], host_of_rank: IntArray) -> IntArray:
@@ -66,14 +70,26 @@ def group_classes(groups: Sequence[str], host_of_rank: IntArray) -> IntArray:
 
 def _medians(key: IntArray, value: IntArray) -> tuple[IntArray, FloatArray]:
     """(distinct keys, numpy's median of ``value`` per key)."""
-    order = np.lexsort((value, key))
-    k, v = key[order], value[order]
+    k, v = _sorted_pairs(key, value)
     starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]])) if len(k) else np.zeros(0, np.int64)
     counts = np.diff(np.concatenate([starts, [len(k)]]))
     lo = v[starts + (counts - 1) // 2].astype(np.float64)
     hi = v[starts + counts // 2].astype(np.float64)
     med = np.where(counts % 2 == 1, lo, (lo + hi) / 2)
     return k[starts], med
+
+
+def _sorted_pairs(key: IntArray, value: IntArray) -> tuple[IntArray, IntArray]:
+    """(key, value) pairs sorted by key then value: one sort of a combined integer when both
+    ranges fit in 62 bits (numpy's vectorised int64 sort, several times a two-key lexsort)."""
+    if len(key):
+        k0, v0 = int(key.min()), int(value.min())
+        span_v = int(value.max()) - v0 + 1
+        if (int(key.max()) - k0 + 1) * span_v < 1 << 62:
+            both = np.sort((key - k0) * span_v + (value - v0))
+            return both // span_v + k0, both % span_v + v0
+    order = np.lexsort((value, key))
+    return key[order], value[order]
 
 
 def summarise(ev: EventArrays, host_of_rank: IntArray, phases: Sequence[str]) -> dict[str, Any]:
@@ -84,8 +100,8 @@ def summarise(ev: EventArrays, host_of_rank: IntArray, phases: Sequence[str]) ->
     code = (step * n_l + layer) * n_p + phase  # one int per (step, layer, phase)
     keys, start = _medians(code, ev.start_ns[keyed])
     _, end = _medians(code, ev.end_ns[keyed])
-    uniq, inv = np.unique(code, return_inverse=True)
-    sent = np.bincount(inv.reshape(-1), weights=ev.bytes_sent[keyed].astype(np.float64), minlength=len(uniq))
+    inv = np.searchsorted(keys, code)  # keys: the sorted distinct codes
+    sent = np.bincount(inv, weights=ev.bytes_sent[keyed].astype(np.float64), minlength=len(keys))
     names = [(int(c // (n_l * n_p)), int(c // n_p % n_l), phases[int(c % n_p)]) for c in keys.tolist()]
     cls = group_classes(ev.groups, host_of_rank)[ev.group] if ev.groups else np.zeros(len(ev.step), np.int64)
     dur = (ev.end_ns - ev.start_ns) / 1e9

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fabricmon.core.whatif.server_cells import ServerCells
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -186,22 +188,47 @@ def cost_panel(t_ft_s: float, t_mix_s: float, gbps: int, alpha: int) -> dict[str
             "time_ratio_ft_over_mix": speed, "cost_efficiency": speed * ratio}
 
 
-def phase_times_all(server: FloatArray, region_of_server: IntArray, alpha: int, link_bytes_s: float,
-                    fixed: FloatArray | None = None) -> dict[str, FloatArray]:
-    """:func:`phase_times` for a stack (K, N, N) of phases at once: every (phase, region) gets its
-    circuits in one :func:`circuits_batch` (or the circuits of ``fixed``, one (N, N) demand whose
-    circuits serve every phase: the static topology). Returns per-phase arrays."""
-    n_k, n = server.shape[:2]
+@dataclass(frozen=True)
+class RegionView:
+    """What the OCS model reads of a stack of server matrices under one region partition: the
+    regions (of ≥ 2 servers), each key's sub-matrix on them, and each server's bytes out / in."""
+
+    regions: list[IntArray]
+    kmax: int
+    blocks: FloatArray  # (K, regions, kmax, kmax), zero padded
+    out_b: FloatArray  # (K, N)
+    in_b: FloatArray  # (K, N)
+
+
+def region_view(server: FloatArray | ServerCells, region_of_server: IntArray) -> RegionView:
+    """The :class:`RegionView` of a dense (K, N, N) stack or of its non-zero cells (the same
+    numbers: the cells are scattered where the dense gather would read them)."""
     regions = [np.flatnonzero(region_of_server == r) for r in np.unique(region_of_server)]
     regions = [m for m in regions if len(m) > 1]
     kmax = max((len(m) for m in regions), default=0)
+    if isinstance(server, ServerCells):
+        out_b, in_b = server.row_col_sums()
+        return RegionView(regions, kmax, server.blocks(regions, kmax) if kmax else np.zeros(0), out_b, in_b)
+    blocks = np.zeros((len(server), len(regions), kmax, kmax))
+    for j, m in enumerate(regions):
+        blocks[:, j, : len(m), : len(m)] = server[:, m[:, None], m[None, :]]
+    return RegionView(regions, kmax, blocks, server.sum(axis=2), server.sum(axis=1))
+
+
+def phase_times_all(server: FloatArray | ServerCells, region_of_server: IntArray, alpha: int,
+                    link_bytes_s: float, fixed: FloatArray | None = None, *,
+                    view: RegionView | None = None) -> dict[str, FloatArray]:
+    """:func:`phase_times` for a stack (K, N, N) of phases at once: every (phase, region) gets its
+    circuits in one :func:`circuits_batch` (or the circuits of ``fixed``, one (N, N) demand whose
+    circuits serve every phase: the static topology). Returns per-phase arrays. ``server`` may be
+    the stack's non-zero cells; ``view`` its :func:`region_view` when already made."""
+    v = view or region_view(server, region_of_server)
+    regions, kmax, blocks = v.regions, v.kmax, v.blocks
+    n_k, n = v.out_b.shape
     on_out = np.zeros((n_k, n))
     on_in = np.zeros((n_k, n))
     ocs_s = np.zeros(n_k)
     if kmax:
-        blocks = np.zeros((n_k, len(regions), kmax, kmax))
-        for j, m in enumerate(regions):
-            blocks[:, j, : len(m), : len(m)] = server[:, m[:, None], m[None, :]]
         sizes = np.array([len(m) for m in regions])
         if fixed is None:
             c = circuits_batch(blocks.reshape(-1, kmax, kmax), alpha, link_bytes_s,
@@ -219,7 +246,7 @@ def phase_times_all(server: FloatArray, region_of_server: IntArray, alpha: int, 
         for j, m in enumerate(regions):
             on_out[:, m] = carried[:, j, : len(m), : len(m)].sum(axis=2)
             on_in[:, m] = carried[:, j, : len(m), : len(m)].sum(axis=1)
-    out_b, in_b = server.sum(axis=2), server.sum(axis=1)
+    out_b, in_b = v.out_b, v.in_b
     lanes = NICS_PER_SERVER - alpha
     eps_peak = np.maximum((out_b - on_out).max(axis=1), (in_b - on_in).max(axis=1))
     eps_s = eps_peak / (lanes * link_bytes_s) if lanes > 0 else np.where(eps_peak > 0, np.inf, 0.0)

@@ -27,13 +27,14 @@ from scipy.optimize import linear_sum_assignment
 from fabricmon.core.phases.layout import FabricLayout, RankPlacement
 from fabricmon.core.phases.projector import Projector
 from fabricmon.core.phases.routing import Routing
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.terrace_run import by_group_columns, by_group_rows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def host_swaps(t: FloatArray, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
+def host_swaps(t: rm.RankMatrix, host: IntArray, max_swaps: int = 64, candidates: int = 64) -> IntArray:
     """Improve the host of each rank by pairwise swaps (sizes per host kept) under the symmetric
     bytes w = t + tᵀ (never formed: a 4,096² float64 transpose costs ~0.3 s).
 
@@ -44,9 +45,10 @@ def host_swaps(t: FloatArray, host: IntArray, max_swaps: int = 64, candidates: i
     n_h = int(host.max()) + 1
     # (R, hosts): bytes between rank r and host h's ranks, both directions (two folds of t)
     aff = by_group_columns(t, host) + by_group_rows(t, host, n_h).T
-    diag = 2 * np.diag(t)
-    hot = np.argsort(-(t.sum(axis=1) + t.sum(axis=0)))[:candidates]
-    w_hot = t[hot] + t[:, hot].T
+    diag = 2 * rm.diagonal(t)
+    hot = np.argsort(-(rm.row_sums(t) + rm.col_sums(t)))[:candidates]
+    tc = t.tocsc() if rm.is_sparse(t) else t  # columns read from the CSC form
+    w_hot = rm.rows_dense(t, hot) + rm.rows_dense(tc.T, hot) if rm.is_sparse(t) else t[hot] + t[:, hot].T
     tiny = 1e-9 * max(1.0, float(w_hot.sum()))
     for _ in range(max_swaps):
         own = aff[np.arange(len(host)), host] - diag
@@ -59,14 +61,15 @@ def host_swaps(t: FloatArray, host: IntArray, max_swaps: int = 64, candidates: i
             break
         a, b = int(hot[i]), j
         ha, hb = int(host[a]), int(host[b])
-        delta = (t[:, b] + t[b, :]) - (t[:, a] + t[a, :])  # w's two columns: the table follows the swap
+        # w's two columns: the table follows the swap
+        delta = (rm.column(tc, b) + rm.row(t, b)) - (rm.column(tc, a) + rm.row(t, a))
         aff[:, ha] += delta
         aff[:, hb] -= delta
         host[a], host[b] = hb, ha
     return host
 
 
-def rail_slots(t: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]], local_of_slot: IntArray,
+def rail_slots(t: rm.RankMatrix, host: IntArray, slots_of_host: dict[int, list[int]], local_of_slot: IntArray,
                rounds: int = 3) -> IntArray:
     """GPU (slot) of every rank: per host, a linear assignment maximising same-local-index bytes
     (w = t + tᵀ) to other hosts' ranks, iterated a few rounds. ``slots_of_host[h]`` are h's GPU ids.
@@ -80,7 +83,7 @@ def rail_slots(t: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]
         gpu[ranks] = slots[: len(ranks)]
     n_local = int(local_of_slot.max()) + 1
     rows, cols = same_group_pairs(host)
-    own_w = t[rows, cols] + t[cols, rows]
+    own_w = rm.gather(t, rows, cols) + rm.gather(t, cols, rows)
     groups = [(np.flatnonzero(host == h), np.asarray(ids)) for h, ids in slots_of_host.items()]
     r = len(host)
     for _ in range(rounds):
@@ -89,7 +92,8 @@ def rail_slots(t: FloatArray, host: IntArray, slots_of_host: dict[int, list[int]
         member[np.arange(r), local] = 1.0
         own = np.bincount(rows * n_local + local[cols], weights=own_w, minlength=r * n_local)
         # (R, local index): bytes of each rank to other hosts' ranks there
-        score = t @ member + (member.T @ t).T - own.reshape(r, n_local)
+        into_cols = (t.T @ member) if rm.is_sparse(t) else (member.T @ t).T
+        score = t @ member + into_cols - own.reshape(r, n_local)
         for ranks, slot_ids in groups:
             r_i, s_i = linear_sum_assignment(-score[ranks][:, local_of_slot[slot_ids]])
             gpu[ranks[r_i]] = slot_ids[s_i]
@@ -110,12 +114,15 @@ def same_group_pairs(group: IntArray) -> tuple[IntArray, IntArray]:
     return rows, cols
 
 
-def same_group_bytes(t: FloatArray, group: IntArray) -> float:
+def same_group_bytes(t: rm.RankMatrix, group: IntArray) -> float:
     """Σ t[i, j] over pairs in the same group: the diagonal blocks of equal contiguous groups, the
-    gathered pairs when they are few, else a product with the groups' membership."""
+    gathered pairs when they are few, else a product with the groups' membership (a sparse
+    matrix: over its cells)."""
     r = len(group)
     if not r:
         return 0.0
+    if rm.is_sparse(t):
+        return rm.same_group_sum(t, group)
     n = int(group.max()) + 1
     g = r // n
     if g * n == r and np.array_equal(group, np.repeat(np.arange(n), g)):
@@ -133,8 +140,9 @@ def same_group_bytes(t: FloatArray, group: IntArray) -> float:
 ProjectorFactory = Callable[[FabricLayout, RankPlacement, Routing], Projector]
 
 
-def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[FloatArray], routing: Routing, *,
-            projector: ProjectorFactory = Projector, total: FloatArray | None = None) -> dict[str, Any]:
+def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[rm.RankMatrix],
+            routing: Routing, *, projector: ProjectorFactory = Projector,
+            total: rm.RankMatrix | None = None) -> dict[str, Any]:
     """A suggested rank → GPU map on the run's own GPUs, with predicted peak and uplink bytes.
     ``stack``: the per-(layer, phase) matrices (an array or a list); ``total`` their sum, if known.
 
@@ -153,7 +161,7 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[Floa
     host1 = host_swaps(total, host0)
     gpu1 = rail_slots(total, host1, slots_of_host, layout.gpu_local)
     suggested = RankPlacement(gpu1)
-    all_bytes = float(total.sum())
+    all_bytes = rm.total(total)
 
     def bytes_of(p: RankPlacement) -> dict[str, float]:
         """Bytes between hosts, and between hosts on different rails (their same-group cells)."""
@@ -167,7 +175,7 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[Floa
 
     def ports_of(p: RankPlacement) -> dict[str, float]:
         proj = projector(layout, p, routing)
-        loads = np.stack([proj.project(m).load_bytes for m in stack])  # one phase at a time: no stacked copy
+        loads = np.stack([rm.project_load(proj, m) for m in stack])  # one phase at a time: no stacked copy
         up = ~layout.index.host_facing
         return {"peak_port_bytes": float(loads.max()), "uplink_bytes": float(loads[:, up].sum())}
 
@@ -189,8 +197,16 @@ def suggest(layout: FabricLayout, placement: RankPlacement, stack: Sequence[Floa
             "hosts": [layout.host_names[h] for h in hosts]}
 
 
-def sum_of(mats: Sequence[FloatArray]) -> FloatArray:
-    """Σ of the matrices in order, into one new array (no stacked copy of a list)."""
+def sum_of(mats: Sequence[rm.RankMatrix]) -> rm.RankMatrix:
+    """Σ of the matrices in order, into one new array (no stacked copy of a list); sparse when
+    every one is (the same cell sums), else dense."""
+    if len(mats) and all(rm.is_sparse(m) for m in mats):
+        acc = mats[0].copy()
+        for m in mats[1:]:
+            acc = acc + m
+        return acc
+    if any(rm.is_sparse(m) for m in mats):
+        mats = [rm.dense(m) for m in mats]
     if len(mats) == 1:
         return np.array(mats[0], dtype=np.float64, copy=True)
     out = np.add(mats[0], mats[1], dtype=np.float64)
@@ -199,7 +215,7 @@ def sum_of(mats: Sequence[FloatArray]) -> FloatArray:
     return out
 
 
-def node_choice(layout: FabricLayout, placement: RankPlacement, total: FloatArray) -> dict[str, Any]:
+def node_choice(layout: FabricLayout, placement: RankPlacement, total: rm.RankMatrix) -> dict[str, Any]:
     """Which scalable units (hosts sharing the same rail leaves) the run's hosts span, the bytes
     between SUs (they climb to the spines even under PXN), and the fewest SUs that would hold the
     run — filled from those already holding most of its hosts (assumes their other hosts are free)."""
@@ -227,7 +243,7 @@ def node_choice(layout: FabricLayout, placement: RankPlacement, total: FloatArra
         room += int(capacity[s])
     _, dense = np.unique(su, return_inverse=True)
     same_su = same_group_bytes(total, dense.reshape(-1).astype(np.int64)) if len(g) else 0.0
-    all_bytes = float(total.sum())
+    all_bytes = rm.total(total)
     return {"scalable_units": len(keys), "run_hosts": len(run_hosts),
             "run_spans_sus": int((held > 0).sum()), "fewest_sus": len(need),
             "suggested_sus": [f"su{s}" for s in need],

@@ -29,10 +29,12 @@ from fabricmon.core.phases.projector import Projector, ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.whatif import locality as loc
 from fabricmon.core.whatif import ocs
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.collectives import collectives_figure_values
 from fabricmon.core.whatif.matrix_pass import Accumulator
-from fabricmon.core.whatif.placement import node_choice, suggest
+from fabricmon.core.whatif.placement import node_choice, suggest, sum_of
 from fabricmon.core.whatif.routing_compare import compare, ecmp_expectation
+from fabricmon.core.whatif.server_cells import ServerCells
 from fabricmon.core.whatif.terrace import Calibration
 from fabricmon.core.whatif.terrace_run import LayerDispatch, row_bytes, terrace_figure
 from fabricmon.core.whatif.verdicts import SENSITIVITY, Figure
@@ -73,7 +75,7 @@ def _timings_gate(acc: Accumulator) -> Gate:
 def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float) -> Figure:
     d = _durations(acc)
     layers = []
-    for (layer, phase), total in sorted(acc.sums.items()):
+    for layer, phase in acc.layer_phases():
         if phase != DISPATCH:
             continue
         n = acc.steps_of[(layer, phase)]
@@ -85,15 +87,16 @@ def hierarchy(acc: Accumulator, params: Params, *, link_gbs: float, ratio: float
                                     acc.event_bytes[(layer, phase)] / n, median,
                                     busiest_cross_bytes=np.asarray(acc.busiest_cross)[mine],
                                     step_durations_s=dur,
-                                    row_gcd=row_bytes(total) if params.row_bytes is None else 0))
+                                    row_gcd=(row_bytes(acc.window_cells((layer, phase)))
+                                             if params.row_bytes is None else 0)))
     return terrace_figure(layers, acc.server_of_rank, top_k=params.top_k, slow_gbs=link_gbs, ratio=ratio,
                           cal=params.calibration, assumed_ratio=params.assumed_ratio, row=params.row_bytes)
 
 
 def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
     per_layer: dict[int, float] = {}
-    for (layer, phase) in acc.sums:  # S of the window's sums: the sum of its steps' S
-        if phase == DISPATCH and (layer, COMBINE) in acc.sums:
+    for (layer, phase) in acc.steps_of:  # S of the window's sums: the sum of its steps' S
+        if phase == DISPATCH and (layer, COMBINE) in acc.steps_of:
             sums = acc.server_sums
             per_layer[layer] = loc.symmetry(sums[(layer, DISPATCH)], sums[(layer, COMBINE)])
     worst = max(per_layer.values()) if per_layer else math.nan
@@ -103,11 +106,9 @@ def _symmetry(acc: Accumulator) -> tuple[float, dict[int, float]]:
 def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) -> Figure:
     """mFabric's locality metrics and a regional OCS domain against the run's fabric."""
     n = acc.n_servers
-    stack_all = acc.server_stack()
+    cells = acc.server_cells  # every key's S as its non-zero cells (no (K, N, N) stack)
     ep = [i for i, k in enumerate(acc.keys) if k[2] in (DISPATCH, COMBINE)]
-    w = np.zeros((n, n))
-    for i in ep:  # summed in place, in key order: no (K, N, N) copy
-        w += stack_all[i]
+    w = cells.sum(ep)  # in key order, as a running sum would add them
     k_max = ocs.port_budget(params.alpha)
     k = min(n, params.region_servers or k_max)
     regions = loc.greedy_regions(w, k) if n > 1 else np.zeros(n, dtype=np.int64)
@@ -116,13 +117,14 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
     steps = sorted({key[0] for key in acc.keys})
     layers = sorted({key[1] for key in acc.keys if key[2] == DISPATCH})
     by_key = {key: i for i, key in enumerate(acc.keys)}
-    grid = _Grid(stack_all, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
+    grid = _Grid(cells, np.array([[by_key.get((s, layer, DISPATCH), -1) for layer in layers or [0]]
                                        for s in steps], dtype=np.int64).reshape(len(steps), -1), n)
     circuits_k = params.alpha * max(1, min(k, n)) // 2
     link_bytes_s = link_gbs * 1e9
     # phase times with per-phase circuits (reconfigured) and with one static topology from W
-    dyn = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s)
-    static = ocs.phase_times_all(stack_all, regions, params.alpha, link_bytes_s, fixed=w)
+    view = ocs.region_view(cells, regions)  # the regions' blocks, gathered once for both
+    dyn = ocs.phase_times_all(cells, regions, params.alpha, link_bytes_s, view=view)
+    static = ocs.phase_times_all(cells, regions, params.alpha, link_bytes_s, fixed=w, view=view)
     t_mix, t_ft = float(dyn["mix_s"].sum()), float(dyn["fat_tree_s"].sum())
     t_static = float(static["mix_s"].sum())
     on_circ = dyn["on_circuits"].tolist()
@@ -151,7 +153,7 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
         "k_locality": {"k": k, "median": float(np.nanmedian(loc.k_locality(w, k))) if n > 1 else math.nan,
                        "min": float(np.nanmin(loc.k_locality(w, k))) if n > 1 and w.sum() else math.nan},
         "stability": loc.stability(grid, circuits_k) if steps else {},
-        "intensity": loc.intensity(acc.mean(next(iter(acc.sums)))) if acc.sums else {},
+        "intensity": loc.intensity(acc.mean(next(iter(acc.steps_of)))) if acc.steps_of else {},
         "pair_sparsity": _sparsity(w, circuits_k),
         "times_s": {"fat_tree": t_ft, "mix": t_mix, "reconfig_penalty": penalty,
                     "mix_with_penalty": mix_total,
@@ -179,15 +181,36 @@ def optics(acc: Accumulator, params: Params, *, link_gbs: float, timings: Gate) 
 
 
 class _Grid:
-    """(steps, layers) of server matrices without copying them: ``grid[i, j]`` (zeros if missing)."""
+    """(steps, layers) of server matrices without a stack: ``grid[i, j]`` is key (i, j)'s S (zeros
+    if missing), scattered into one of a few reused buffers (``stability`` reads each matrix a few
+    times, neighbours together)."""
 
-    def __init__(self, mats: FloatArray, index: IntArray, n: int) -> None:
-        self.mats, self.index, self.zero = mats, index, np.zeros((n, n))
+    BUFFERS = 3
+
+    def __init__(self, cells: ServerCells, index: IntArray, n: int) -> None:
+        self.cells, self.index, self.zero = cells, index, np.zeros((n, n))
         self.shape = (*index.shape, n, n)
+        self._held: dict[int, FloatArray] = {}  # key → its buffer, oldest first
 
     def __getitem__(self, ij: tuple[int, int]) -> FloatArray:
         k = int(self.index[ij])
-        return self.mats[k] if k >= 0 else self.zero
+        if k < 0:
+            return self.zero
+        hit = self._held.pop(k, None)
+        if hit is None:
+            if len(self._held) >= self.BUFFERS:
+                hit = self.cells.dense(k, self._held.pop(next(iter(self._held))))
+            else:
+                hit = self.cells.dense(k)
+        self._held[k] = hit
+        return hit
+
+    def cells_at(self, ij: tuple[int, int]) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """Key (i, j)'s non-zero cells, sorted by flat index (none when missing)."""
+        k = int(self.index[ij])
+        if k < 0:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        return self.cells.cells(k)
 
 
 def _sparsity(w: FloatArray, m: int) -> dict[str, float]:
@@ -237,7 +260,7 @@ def _projectors(layout: FabricLayout, placement: RankPlacement, seeds: int = 3) 
 
 def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, measured: FloatArray | None,
             port_names: list[str], coverage: Gate) -> Figure:
-    lps = sorted(acc.sums)
+    lps = acc.layer_phases()
     means = [acc.mean(lp) for lp in lps]
     loads = {name: _loads(p, means, layout) for name, p in _projectors(layout, placement).items()}
     cols = [(-1, layer, phase) for layer, phase in lps]
@@ -267,16 +290,20 @@ def routing(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *,
                   gates=gates, values=out)
 
 
-def _loads(proj: Projector, mats: list[FloatArray], layout: FabricLayout) -> FloatArray:
+def _loads(proj: Projector, mats: list[rm.RankMatrix], layout: FabricLayout) -> FloatArray:
     """(phases, ports) busier-direction bytes, one phase at a time (no stacked R×R copy)."""
     if not mats:
         return np.zeros((0, len(layout.index)))
-    return np.stack([proj.project(m).load_bytes for m in mats])
+    return np.stack([rm.project_load(proj, m) for m in mats])
 
 
-def _cross_leaf_flows(total: FloatArray, leaf: IntArray, n_leaves: int) -> IntArray:
+def _cross_leaf_flows(total: rm.RankMatrix, leaf: IntArray, n_leaves: int) -> IntArray:
     """Per source leaf: how many rank pairs on different leaves carry bytes (row blocks, so the
-    R×R comparison is never materialised)."""
+    R×R comparison is never materialised; a sparse total: its cells)."""
+    if rm.is_sparse(total):
+        r, c, v = rm.cells(total)
+        busy = (v > 0) & (leaf[r] != leaf[c])
+        return np.bincount(leaf[r[busy]], minlength=n_leaves).astype(np.int64)
     out = np.zeros(n_leaves, dtype=np.int64)
     step = 256
     for i in range(0, len(total), step):
@@ -295,13 +322,17 @@ def _flag_only(g: Gate) -> Gate:
 
 def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, *, routing_: Routing,
                 port_names: list[str], measured_sizes: dict[str, float], coverage: Gate) -> Figure:
-    disp = [lp for lp in sorted(acc.sums) if lp[1] == DISPATCH]
+    disp = [lp for lp in acc.layer_phases() if lp[1] == DISPATCH]
     a2a = acc.mean(disp[0]) if len(disp) == 1 else None
-    if len(disp) > 1:  # mean of the layers, summed in place (one R×R buffer)
-        a2a = acc.mean(disp[0]).copy()
-        for lp in disp[1:]:
-            a2a += acc.mean(lp)
-        a2a /= len(disp)
+    if len(disp) > 1:  # mean of the layers (dense: summed in place, one R×R buffer)
+        first = acc.mean(disp[0])
+        if rm.is_sparse(first) and all(rm.is_sparse(acc.mean(lp)) for lp in disp):
+            a2a = sum_of([acc.mean(lp) for lp in disp]) / len(disp)
+        else:
+            a2a = rm.dense(first).copy()
+            for lp in disp[1:]:
+                a2a += rm.dense(acc.mean(lp))
+            a2a /= len(disp)
     proj = _projector(layout, placement, routing_)
     values = collectives_figure_values(proj, a2a, measured_sizes, port_names)
     return Figure("collectives", "Collective algorithms on this placement",
@@ -316,7 +347,7 @@ def collectives(acc: Accumulator, layout: FabricLayout, placement: RankPlacement
 
 def placement_figure(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, routing_: Routing,
                      coverage: Gate) -> Figure:
-    means = [acc.mean(lp) for lp in sorted(acc.sums)]
+    means = [acc.mean(lp) for lp in acc.layer_phases()]
     total = acc.mean_total() if means else None
     values: dict[str, Any] = (suggest(layout, placement, means, routing_, projector=_projector, total=total)
                               if means else {"error": "no matrices"})
@@ -341,9 +372,10 @@ def whatif(acc: Accumulator, layout: FabricLayout, placement: RankPlacement, par
     spent: dict[str, float] = {}
 
     def timed(name: str, make: Callable[[], Figure]) -> Figure:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fig = make()
         spent[name] = time.perf_counter() - t
+        spent[f"{name}_cpu"] = time.process_time() - c  # CPU seconds: what a loaded machine moves less
         return fig
 
     h = timed("hierarchy", lambda: hierarchy(acc, params, link_gbs=link_gbs, ratio=ratio))

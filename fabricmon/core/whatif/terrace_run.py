@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.phases.gates import check
+from fabricmon.core.whatif import rank_matrix as rm
 from fabricmon.core.whatif.terrace import (
     Calibration,
     Geometry,
@@ -49,7 +50,7 @@ class LayerDispatch:
     phase duration (NaN when the run has no timings for it)."""
 
     layer: int
-    sent: FloatArray  # (R, R) bytes per step
+    sent: rm.RankMatrix  # (R, R) bytes per step (dense, or sparse cells: ``rank_matrix``)
     received: FloatArray | None  # None: the receivers reported nothing apart (taken as equal)
     event_bytes: float  # the events' own bytes_sent per step, summed over ranks
     duration_s: float  # median over steps (NaN: some step has no timing)
@@ -61,7 +62,7 @@ class LayerDispatch:
 
 def row_bytes(matrix: FloatArray) -> int:
     """The largest row size every measured cell is a multiple of (0 for an empty matrix)."""
-    m = np.asarray(matrix)
+    m = np.asarray(matrix.data if rm.is_sparse(matrix) else matrix)
     cells = m[m > 0].astype(np.int64)
     cells = cells[cells > 0]
     if not len(cells):
@@ -83,6 +84,11 @@ def by_group_columns(m: FloatArray, group_of_rank: IntArray) -> FloatArray:
     product with their membership, else a reduceat over group-sorted columns."""
     n_groups = int(group_of_rank.max()) + 1
     r = len(group_of_rank)
+    if rm.is_sparse(m):  # over the stored cells: (row, column's group) bins
+        rows, cols, v = rm.cells(m)
+        by_cols: FloatArray = np.bincount(rows * n_groups + group_of_rank[cols], weights=v,
+                                          minlength=m.shape[0] * n_groups).astype(np.float64, copy=False)
+        return by_cols.reshape(m.shape[0], n_groups)
     g = r // n_groups
     if g * n_groups == r and np.array_equal(group_of_rank, np.repeat(np.arange(n_groups), g)):
         folded = np.ascontiguousarray(m).reshape(m.shape[0] * n_groups, g) @ np.ones(g, dtype=m.dtype)
@@ -106,6 +112,11 @@ def by_group_rows(m: FloatArray, group: IntArray, n_groups: int) -> FloatArray:
     period (local indices in host-major order) as a sum over the periods, else one reduceat over
     group-sorted rows."""
     r = len(group)
+    if rm.is_sparse(m) and r:  # over the stored cells: (row's group, column) bins
+        r_, c_, v = rm.cells(m)
+        sparse_rows: FloatArray = np.bincount(group[r_] * m.shape[1] + c_, weights=v,
+                                              minlength=n_groups * m.shape[1]).astype(np.float64, copy=False)
+        return sparse_rows.reshape(n_groups, -1)
     out = np.zeros((n_groups, m.shape[1]))
     if not r:
         return out
@@ -148,7 +159,7 @@ def geometry(d: LayerDispatch, group_of_rank: IntArray, top_k: float, row: int |
     n_groups = int(np.median(reached)) if len(reached) else int(group_of_rank.max()) + 1
     r = int(np.bincount(group_of_rank).max())
     row = row or d.row_gcd or row_bytes(d.sent)
-    rows = float(d.sent.sum(axis=1).mean()) / row if row else math.nan
+    rows = float(rm.row_sums(d.sent).mean()) / row if row else math.nan
     hit = (1 - (1 - share) ** top_k).sum(axis=1)
     m = float(hit[active].mean()) if active.any() else math.nan
     return Geometry(groups=max(1, n_groups), ranks_per_group=r, top_k=top_k, groups_per_token=m,
@@ -168,8 +179,8 @@ def prediction_error(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal
     """(model flat time s, its worse-direction ratio to the measured duration): per step where the
     steps' busiest bytes are known (median of the ratios), else from the layer's mean matrix."""
     # the per-peer message: a rank's bytes over the peers it actually sends to
-    peers = max(1, int(np.count_nonzero(d.sent)))
-    sat = cal.saturation(float(d.sent.sum()) / peers)
+    peers = max(1, rm.nonzeros(d.sent))
+    sat = cal.saturation(rm.total(d.sent) / peers)
     if not sat:
         return math.nan, math.nan
     beta = slow_gbs * 1e9 * sat
@@ -177,7 +188,7 @@ def prediction_error(d: LayerDispatch, group_of_rank: IntArray, g: Geometry, cal
         pred = cal.alpha(g.ep) / 1e3 + d.busiest_cross_bytes / beta
         meas = d.step_durations_s
     else:
-        pred = np.array([cal.alpha(g.ep) / 1e3 + busiest_cross(d.sent, group_of_rank) / beta])
+        pred = np.array([cal.alpha(g.ep) / 1e3 + busiest_cross(rm.dense(d.sent), group_of_rank) / beta])
         meas = np.array([d.duration_s])
     if not len(meas) or not np.isfinite(meas).all() or (meas <= 0).any():
         return float(np.median(pred)), math.inf
@@ -193,11 +204,12 @@ def measured_ratio(fast_rates_bps: FloatArray, slow_rates_bps: FloatArray, min_s
 
 
 def _accounting_error(layers: list[LayerDispatch]) -> float:
-    sent = sum(float(d.sent.sum()) for d in layers)
+    sent = sum(rm.total(d.sent) for d in layers)
     if not layers or sent <= 0:
         return math.nan
     events = sum(d.event_bytes for d in layers)
-    mismatch = sum(float(np.abs(d.sent - d.received).sum()) for d in layers if d.received is not None)
+    mismatch = sum(float(np.abs(rm.dense(d.sent) - d.received).sum())
+                   for d in layers if d.received is not None)
     return max(abs(sent - events) / sent, mismatch / sent)
 
 
