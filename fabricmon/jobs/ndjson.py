@@ -88,9 +88,10 @@ def _skeleton(k: int, spaced: bool) -> bytes:
 _COMPACT = [*(_skeleton(k, False) for k in range(1025)), b"null"]  # [-1]: an absent map
 
 
-# a compact peer map with its quotes and braces blanked and its colons made commas: the numbers
+# a peer map with its quotes, braces and blanks deleted and its colons made commas: the numbers
 # of a batch's maps joined by "," read as one comma-separated list (numpy's text reader, in C)
-_TO_NUMBERS = bytes(32 if c in b'{"}' else 44 if c == ord(":") else c for c in range(256))
+_COLON_TO_COMMA = bytes(44 if c == ord(":") else c for c in range(256))
+_NOT_NUMBERS = b'{"} \t\n\r'  # (bytes.translate deletes these before it maps the rest)
 _BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
@@ -161,7 +162,7 @@ def _numbers(texts: list[Any], has: np.ndarray, k: np.ndarray) -> tuple[np.ndarr
     None if the text reader disagrees (then the careful path reads those maps)."""
     if not has.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    numbers = b",".join(compress(texts, has.tolist())).translate(_TO_NUMBERS, b" \t\n\r")
+    numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
     if not _plain_integers(numbers):
         return None
     # every field is now -?[0-9]{1,18}: the text reader reads it all, so it never warns (no
