@@ -160,55 +160,75 @@ def _pg_database(admin_url: str, name: str, create: bool) -> str:
     return admin_url.rsplit("/", 1)[0] + "/" + name
 
 
-def bench_ingest(  # noqa: PLR0917  (a script's one call site)
-    n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str
+PREVIOUS = "3288542"  # main before issue 18's ingest work: the path the ratio is taken against
+
+
+def previous_tree(rev: str, tmp: str) -> Path:
+    """The source tree of ``rev`` (git archive into ``tmp``): its own ``bench/ingest.py`` child
+    runs the ingest path as it was, on the same interpreter and database server."""
+    out = Path(tmp) / f"prev-{rev}"
+    if not out.exists():
+        out.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def _one_run(
+    tree: Path, url: str, n_events: int, ranks: int, batch: int
 ) -> dict[str, float]:
-    """Per-core figures (median over ``repeat`` runs) for SQLite and, if given, PostgreSQL."""
+    out = subprocess.run(
+        [sys.executable, str(tree / "bench" / "ingest.py"), "--ingest-child", url, "--events", str(n_events),
+         "--ranks", str(ranks), "--batch", str(batch)],
+        capture_output=True, text=True, check=True, cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    res: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+
+def bench_ingest(  # noqa: PLR0917  (a script's one call site)
+    n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str, against: str
+) -> dict[str, float]:
+    """Per-core figures (median over ``repeat`` runs) for SQLite and, if given, PostgreSQL, each
+    run interleaved with one of the ``against`` revision's path (same load, same database)."""
     targets = [("sqlite", None)] + ([("postgresql", pg_admin)] if pg_admin else [])
+    trees = [("now", ROOT)] + ([(against, previous_tree(against, tmp))] if against else [])
     medians: dict[str, float] = {}
-    print(f"ingest: {n_events:,} events ({ranks} ranks, {ranks} peers each), batches of {batch:,}")
+    print(f"ingest: {n_events:,} events ({ranks} ranks, {ranks} peers each), batches of {batch:,}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     for name, admin in targets:
-        rates = []
+        rates: dict[str, list[float]] = {label: [] for label, _ in trees}
         for i in range(repeat):
-            if admin:
-                url = _pg_database(admin, f"fabricmon_bench_ingest_{os.getpid()}", create=True)
-            else:
-                url = f"sqlite:///{tmp}/bench{i}.sqlite3"
-            try:
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--ingest-child",
-                        url,
-                        "--events",
-                        str(n_events),
-                        "--ranks",
-                        str(ranks),
-                        "--batch",
-                        str(batch),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    cwd=ROOT,
+            for label, tree in trees:
+                db = f"fabricmon_bench_ingest_{os.getpid()}"
+                url = _pg_database(admin, db, create=True) if admin else f"sqlite:///{tmp}/bench{i}{label}.sqlite3"
+                try:
+                    res = _one_run(tree, url, n_events, ranks, batch)
+                finally:
+                    if admin:
+                        _pg_database(admin, db, create=False)
+                total_cpu = res["cpu_s"] + res["db_cpu_s"]
+                rates[label].append(res["stored"] / total_cpu)
+                db_part = f" + backend {res['db_cpu_s']:.2f} s" if admin else ""
+                print(
+                    f"  {name} {label:>7} run {i + 1}: {res['stored'] / total_cpu:,.0f} events/s per core "
+                    f"(CPU {res['cpu_s']:.2f} s{db_part}; "
+                    f"wall {res['stored'] / res['wall_s']:,.0f} events/s); "
+                    f"re-sent batch: {res['dup_lines_per_s']:,.0f} duplicate lines/s per core; "
+                    f"load {os.getloadavg()[0]:.1f}"
                 )
-            finally:
-                if admin:
-                    _pg_database(admin, f"fabricmon_bench_ingest_{os.getpid()}", create=False)
-            res = json.loads(out.stdout.strip().splitlines()[-1])
-            total_cpu = res["cpu_s"] + res["db_cpu_s"]
-            rates.append(res["stored"] / total_cpu)
-            db_part = f" + backend {res['db_cpu_s']:.2f} s" if admin else ""
-            print(
-                f"  {name} run {i + 1}: {res['stored'] / total_cpu:,.0f} events/s per core "
-                f"(CPU {res['cpu_s']:.2f} s{db_part}; wall {res['stored'] / res['wall_s']:,.0f} events/s); "
-                f"re-sent batch: {res['dup_lines_per_s']:,.0f} duplicate lines/s per core"
-            )
-        rates.sort()
-        medians[name] = rates[len(rates) // 2]
-        print(f"  {name}: {rates[0]:,.0f}-{rates[-1]:,.0f} events/s per core, median {medians[name]:,.0f}")
-    print("  reference: target >= 50,000 events/s per core")
+        for label, values in rates.items():
+            values.sort()
+            key = name if label == "now" else f"{name}_prev"
+            medians[key] = values[len(values) // 2]
+            print(f"  {name} {label:>7}: {values[0]:,.0f}-{values[-1]:,.0f} events/s per core, "
+                  f"median {medians[key]:,.0f}")
+        if against:
+            medians[f"{name}_ratio"] = medians[name] / medians[f"{name}_prev"]
+            ratio = medians[f"{name}_ratio"]
+            print(f"  {name}: {ratio:.2f}x the {against} path (medians of the same runs, interleaved)")
+    print("  reference: target >= 100,000 events/s per core on both databases")
     return medians
 
 
@@ -403,6 +423,8 @@ def main() -> None:
     )
     parser.add_argument("--import-child")
     parser.add_argument("--trace-only", action="store_true", help="only the trace import (and HTA)")
+    parser.add_argument("--ingest-only", action="store_true", help="no trace import")
+    parser.add_argument("--against", default=PREVIOUS, help="git revision to compare with ('' : none)")
     parser.add_argument("--ingest-child")
     args = parser.parse_args()
     if args.import_child:
@@ -414,12 +436,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rates = {"sqlite": float("nan")}
         if not args.trace_only:
-            rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp)
-        trace = bench_trace(sorted({max(args.trace_mb // 8, 1), args.trace_mb}), tmp)
-    pg = f"{rates['postgresql']:.0f}" if "postgresql" in rates else "n/a"
+            rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp, args.against)
+        nan = {"mb_per_s": float("nan"), "cpu_s": float("nan"), "peak_mb": float("nan")}
+        sizes = sorted({max(args.trace_mb // 8, 1), args.trace_mb})
+        trace = nan if args.ingest_only else bench_trace(sizes, tmp)
+
+    def fig(key: str, fmt: str = ".0f") -> str:
+        return format(rates[key], fmt) if key in rates else "n/a"
+
     print(
-        f"BENCH ingest events_per_s_per_core={rates['sqlite']:.0f} pg_events_per_s_per_core={pg} "
-        f"batch={args.batch} trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
+        f"BENCH ingest sqlite_events_per_core_s={fig('sqlite')} pg_events_per_core_s={fig('postgresql')} "
+        f"sqlite_vs_prev={fig('sqlite_ratio', '.2f')}x pg_vs_prev={fig('postgresql_ratio', '.2f')}x "
+        f"prev_sqlite={fig('sqlite_prev')} prev_pg={fig('postgresql_prev')} "
+        f"batch={args.batch} load={os.getloadavg()[0]:.1f} "
+        f"trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
         f"hta_cpu_s={trace.get('hta_cpu_s', float('nan')):.2f} "
         f"vs_hta={trace.get('ratio', float('nan')):.1f}x "
         f"trace_peak_mb={trace['peak_mb']:.0f}"
