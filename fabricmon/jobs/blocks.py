@@ -55,7 +55,8 @@ def insert_block(
     block_table = connection.ops.quote_name(EventBlock._meta.db_table)
     key_table = connection.ops.quote_name(EventBlockKey._meta.db_table)
     head = (
-        f"INSERT INTO {block_table} (run_id, n_events, start_ns_min, start_ns_max, columns, peers, created_at) "
+        f"INSERT INTO {block_table} "
+        "(run_id, n_events, start_ns_min, start_ns_max, columns, peers, created_at) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())

@@ -48,10 +48,10 @@ def _dumpers() -> tuple[type, type]:
         def dump(self, obj: Any) -> bytes:
             return obj.data  # type: ignore[no-any-return]
 
-        def get_key(self, obj: Any, format: Any) -> Any:  # noqa: A002  (psycopg's name)
+        def get_key(self, obj: Any, format: Any) -> Any:
             return (type(obj), obj.oid)  # one dumper per array type: its oid is in the message
 
-        def upgrade(self, obj: Any, format: Any) -> Any:  # noqa: A002
+        def upgrade(self, obj: Any, format: Any) -> Any:
             dumper = _BinaryArray(type(obj), self.connection)
             dumper.oid = obj.oid
             return dumper
@@ -68,7 +68,7 @@ def pg_cursor() -> Any:
     raw = connection.connection
     if not getattr(raw, "_fabricmon_arrays", False):
         raw.adapters.register_dumper(*_dumpers())
-        raw._fabricmon_arrays = True  # noqa: SLF001  (our mark on the driver's connection)
+        raw._fabricmon_arrays = True
     return psycopg.Cursor(raw)
 
 
