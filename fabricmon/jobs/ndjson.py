@@ -231,8 +231,13 @@ def _fast_columns(
     fields_t = zip(*map(astuple, structs), strict=True)
     g: dict[str, Any] = dict(zip(_Line.__struct_fields__, fields_t, strict=True))
     n = len(structs)
-    send_n, send_ok, send_peer, send_bytes = _peer_columns(g["send_bytes_per_peer"], max_rank)
-    recv_n, recv_ok, recv_peer, recv_bytes = _peer_columns(g["recv_bytes_per_peer"], max_rank)
+    # both kinds of map in one pass (the per-call work is a third of it at 8 peers); the send
+    # maps come first, so the flat arrays split where the send maps' entries end
+    counts, maps_ok, peer, nbytes = _peer_columns([*g["send_bytes_per_peer"], *g["recv_bytes_per_peer"]],
+                                                  max_rank)
+    split = int(np.maximum(counts[:n], 0).sum())
+    send_n, recv_n, send_ok, recv_ok = counts[:n], counts[n:], maps_ok[:n], maps_ok[n:]
+    send_peer, recv_peer, send_bytes, recv_bytes = peer[:split], peer[split:], nbytes[:split], nbytes[split:]
     rank = np.array(g["rank"], dtype=np.int64)
     ok = send_ok & recv_ok & (rank < max_rank)  # out of the run's ranks: the careful path names it
     start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)

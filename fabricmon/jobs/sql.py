@@ -99,8 +99,10 @@ class QmarkCursor:
 
 
 def sql_cursor() -> Any:
-    """A cursor for the ingest path's own SQL (``%s`` parameters) on either database."""
-    return connection.cursor() if connection.vendor == "postgresql" else QmarkCursor()
+    """A cursor for the ingest path's own SQL (``%s`` parameters) on either database: psycopg's
+    own on PostgreSQL (server-side binding, so a statement run every batch is prepared once per
+    connection), the driver's on SQLite."""
+    return pg_cursor() if connection.vendor == "postgresql" else QmarkCursor()
 
 
 # PostgreSQL types of the columns written with unnest(array, …)
