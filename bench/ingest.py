@@ -33,6 +33,7 @@ Last measured (2 shared cores; the figure moves with what else runs):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -43,7 +44,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# the source tree measured: this one, or (FABRICMON_BENCH_TREE) an older revision's, by the same child
+sys.path.insert(0, os.environ.get("FABRICMON_BENCH_TREE", str(ROOT)))
 T0 = 1_795_987_668_367_402_543
 
 
@@ -124,6 +126,7 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             backend = cursor.fetchone()[0]
+    gc.collect()  # setup's garbage (migrations, the batches) is not the ingest's to collect
     wall0, cpu0, db0 = time.perf_counter(), _cpu_s(), _backend_cpu_s(backend)
     stored = 0
     for body in batches:
@@ -164,8 +167,9 @@ PREVIOUS = "3288542"  # main before issue 18's ingest work: the path the ratio i
 
 
 def previous_tree(rev: str, tmp: str) -> Path:
-    """The source tree of ``rev`` (git archive into ``tmp``): its own ``bench/ingest.py`` child
-    runs the ingest path as it was, on the same interpreter and database server."""
+    """The source tree of ``rev`` (git archive into ``tmp``): this script's child, importing
+    that tree's fabricmon, runs the ingest path as it was — same measurement, same interpreter,
+    same database server."""
     out = Path(tmp) / f"prev-{rev}"
     if not out.exists():
         out.mkdir()
@@ -178,10 +182,10 @@ def _one_run(
     tree: Path, url: str, n_events: int, ranks: int, batch: int
 ) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, str(tree / "bench" / "ingest.py"), "--ingest-child", url, "--events", str(n_events),
-         "--ranks", str(ranks), "--batch", str(batch)],
+        [sys.executable, __file__, "--ingest-child", url, "--events", str(n_events), "--ranks", str(ranks),
+         "--batch", str(batch)],
         capture_output=True, text=True, check=True, cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, "PYTHONPATH": str(tree), "FABRICMON_BENCH_TREE": str(tree)},
     )
     res: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return res

@@ -197,17 +197,21 @@ def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
 def _sums(counts: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-event sums of the flat bytes, and whether each sum surely fits int64."""
     c = np.maximum(counts, 0)
+    nonempty = c > 0
+    if not nonempty.any():
+        return np.zeros(len(c), dtype=np.int64), np.ones(len(c), dtype=bool)
+    starts = (np.cumsum(c) - c)[nonempty]
+    if int(nbytes.max()) * int(c.max()) < INT64_MAX:  # the usual batch: no sum can overflow
+        sums = np.zeros(len(c), dtype=np.int64)
+        sums[nonempty] = np.add.reduceat(nbytes, starts)
+        return sums, np.ones(len(c), dtype=bool)
     owner = np.repeat(np.arange(len(c)), c)
     approx = np.bincount(owner, weights=nbytes.astype(np.float64), minlength=len(c))
     sums = np.zeros(len(c), dtype=np.int64)
-    nonempty = c > 0
-    if nonempty.any():
-        starts = (np.cumsum(c) - c)[nonempty]
-        fits = approx < 4e18
-        safe = np.where(fits[owner], nbytes, 0)  # a possibly overflowing sum is recomputed carefully
-        sums[nonempty] = np.add.reduceat(safe, starts)
-        return sums, fits
-    return sums, np.ones(len(c), dtype=bool)
+    fits = approx < 4e18
+    safe = np.where(fits[owner], nbytes, 0)  # a possibly overflowing sum is recomputed carefully
+    sums[nonempty] = np.add.reduceat(safe, starts)
+    return sums, fits
 
 
 def _or(values: tuple[Any, ...], default: str) -> list[str]:

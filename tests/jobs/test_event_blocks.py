@@ -122,6 +122,7 @@ PEER_MAPS = [
     '{"0": 1, "1": 2}',  # json.dumps spacing
     '{ "0":1 }',
     "{" + ",".join(f'"{d}":{d + 1}' for d in range(1500)) + "}",  # more entries than the skeleton table
+    "{" + ",".join(f'"{d}":999999999999999999' for d in range(10)) + "}",  # each fits, the sum does not
 ]
 
 
