@@ -13,21 +13,26 @@ How "per core" is measured (honestly, on a shared machine):
   is charged too. Wall-clock is printed beside it but is not the figure (the machine is shared).
 - ``--repeat`` runs each database several times; the range (min-max) is printed and the BENCH
   line carries the median.
+- Each run is interleaved with one of ``--against`` (default ``PREVIOUS``: main before issue
+  18's ingest work), a ``git archive`` of that tree imported by this same child
+  (``FABRICMON_BENCH_TREE``), so the printed ratio compares the two paths under the same load.
+  The child collects the setup's garbage before the clock starts (one full collection of the
+  migrations' and batches' objects was 9 % of a run).
 
-Last measured (2 shared cores; the figure moves with what else runs):
-- quiet box (load average < 1): SQLite 64,900-73,100 events/s per core, median 73.0k (an earlier
-  quiet invocation: 73.7k-82.2k, median 79.5k); PostgreSQL 35,800-38,200 incl. backend CPU,
-  median 36.2k (earlier: 39.7k-42.4k); Kineto 200 MB at 30.2 MB/s, peak RSS 35 MB (25 MB file: 35 MB too).
-- beside other test suites (load average 2-2.7, Chromium e2e runs): SQLite medians 51.2k, 54.0k,
-  56.9k, 52.2k (range 50.0k-62.4k); PostgreSQL medians 29.4k-31.9k; Kineto 13-27 MB/s.
-- after the scanner's string-regex fix (load average ~8, soak and other suites running): Kineto
-  200 MB at 40.2 MB/s, CPU 4.54 s against HTA's 19.27 s on the same file (4.2x), peak RSS 79 MB
-  (25 MB file: 69 MB) against HTA's 1,449 MB; SQLite ingest median 23.2k under that load.
-- the code before this round, interleaved with the current one on the quiet box: SQLite
-  55.6k-63.6k against 72.7k-87.5k (earlier notes for it: 41.7k-54.9k under load, PostgreSQL 26.8k).
+Last measured (2 shared cores; the figure moves with what else runs — see docs/jobs.md):
+- load 10-12 (a 60-minute soak and other suites), --repeat 3: SQLite median 79.9k events/s per
+  core (73.7k-83.8k) against 27.6k for 3288542 (2.89x); PostgreSQL incl. backend median 46.6k
+  (43.9k-46.7k) against 20.5k (2.28x).
+- load ~3, single runs: SQLite 89.4k and 91.5k (3288542: 27.9k, 26.0k); PostgreSQL 49.9k and
+  41.1k (20.7k, 19.4k).
+- history: quiet-box figures of 73-80k (SQLite) and 36k (PostgreSQL) were measured before
+  6d2996a, which sent every line to the careful validator (see docs/jobs.md); Kineto 200 MB at
+  30.2 MB/s, peak RSS 35 MB; after the scanner's string-regex fix (load ~8) 40.2 MB/s, CPU 4.54 s
+  against HTA's 19.27 s on the same file (4.2x), peak RSS 79 MB against HTA's 1,449 MB.
 
     .venv/bin/python bench/ingest.py [--events 200000] [--repeat 3] [--trace-mb 200] [--ranks 8]
         [--pg postgres://postgres@127.0.0.1:5432/postgres | --pg ""]   (empty: skip PostgreSQL)
+        [--against REV | --against ""] [--ingest-only | --trace-only]
 """
 
 from __future__ import annotations
