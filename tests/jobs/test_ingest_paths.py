@@ -71,7 +71,11 @@ def stored(run):
          m.received_array().tolist()]
         for m in TrafficMatrix.objects.filter(run=run)
     )
-    return {"events": events, "matrices": matrices, "count": blocks.event_count(run)}
+    index = {  # what the block key index (EventBlockKey rows) answers
+        "probe": blocks.event_count(run, source="probe"), "steps": blocks.newest_steps(run, 100),
+        "combine": len(blocks.event_columns(run, phase="combine")), "span": blocks.step_span(run),
+    }
+    return {"events": events, "matrices": matrices, "count": blocks.event_count(run), "index": index}
 
 print(json.dumps({
     "fast": fast.as_dict(), "again": again.as_dict(), "careful": careful.as_dict(),
@@ -95,6 +99,8 @@ def _check(got: dict) -> None:
     assert (fast["lines"], fast["stored"]) == (careful["lines"], careful["stored"])
     assert got["fast_stored"] == got["careful_stored"]
     assert got["fast_stored"]["count"] == fast["stored"]
+    index = got["fast_stored"]["index"]
+    assert index["probe"] == fast["stored"] and index["combine"] > 0 and len(index["steps"]) > 3
     again = got["again"]
     assert (again["stored"], again["duplicates"]) == (0, fast["stored"])
     assert again["rejected"] == fast["rejected"]
