@@ -23,6 +23,8 @@ Last measured (2 shared cores; the figure moves with what else runs — see docs
 - load 10-12 (a 60-minute soak and other suites), --repeat 3: SQLite median 79.9k events/s per
   core (73.7k-83.8k) against 27.6k for 3288542 (2.89x); PostgreSQL incl. backend median 46.6k
   (43.9k-46.7k) against 20.5k (2.28x).
+- load 6-7.5 (the soak), --repeat 3: SQLite median 86.8k (79.3k-91.7k) against 30.5k (2.85x);
+  PostgreSQL median 45.2k (41.7k-47.7k) against 22.9k (1.97x).
 - load ~3, single runs: SQLite 89.4k and 91.5k (3288542: 27.9k, 26.0k); PostgreSQL 49.9k and
   41.1k (20.7k, 19.4k).
 - history: quiet-box figures of 73-80k (SQLite) and 36k (PostgreSQL) were measured before
