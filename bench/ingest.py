@@ -13,26 +13,34 @@ How "per core" is measured (honestly, on a shared machine):
   is charged too. Wall-clock is printed beside it but is not the figure (the machine is shared).
 - ``--repeat`` runs each database several times; the range (min-max) is printed and the BENCH
   line carries the median.
+- Each run is interleaved with one of ``--against`` (default ``PREVIOUS``: main before issue
+  18's ingest work), a ``git archive`` of that tree imported by this same child
+  (``FABRICMON_BENCH_TREE``), so the printed ratio compares the two paths under the same load.
+  The child collects the setup's garbage before the clock starts (one full collection of the
+  migrations' and batches' objects was 9 % of a run).
 
-Last measured (2 shared cores; the figure moves with what else runs):
-- quiet box (load average < 1): SQLite 64,900-73,100 events/s per core, median 73.0k (an earlier
-  quiet invocation: 73.7k-82.2k, median 79.5k); PostgreSQL 35,800-38,200 incl. backend CPU,
-  median 36.2k (earlier: 39.7k-42.4k); Kineto 200 MB at 30.2 MB/s, peak RSS 35 MB (25 MB file: 35 MB too).
-- beside other test suites (load average 2-2.7, Chromium e2e runs): SQLite medians 51.2k, 54.0k,
-  56.9k, 52.2k (range 50.0k-62.4k); PostgreSQL medians 29.4k-31.9k; Kineto 13-27 MB/s.
-- after the scanner's string-regex fix (load average ~8, soak and other suites running): Kineto
-  200 MB at 40.2 MB/s, CPU 4.54 s against HTA's 19.27 s on the same file (4.2x), peak RSS 79 MB
-  (25 MB file: 69 MB) against HTA's 1,449 MB; SQLite ingest median 23.2k under that load.
-- the code before this round, interleaved with the current one on the quiet box: SQLite
-  55.6k-63.6k against 72.7k-87.5k (earlier notes for it: 41.7k-54.9k under load, PostgreSQL 26.8k).
+Last measured (2 shared cores; the figure moves with what else runs — see docs/jobs.md):
+- load 10-12 (a 60-minute soak and other suites), --repeat 3: SQLite median 79.9k events/s per
+  core (73.7k-83.8k) against 27.6k for 3288542 (2.89x); PostgreSQL incl. backend median 46.6k
+  (43.9k-46.7k) against 20.5k (2.28x).
+- load 6-7.5 (the soak), --repeat 3: SQLite median 86.8k (79.3k-91.7k) against 30.5k (2.85x);
+  PostgreSQL median 45.2k (41.7k-47.7k) against 22.9k (1.97x).
+- load ~3, single runs: SQLite 89.4k and 91.5k (3288542: 27.9k, 26.0k); PostgreSQL 49.9k and
+  41.1k (20.7k, 19.4k).
+- history: quiet-box figures of 73-80k (SQLite) and 36k (PostgreSQL) were measured before
+  6d2996a, which sent every line to the careful validator (see docs/jobs.md); Kineto 200 MB at
+  30.2 MB/s, peak RSS 35 MB; after the scanner's string-regex fix (load ~8) 40.2 MB/s, CPU 4.54 s
+  against HTA's 19.27 s on the same file (4.2x), peak RSS 79 MB against HTA's 1,449 MB.
 
     .venv/bin/python bench/ingest.py [--events 200000] [--repeat 3] [--trace-mb 200] [--ranks 8]
         [--pg postgres://postgres@127.0.0.1:5432/postgres | --pg ""]   (empty: skip PostgreSQL)
+        [--against REV | --against ""] [--ingest-only | --trace-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -43,7 +51,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# the source tree measured: this one, or (FABRICMON_BENCH_TREE) an older revision's, by the same child
+sys.path.insert(0, os.environ.get("FABRICMON_BENCH_TREE", str(ROOT)))
 T0 = 1_795_987_668_367_402_543
 
 
@@ -124,6 +133,7 @@ def _ingest_child(db_url: str, n_events: int, ranks: int, batch: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             backend = cursor.fetchone()[0]
+    gc.collect()  # setup's garbage (migrations, the batches) is not the ingest's to collect
     wall0, cpu0, db0 = time.perf_counter(), _cpu_s(), _backend_cpu_s(backend)
     stored = 0
     for body in batches:
@@ -160,55 +170,76 @@ def _pg_database(admin_url: str, name: str, create: bool) -> str:
     return admin_url.rsplit("/", 1)[0] + "/" + name
 
 
-def bench_ingest(  # noqa: PLR0917  (a script's one call site)
-    n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str
+PREVIOUS = "3288542"  # main before issue 18's ingest work: the path the ratio is taken against
+
+
+def previous_tree(rev: str, tmp: str) -> Path:
+    """The source tree of ``rev`` (git archive into ``tmp``): this script's child, importing
+    that tree's fabricmon, runs the ingest path as it was — same measurement, same interpreter,
+    same database server."""
+    out = Path(tmp) / f"prev-{rev}"
+    if not out.exists():
+        out.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def _one_run(
+    tree: Path, url: str, n_events: int, ranks: int, batch: int
 ) -> dict[str, float]:
-    """Per-core figures (median over ``repeat`` runs) for SQLite and, if given, PostgreSQL."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--ingest-child", url, "--events", str(n_events), "--ranks", str(ranks),
+         "--batch", str(batch)],
+        capture_output=True, text=True, check=True, cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree), "FABRICMON_BENCH_TREE": str(tree)},
+    )
+    res: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+
+def bench_ingest(  # noqa: PLR0917  (a script's one call site)
+    n_events: int, ranks: int, batch: int, repeat: int, pg_admin: str, tmp: str, against: str
+) -> dict[str, float]:
+    """Per-core figures (median over ``repeat`` runs) for SQLite and, if given, PostgreSQL, each
+    run interleaved with one of the ``against`` revision's path (same load, same database)."""
     targets = [("sqlite", None)] + ([("postgresql", pg_admin)] if pg_admin else [])
+    trees = [("now", ROOT)] + ([(against, previous_tree(against, tmp))] if against else [])
     medians: dict[str, float] = {}
-    print(f"ingest: {n_events:,} events ({ranks} ranks, {ranks} peers each), batches of {batch:,}")
+    print(f"ingest: {n_events:,} events ({ranks} ranks, {ranks} peers each), batches of {batch:,}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     for name, admin in targets:
-        rates = []
+        rates: dict[str, list[float]] = {label: [] for label, _ in trees}
         for i in range(repeat):
-            if admin:
-                url = _pg_database(admin, f"fabricmon_bench_ingest_{os.getpid()}", create=True)
-            else:
-                url = f"sqlite:///{tmp}/bench{i}.sqlite3"
-            try:
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--ingest-child",
-                        url,
-                        "--events",
-                        str(n_events),
-                        "--ranks",
-                        str(ranks),
-                        "--batch",
-                        str(batch),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    cwd=ROOT,
+            for label, tree in trees:
+                db = f"fabricmon_bench_ingest_{os.getpid()}"
+                url = _pg_database(admin, db, create=True) if admin else f"sqlite:///{tmp}/bench{i}{label}.sqlite3"
+                try:
+                    res = _one_run(tree, url, n_events, ranks, batch)
+                finally:
+                    if admin:
+                        _pg_database(admin, db, create=False)
+                total_cpu = res["cpu_s"] + res["db_cpu_s"]
+                rates[label].append(res["stored"] / total_cpu)
+                db_part = f" + backend {res['db_cpu_s']:.2f} s" if admin else ""
+                print(
+                    f"  {name} {label:>7} run {i + 1}: {res['stored'] / total_cpu:,.0f} events/s per core "
+                    f"(CPU {res['cpu_s']:.2f} s{db_part}; "
+                    f"wall {res['stored'] / res['wall_s']:,.0f} events/s); "
+                    f"re-sent batch: {res['dup_lines_per_s']:,.0f} duplicate lines/s per core; "
+                    f"load {os.getloadavg()[0]:.1f}"
                 )
-            finally:
-                if admin:
-                    _pg_database(admin, f"fabricmon_bench_ingest_{os.getpid()}", create=False)
-            res = json.loads(out.stdout.strip().splitlines()[-1])
-            total_cpu = res["cpu_s"] + res["db_cpu_s"]
-            rates.append(res["stored"] / total_cpu)
-            db_part = f" + backend {res['db_cpu_s']:.2f} s" if admin else ""
-            print(
-                f"  {name} run {i + 1}: {res['stored'] / total_cpu:,.0f} events/s per core "
-                f"(CPU {res['cpu_s']:.2f} s{db_part}; wall {res['stored'] / res['wall_s']:,.0f} events/s); "
-                f"re-sent batch: {res['dup_lines_per_s']:,.0f} duplicate lines/s per core"
-            )
-        rates.sort()
-        medians[name] = rates[len(rates) // 2]
-        print(f"  {name}: {rates[0]:,.0f}-{rates[-1]:,.0f} events/s per core, median {medians[name]:,.0f}")
-    print("  reference: target >= 50,000 events/s per core")
+        for label, values in rates.items():
+            values.sort()
+            key = name if label == "now" else f"{name}_prev"
+            medians[key] = values[len(values) // 2]
+            print(f"  {name} {label:>7}: {values[0]:,.0f}-{values[-1]:,.0f} events/s per core, "
+                  f"median {medians[key]:,.0f}")
+        if against:
+            medians[f"{name}_ratio"] = medians[name] / medians[f"{name}_prev"]
+            ratio = medians[f"{name}_ratio"]
+            print(f"  {name}: {ratio:.2f}x the {against} path (medians of the same runs, interleaved)")
+    print("  reference: target >= 100,000 events/s per core on both databases")
     return medians
 
 
@@ -403,6 +434,8 @@ def main() -> None:
     )
     parser.add_argument("--import-child")
     parser.add_argument("--trace-only", action="store_true", help="only the trace import (and HTA)")
+    parser.add_argument("--ingest-only", action="store_true", help="no trace import")
+    parser.add_argument("--against", default=PREVIOUS, help="git revision to compare with ('' : none)")
     parser.add_argument("--ingest-child")
     args = parser.parse_args()
     if args.import_child:
@@ -414,12 +447,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rates = {"sqlite": float("nan")}
         if not args.trace_only:
-            rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp)
-        trace = bench_trace(sorted({max(args.trace_mb // 8, 1), args.trace_mb}), tmp)
-    pg = f"{rates['postgresql']:.0f}" if "postgresql" in rates else "n/a"
+            rates = bench_ingest(args.events, args.ranks, args.batch, args.repeat, args.pg, tmp, args.against)
+        nan = {"mb_per_s": float("nan"), "cpu_s": float("nan"), "peak_mb": float("nan")}
+        sizes = sorted({max(args.trace_mb // 8, 1), args.trace_mb})
+        trace = nan if args.ingest_only else bench_trace(sizes, tmp)
+
+    def fig(key: str, fmt: str = ".0f") -> str:
+        return format(rates[key], fmt) if key in rates else "n/a"
+
     print(
-        f"BENCH ingest events_per_s_per_core={rates['sqlite']:.0f} pg_events_per_s_per_core={pg} "
-        f"batch={args.batch} trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
+        f"BENCH ingest sqlite_events_per_core_s={fig('sqlite')} pg_events_per_core_s={fig('postgresql')} "
+        f"sqlite_vs_prev={fig('sqlite_ratio', '.2f')}x pg_vs_prev={fig('postgresql_ratio', '.2f')}x "
+        f"prev_sqlite={fig('sqlite_prev')} prev_pg={fig('postgresql_prev')} "
+        f"batch={args.batch} load={os.getloadavg()[0]:.1f} "
+        f"trace_mb_per_s={trace['mb_per_s']:.1f} trace_cpu_s={trace['cpu_s']:.2f} "
         f"hta_cpu_s={trace.get('hta_cpu_s', float('nan')):.2f} "
         f"vs_hta={trace.get('ratio', float('nan')):.1f}x "
         f"trace_peak_mb={trace['peak_mb']:.0f}"

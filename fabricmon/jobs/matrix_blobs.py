@@ -62,6 +62,49 @@ def encode(a: npt.ArrayLike, *, same_as: npt.ArrayLike | None = None) -> bytes:
     return MAGIC + bytes([DENSE, width]) + flat.astype(_UNSIGNED[width]).tobytes()
 
 
+def encode_stack(stack: np.ndarray) -> list[bytes]:
+    """``encode`` of each matrix of a (k, n, n) int64 stack, byte for byte, with the
+    layout and width of every matrix decided for the whole stack at once: a batch of 1,000 events
+    of 125 calls makes 250 small matrices, and their one-by-one encoding was a fifth of the
+    ingest's CPU."""
+    k = len(stack)
+    flat = stack.reshape(k, -1)
+    cells = flat.shape[1]
+    if not cells:
+        return [encode(m) for m in stack]
+    lo, hi = flat.min(axis=1), flat.max(axis=1)
+    width = np.where((lo < 0) | (hi >= 1 << 32), 8, np.where(hi < 1 << 8, 1, np.where(hi < 1 << 16, 2, 4)))
+    sparse = np.count_nonzero(flat, axis=1) * (4 + width) < cells * width
+    # (encode's one exception: a dense 1×1 at 16 bits would have the raw form's length)
+    width = np.where(~sparse & (_HEADER + cells * width == cells * 8), 4, width)
+    out: list[bytes] = [b""] * k
+    for w in np.unique(width).tolist():
+        group = np.flatnonzero(width == w)
+        cast = flat[group].astype(_UNSIGNED[w])
+        dense_head = MAGIC + bytes([DENSE, w])
+        sparse_head = MAGIC + bytes([SPARSE, w])
+        for row, i in enumerate(group.tolist()):
+            if sparse[i]:
+                nz = np.flatnonzero(flat[i])
+                out[i] = sparse_head + nz.astype("<u4").tobytes() + cast[row, nz].tobytes()
+            else:
+                out[i] = dense_head + cast[row].tobytes()
+    return out
+
+
+def encode_pairs(sent: np.ndarray, received: np.ndarray) -> list[tuple[bytes, bytes]]:
+    """The (sent, received) blobs of each pair of two (k, n, n) stacks, as ``encode(sent)`` and
+    ``encode(received, same_as=sent)`` give them."""
+    k = len(sent)
+    same = (sent.reshape(k, -1) == received.reshape(k, -1)).all(axis=1)
+    sent_blobs = encode_stack(sent)
+    differ = np.flatnonzero(~same)
+    recv_blobs = [SAME_AS_SENT] * k
+    for i, blob in zip(differ.tolist(), encode_stack(received[differ]) if len(differ) else [], strict=True):
+        recv_blobs[i] = blob
+    return list(zip(sent_blobs, recv_blobs, strict=True))
+
+
 def decode(blob: bytes | memoryview, n: int, *, sent: Matrix | None = None) -> Matrix:
     """The n×n int64 matrix of a stored blob (a new writable array; ``sent`` resolves "same as
     sent")."""

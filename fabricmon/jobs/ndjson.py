@@ -88,9 +88,10 @@ def _skeleton(k: int, spaced: bool) -> bytes:
 _COMPACT = [*(_skeleton(k, False) for k in range(1025)), b"null"]  # [-1]: an absent map
 
 
-# a compact peer map with its quotes and braces blanked and its colons made commas: the numbers
+# a peer map with its quotes, braces and blanks deleted and its colons made commas: the numbers
 # of a batch's maps joined by "," read as one comma-separated list (numpy's text reader, in C)
-_TO_NUMBERS = bytes(32 if c in b'{"}' else 44 if c == ord(":") else c for c in range(256))
+_COLON_TO_COMMA = bytes(44 if c == ord(":") else c for c in range(256))
+_NOT_NUMBERS = b'{"} \t\n\r'  # (bytes.translate deletes these before it maps the rest)
 _BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
@@ -113,8 +114,7 @@ def _peer_columns(
         joined, bounds, a = _joined(texts)
     is_null = a[bounds[:-1]] == ord("n")
     # entries per map = its colons (true for every map the skeleton check below accepts)
-    colon_map = np.searchsorted(bounds, np.flatnonzero(a == ord(":")), side="right") - 1
-    k = np.bincount(colon_map, minlength=n)
+    k = np.add.reduceat(a == ord(":"), bounds[:-1], dtype=np.int64)  # (no map text is empty)
     k_list, null_list = k.tolist(), is_null.tolist()
     map_ok = ~not_object
     skel = joined.translate(None, _DIGITS)
@@ -126,16 +126,14 @@ def _peer_columns(
             s = bytes(text).translate(None, _DIGITS)
             if not (null_list[j] or s in (_skeleton(k_list[j], False), _skeleton(k_list[j], True))):
                 map_ok[j] = False
-    if b'""' in joined:  # an empty key ("" is no rank; non-empty keys hold digits)
-        for j, text in enumerate(texts):
-            if b'""' in bytes(text):
-                map_ok[j] = False
     has = map_ok & ~is_null & (k > 0)
-    numbers = _numbers(texts, has, k)
+    numbers = _numbers(texts, has, k)  # (an empty key or value is an empty field: not read)
     if numbers is None:
         map_ok[has] = False
-        numbers = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    peers, nbytes = numbers
+        numbers = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(n, dtype=bool)
+    peers, nbytes, read = numbers
+    map_ok &= read | ~has
+    has = read
     if len(peers):
         owner = np.repeat(np.flatnonzero(has), k[has])
         big = (peers >= min(_BIG, max_rank)) | (nbytes >= _BIG)
@@ -156,45 +154,37 @@ def _peer_columns(
     return counts, map_ok, peers, nbytes
 
 
-def _numbers(texts: list[Any], has: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(keys, values) of the maps where ``has`` is true, whose skeletons are already checked;
-    None if the text reader disagrees (then the careful path reads those maps)."""
-    if not has.any():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    numbers = b",".join(compress(texts, has.tolist())).translate(_TO_NUMBERS, b" \t\n\r")
-    if not _plain_integers(numbers):
-        return None
-    # every field is now -?[0-9]{1,18}: the text reader reads it all, so it never warns (no
-    # warnings filter here: that state is process-global and would leak into other threads)
-    values = np.fromstring(numbers, dtype=np.int64, sep=",")
-    if len(values) != 2 * int(k[has].sum()):
-        return None
-    return values[0::2], values[1::2]
-
-
-_DIGIT = np.zeros(256, dtype=bool)
-_DIGIT[ord("0") : ord("9") + 1] = True
-
-
-def _plain_integers(text: bytes) -> bool:
-    """Whether ``text`` is comma-separated fields each ``-?[0-9]{1,18}`` (no blanks, no
-    fractions or exponents, no field long enough to overflow int64)."""
-    b = np.frombuffer(text, dtype=np.uint8)
-    if not len(b):
-        return False
-    comma = b == ord(",")
-    minus = b == ord("-")
-    if not (_DIGIT[b] | comma | minus).all():
-        return False
-    cuts = np.flatnonzero(comma)
-    starts = np.concatenate([[0], cuts + 1])
-    ends = np.concatenate([cuts, [len(b)]])
-    sign = np.zeros(len(b) + 1, dtype=bool)
-    sign[:-1] = minus
-    if int(minus.sum()) != int(sign[starts].sum()):  # a minus sign only opens a field
-        return False
-    digits = ends - starts - sign[starts]
-    return bool(((digits >= 1) & (digits <= 18)).all())
+def _numbers(
+    texts: list[Any], has: np.ndarray, k: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(keys, values, read) of the maps where ``has`` is true, whose skeletons are already
+    checked (so their text is digits between the structure); ``read`` is where the maps were
+    read — a map with an empty field ({"": 5}) or one longer than 18 digits is left to the
+    careful path. None if the text reader disagrees (then the careful path reads them all)."""
+    for _ in range(2):  # the second pass only without the maps the first found a bad field in
+        if not has.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), has
+        numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
+        b = np.frombuffer(numbers, dtype=np.uint8)
+        comma = b == ord(",")
+        if not (np.less(b - ord("0"), 10) | comma).all():  # (uint8: "-" and the rest wrap high)
+            return None
+        fields = np.diff(np.flatnonzero(comma), prepend=-1, append=len(b)) - 1  # digits per field
+        per_map = 2 * k[has]
+        if len(fields) != int(per_map.sum()):
+            return None
+        bad = (fields < 1) | (fields > 18)  # empty, or possibly beyond int64
+        if bad.any():
+            has = has.copy()
+            has[np.repeat(np.flatnonzero(has), per_map)[bad]] = False
+            continue
+        # every field is now [0-9]{1,18}: the text reader reads it all, so it never warns (no
+        # warnings filter here: that state is process-global and would leak into other threads)
+        values = np.fromstring(numbers, dtype=np.int64, sep=",")
+        if len(values) != len(fields):
+            return None
+        return values[0::2], values[1::2], has
+    return None
 
 
 def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -207,17 +197,21 @@ def _joined(texts: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray]:
 def _sums(counts: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-event sums of the flat bytes, and whether each sum surely fits int64."""
     c = np.maximum(counts, 0)
+    nonempty = c > 0
+    if not nonempty.any():
+        return np.zeros(len(c), dtype=np.int64), np.ones(len(c), dtype=bool)
+    starts = (np.cumsum(c) - c)[nonempty]
+    if int(nbytes.max()) * int(c.max()) < INT64_MAX:  # the usual batch: no sum can overflow
+        sums = np.zeros(len(c), dtype=np.int64)
+        sums[nonempty] = np.add.reduceat(nbytes, starts)
+        return sums, np.ones(len(c), dtype=bool)
     owner = np.repeat(np.arange(len(c)), c)
     approx = np.bincount(owner, weights=nbytes.astype(np.float64), minlength=len(c))
     sums = np.zeros(len(c), dtype=np.int64)
-    nonempty = c > 0
-    if nonempty.any():
-        starts = (np.cumsum(c) - c)[nonempty]
-        fits = approx < 4e18
-        safe = np.where(fits[owner], nbytes, 0)  # a possibly overflowing sum is recomputed carefully
-        sums[nonempty] = np.add.reduceat(safe, starts)
-        return sums, fits
-    return sums, np.ones(len(c), dtype=bool)
+    fits = approx < 4e18
+    safe = np.where(fits[owner], nbytes, 0)  # a possibly overflowing sum is recomputed carefully
+    sums[nonempty] = np.add.reduceat(safe, starts)
+    return sums, fits
 
 
 def _or(values: tuple[Any, ...], default: str) -> list[str]:
@@ -241,8 +235,13 @@ def _fast_columns(
     fields_t = zip(*map(astuple, structs), strict=True)
     g: dict[str, Any] = dict(zip(_Line.__struct_fields__, fields_t, strict=True))
     n = len(structs)
-    send_n, send_ok, send_peer, send_bytes = _peer_columns(g["send_bytes_per_peer"], max_rank)
-    recv_n, recv_ok, recv_peer, recv_bytes = _peer_columns(g["recv_bytes_per_peer"], max_rank)
+    # both kinds of map in one pass (the per-call work is a third of it at 8 peers); the send
+    # maps come first, so the flat arrays split where the send maps' entries end
+    counts, maps_ok, peer, nbytes = _peer_columns([*g["send_bytes_per_peer"], *g["recv_bytes_per_peer"]],
+                                                  max_rank)
+    split = int(np.maximum(counts[:n], 0).sum())
+    send_n, recv_n, send_ok, recv_ok = counts[:n], counts[n:], maps_ok[:n], maps_ok[n:]
+    send_peer, recv_peer, send_bytes, recv_bytes = peer[:split], peer[split:], nbytes[:split], nbytes[split:]
     rank = np.array(g["rank"], dtype=np.int64)
     ok = send_ok & recv_ok & (rank < max_rank)  # out of the run's ranks: the careful path names it
     start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)

@@ -1,6 +1,7 @@
 """Idempotency across processes: several writer processes post overlapping batches of one run
-into the same SQLite file at once (the default database); every event id is stored exactly once,
-whatever the interleaving, across key merges (``KEY_MERGE_BLOCKS`` small here)."""
+into the same database at once — an SQLite file (the default database) and PostgreSQL; every
+event id is stored exactly once, whatever the interleaving, across key merges (SQLite:
+``KEY_MERGE_BLOCKS`` small here; PostgreSQL: concurrent ``ON CONFLICT`` claims)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.jobs.pg_database import pg_database_url  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_987_668_367_402_543
@@ -68,10 +71,17 @@ def _batch(ids: list[int]) -> str:
     )
 
 
-def test_writer_processes_store_each_id_once(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    return str(request.getfixturevalue("pg_database_url"))
+
+
+def test_writer_processes_store_each_id_once(database_url: str) -> None:
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DATABASE_URL": database_url,
         "DJANGO_SETTINGS_MODULE": "fabricmon.settings",
     }
     subprocess.run(

@@ -122,6 +122,7 @@ PEER_MAPS = [
     '{"0": 1, "1": 2}',  # json.dumps spacing
     '{ "0":1 }',
     "{" + ",".join(f'"{d}":{d + 1}' for d in range(1500)) + "}",  # more entries than the skeleton table
+    "{" + ",".join(f'"{d}":999999999999999999' for d in range(10)) + "}",  # each fits, the sum does not
 ]
 
 
@@ -250,3 +251,21 @@ def test_importer_validation_names_bad_peer_keys() -> None:
     batch = validate_dicts([_event(i, send_bytes_per_peer=m) for i, m in enumerate(bad)] + [_event(9)])
     assert len(batch.rows) == 1 and batch.rows[0][0] == "x9"
     assert [(e.line, e.field) for e in batch.errors] == [(n, "send_bytes_per_peer") for n in range(1, 5)]
+
+
+def test_plain_batches_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of plain lines (compact or json.dumps spacing) is read by the columnar parser alone:
+    no line reaches the careful validator. (Its per-peer number reader once saw the blanks its
+    translate table made from quotes and braces, sent every map to the careful path and made
+    ingest ~4x slower with every answer still right — only this test notices.)"""
+    from fabricmon.jobs import ndjson
+
+    def careful(*args: object) -> None:
+        raise AssertionError("a plain line reached the careful validator")
+
+    monkeypatch.setattr(ndjson, "validate_event", careful)
+    for dumps in (lambda e: json.dumps(e).encode(), lambda e: json.dumps(e, separators=(",", ":")).encode()):
+        body = b"\n".join(dumps(_event(i)) for i in range(50))
+        cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns=0, max_rank=3)
+        assert (len(cols), errors, lines) == (50, [], 50)
+        assert cols.send_bytes.tolist()[:3] == [0, 1, 2] and cols.send_n.tolist() == [3] * 50

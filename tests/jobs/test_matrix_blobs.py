@@ -57,3 +57,33 @@ def test_raw_int64_rows_from_before_stay_readable_and_never_collide() -> None:
 def test_a_broken_blob_is_a_clear_error(blob: bytes) -> None:
     with pytest.raises(mb.MatrixBlobError):
         mb.decode(blob, 2)
+
+
+def _stack_cases() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    cases = []
+    for n in (1, 2, 8, 33):
+        k = 12
+        sent = rng.integers(0, 300, size=(k, n, n), dtype=np.int64)
+        sent[1] *= 1000  # 32-bit cells
+        sent[2] *= 10**8  # 64-bit cells
+        sent[3] = 0  # empty: sparse with no cell
+        sent[4] = 0
+        sent[4, 0, n - 1] = 5  # one pair of many ranks: sparse
+        sent[5, 0, 0] = -7  # a negative cell keeps int64
+        sent[6] = 300  # 16-bit (the 1×1 case has the raw form's length: 32-bit)
+        received = sent.copy()
+        received[::3] += 1  # every third differs from its sent matrix
+        cases.append((sent, received))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_stacks_encode_byte_for_byte_as_one_by_one(case: int) -> None:
+    """``encode_pairs`` (a batch's new matrices at once) gives exactly ``encode``'s blobs."""
+    sent, received = _stack_cases()[case]
+    got = mb.encode_pairs(sent, received)
+    want = [(mb.encode(s), mb.encode(r, same_as=s)) for s, r in zip(sent, received, strict=True)]
+    assert got == want
+    assert {blob[4] for blob, _ in got if blob != mb.SAME_AS_SENT} >= {mb.DENSE, mb.SPARSE}
+    assert sum(r == mb.SAME_AS_SENT for _, r in got) == 8

@@ -1,0 +1,30 @@
+"""A fresh PostgreSQL database for one test (the server on 127.0.0.1:5432, or
+``FABRICMON_TEST_PG_URL``): created before, dropped after. A missing server is a failure saying
+how to reach one, never a skip."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+ADMIN_URL = os.environ.get("FABRICMON_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def pg_database_url() -> Iterator[str]:
+    import psycopg  # (PostgreSQL tests only)
+
+    name = f"fabricmon_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:  # pragma: no cover - environment problem
+        pytest.fail(f"PostgreSQL tests need a server at {ADMIN_URL} ({exc}); set FABRICMON_TEST_PG_URL")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
