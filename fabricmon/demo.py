@@ -292,11 +292,11 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
         # a share of the steps only: 256 GPUs x 16 phases per step is ~4k events, ~11k events/s in
         # all, a lot for a laptop. Blocks of 4 steps (~1.5 s: a whole 1 s poll interval of only
-        # reported steps, which verifies the projection) in every 5 blocks at 256 GPUs (~7.5 s):
+        # reported steps, which verifies the projection) in every 16 blocks at 256 GPUs (~24 s):
         # a hot port is rarely hot for less than that, so an alert's culprit gets its layer and
         # phase from the job's own events (1 block in 32, as before, left most alerts without),
         # and the one web process keeps its pages answering (1 in 4 cost views.json its 1 s)
-        "report_every_steps": str(max(1, gpus // 48)),
+        "report_every_steps": str(max(1, gpus // 16)),
         "report_block_steps": "4",
     }
     twin_url = f"http://127.0.0.1:{values['twin_control_port']}"
