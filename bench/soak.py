@@ -62,6 +62,7 @@ from soak_score import (
     p95,
     score_migrations,
     true_migrations,
+    without,
 )
 
 from fabricmon import demo
@@ -79,6 +80,7 @@ DB_SLACK_MB = 300  # history frames, alerts, topology and SQLite's free pages be
 PAGE_BOUND_S = 1.0
 # the "within two windows of the twin's first migration", plus the window straddling it
 FIRST_ALERT_BOUND_S = 2 * WINDOW_S + 0.5
+OUTAGE_RECOVERY_S = 10.0  # after a Redis outage: collectors and workers reconnect, the window refills
 CULPRIT_LATE_S = 120.0  # alerts this close to the end may still get their culprit's events
 
 
@@ -523,8 +525,13 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     detections = [Detection(int(ts), tuple(ports)) for e in facts["episodes"]  # type: ignore[attr-defined]
                   if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
     start_ns = rec.frames[0][0] if rec.frames else 0
-    judged = [(start_ns + int(WARMUP_S * NS), rec.frames[-1][0] if rec.frames else 0)]
-    score = score_migrations(truth, detections, 2 * interval + NS // 2, judged=judged)
+    tolerance = 2 * interval + NS // 2
+    run_span = (start_ns + int(WARMUP_S * NS), rec.frames[-1][0] if rec.frames else 0)
+    # a migration just before or during a Redis outage cannot be seen in time (nothing is written
+    # while Redis is down, collectors reconnect after it): neither it nor what is detected then counts
+    judged = without(run_span, [(a - tolerance, b + tolerance + int(OUTAGE_RECOVERY_S * NS))
+                                for a, b in rec.outages])
+    score = score_migrations(truth, detections, tolerance, judged=judged)
     fired = [(a["kind"], int(a["fired"] * NS)) for a in facts["alerts"]]  # type: ignore[attr-defined]
     false = false_alerts([f for f in fired if f[0] in ("incast", "moving_incast")],
                          balanced_spans(stretches, 20 * NS))
@@ -534,7 +541,7 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     # culprits: alerts fired after warm-up and long enough before the end for their events to post
     naming = culprit_naming([(a["kind"], int(a["fired"] * NS), a["run"], a["phase"])  # type: ignore[index]
                              for a in facts["alerts"]],  # type: ignore[attr-defined]
-                            (judged[0][0], judged[0][1] - int(CULPRIT_LATE_S * NS)))
+                            (run_span[0], run_span[1] - int(CULPRIT_LATE_S * NS)))
     named_share = naming.named / naming.attributed if naming.attributed else math.nan
     takeovers = takeover_times(rec.kills, rec.frames)
     faults = [(k["at_ns"] / NS, k["at_ns"] / NS + 5) for k in rec.kills]

@@ -132,6 +132,22 @@ def score_migrations(
     return Recall(len(truth), detected, len(dets), correct)
 
 
+def without(span: tuple[int, int], holes: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``span`` minus every hole (sorted, merged): the parts of a run that are judged."""
+    out, lo = [], span[0]
+    for a, b in sorted(holes):
+        if b < lo:
+            continue
+        if a > lo:
+            out.append((lo, min(a, span[1])))
+        lo = max(lo, b)
+        if lo >= span[1]:
+            break
+    if lo < span[1]:
+        out.append((lo, span[1]))
+    return [(a, b) for a, b in out if b > a]
+
+
 def balanced_spans(stretches: Sequence[Stretch], grace_ns: int) -> list[tuple[int, int]]:
     """Balanced stretches minus a grace at their start (a firing alert may take its keep-firing
     time to resolve, and a window straddles the change): no alert may *fire* inside these."""

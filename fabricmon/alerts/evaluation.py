@@ -2,18 +2,23 @@
 
 Runs on the beat (``alerts.evaluate``). What must survive between runs is small and lives in
 Redis beside the frames: the stream cursor (last frame evaluated) and the moving-incast state
-(the previous hot set and its dwell counts). A frame indexed against another topology version
+(the previous hot set and its dwell counts). One evaluation per fabric at a time (a Redis lock):
+beats overlap when a window is slow, and queued runs all start at once when Redis comes back; two
+runs reading the same cursor would record every frame twice (doubled transitions and trajectory
+steps) and overwrite each other's moving-incast state. A frame indexed against another topology version
 than the fabric's current one is skipped with a log line, never mis-read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from datetime import UTC, datetime
 
 import numpy as np
 import redis
+from redis.lock import Lock
 
 from fabricmon.alerts import services
 from fabricmon.base import keys
@@ -76,9 +81,30 @@ def hot_set(r: redis.Redis, fabric: str) -> tuple[str, list[int]] | None:
     return str(saved.get("topo", "")), [int(p) for p in saved.get("hot", [])]
 
 
+# The lock lives this long unless renewed (every frame renews it): a worker killed mid-run holds
+# back the next evaluation by at most this much, not by a whole run of frames.
+LOCK_TTL_S = 10.0
+
+
 def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: int = 200) -> int:
-    """Evaluate every frame not yet seen (oldest first). Returns how many frames were evaluated."""
+    """Evaluate every frame not yet seen (oldest first). Returns how many frames were evaluated —
+    0 when another evaluation of this fabric holds the lock (it reads the same frames)."""
     r = r or connect()
+    lock = r.lock(keys.alerts_lock(fabric), timeout=LOCK_TTL_S, blocking=False)
+    if not lock.acquire():
+        return 0
+    try:
+        return _evaluate_locked(fabric, r, lock, max_frames)
+    except redis.exceptions.LockNotOwnedError:
+        log.warning("alerts: %s evaluation stalled past its %g s lock; another run goes on",
+                    fabric, LOCK_TTL_S)
+        return 0
+    finally:
+        with contextlib.suppress(redis.exceptions.LockError):
+            lock.release()
+
+
+def _evaluate_locked(fabric: str, r: redis.Redis, lock: Lock, max_frames: int) -> int:
     geo = geometry(fabric)
     cfg = services.detect_config(fabric)
     cursor = r.get(keys.alerts_cursor(fabric)) or b"-"
@@ -95,6 +121,7 @@ def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: in
                 geo.index.version,
             )
             continue
+        lock.reacquire()  # LockNotOwnedError if it expired: another run owns the cursor now
         state, found = detect_window(frame.metrics, geo, state, cfg, ts_ns=frame.ts_ns)
         services.record_window(fabric, found, geo, now=datetime.fromtimestamp(frame.ts_ns / 1e9, tz=UTC))
         done += 1

@@ -88,6 +88,10 @@ def alerts_state(fabric: str) -> str:
     return f"fm:alerts:state:{fabric}"
 
 
+def alerts_lock(fabric: str) -> str:
+    return f"fm:alerts:lock:{fabric}"
+
+
 def cabling_errors(fabric: str) -> str:
     return f"fm:cabling:errors:{fabric}"
 

@@ -60,6 +60,37 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
         )
 
 
+def test_one_evaluation_per_fabric_at_a_time(redis_client, fabric_name) -> None:
+    """Beats overlap, and queued runs all start together when Redis comes back: while one run holds
+    the fabric's lock another reads nothing (no frame recorded twice, no doubled trajectory step);
+    a lock left by a killed worker expires after its TTL and evaluation goes on."""
+    import time
+
+    topology.import_fabric(two_leaf_two_spine(fabric_name, servers=4))
+    geo = geometry(fabric_name)
+    host = np.flatnonzero(geo.is_leaf_host)
+    other = redis_client.lock(keys.alerts_lock(fabric_name), timeout=0.5, blocking=False)
+    try:
+        for t, hot in enumerate([[host[0]], [host[0]], [host[5]], [host[2]]]):
+            util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+            wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
+            util[hot], wm[hot] = 0.97, 3 * KMAX
+            live_window.append(redis_client, Frame(fabric_name, geo.index.version, T0_NS + t * 10**9, 1.0,
+                                                   {"util": util, "watermark_bytes": wm}), max_frames=100)
+        assert other.acquire()  # another worker is evaluating this fabric (and then dies, never releasing)
+        assert evaluate_fabric(fabric_name, redis_client) == 0
+        assert redis_client.get(keys.alerts_cursor(fabric_name)) is None and not Alert.objects.exists()
+        time.sleep(0.6)  # its lock expires
+        assert evaluate_fabric(fabric_name, redis_client) == 4
+        assert evaluate_fabric(fabric_name, redis_client) == 0  # nothing new, and the lock was released
+        assert not redis_client.exists(keys.alerts_lock(fabric_name))
+        steps = [s["ts_ns"] for s in Episode.objects.get(fabric=fabric_name).trajectory]
+        assert len(steps) == len(set(steps)) == 3, steps
+    finally:
+        redis_client.delete(keys.frames(fabric_name), keys.alerts_cursor(fabric_name),
+                            keys.alerts_state(fabric_name), keys.alerts_lock(fabric_name))
+
+
 def test_redis_gone_is_one_line_and_the_next_beat_goes_on(fabric_name, settings, caplog) -> None:
     """Redis restarting under the beat: ``alerts.evaluate`` logs one line naming the fabric, not a
     task traceback, and returns (nothing evaluated)."""

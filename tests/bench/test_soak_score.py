@@ -23,6 +23,7 @@ from soak_score import (
     p95,
     score_migrations,
     true_migrations,
+    without,
 )
 
 
@@ -68,6 +69,13 @@ def test_an_alert_firing_in_a_balanced_stretch_after_its_grace_is_false() -> Non
     assert spans == [(30 * NS, 60 * NS)]
     fired = [("moving_incast", 12 * NS), ("incast", 31 * NS), ("incast", 61 * NS)]
     assert false_alerts(fired, spans) == [("incast", 31 * NS)]
+
+
+def test_judged_spans_leave_out_the_outages() -> None:
+    assert without((0, 100), []) == [(0, 100)]
+    assert without((0, 100), [(40, 50), (45, 60), (-10, 5), (95, 120)]) == [(5, 40), (60, 95)]
+    assert without((10, 20), [(0, 30)]) == []
+    assert without((10, 20), [(30, 40)]) == [(10, 20)]
 
 
 def test_p95() -> None:
