@@ -195,10 +195,6 @@ class ShardCollector:
         self._stopping = False
         self._handback_tick: int | None = None  # no poll of this tick or later (handing over)
         self._gnmi_ticks: dict[str, int] = {}  # switch → last tick gNMI delivered data for
-        # The first tick this holder reported anything for. Its ticks before that (a takeover: the
-        # first polls and the gNMI sessions are still connecting at the deadline) are framed as
-        # explicit no-data like _fill_gap's, not left out — the holder is alive, the tick is owed.
-        self._first_report_tick: int | None = None
         now = time.time_ns()
         tick = framer.frame_tick(now)
         late = now - tick > LATE_START_FRACTION * framer.frame_ns
@@ -412,8 +408,6 @@ class ShardCollector:
         return decode_read(blob) if isinstance(blob, bytes) else None
 
     def _deliver(self, switch: str, tick_ns: int, part: SwitchSlice) -> None:
-        if self._first_report_tick is None:
-            self._first_report_tick = tick_ns
         blob = part.encode(self.framer.index.version) if part.ok else b""
         frame = self.framer.report(self.r, switch, tick_ns, blob)
         if frame is not None:
@@ -494,8 +488,11 @@ class ShardCollector:
                 return
             deadline_ns = round(f.deadline_s(tick) * 1e9)
             await asyncio.sleep(max(0.0, (tick + deadline_ns - time.time_ns()) / 1e9))
-            starting = self._first_report_tick is None or tick < self._first_report_tick
-            frame = f.build(self.r, tick, at_deadline=True, gap=starting)
+            # A live holder owes every tick its frame: one nothing reported for by its deadline (the
+            # first polls after a takeover, a poll slower than the interval that skipped its tick) is
+            # explicit no-data like _fill_gap's, not a hole in the window; a report that comes after
+            # it is one late cell (the next tick uses it).
+            frame = f.build(self.r, tick, at_deadline=True, gap=True)
             if frame is not None:
                 self._after_frame(frame)
             tick += f.frame_ns

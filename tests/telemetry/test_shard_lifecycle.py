@@ -237,3 +237,37 @@ def test_status_names_an_unknown_fabric(fabric_name) -> None:
     with pytest.raises(CommandError, match=f"no fabric named '{fabric_name}'"):
         call_command("fabric_status", fabric_name, "--once", stdout=StringIO())
     assert run_shard(f"{fabric_name}:0", lease_s=1, fabrics=[], history=False).ended == "unknown_shard"
+
+
+def test_a_new_holder_frames_every_tick_while_its_first_polls_are_slow(twin_process, redis_url, redis_client,
+                                                                       settings, monkeypatch) -> None:
+    """A worker that just took a shard over is slow at first (a fresh process importing, sessions
+    connecting): its first poll of each switch here takes three intervals. The ticks it owes meanwhile
+    are framed as explicit no-data at their deadlines, not left out of the window (the soak lost the
+    takeover tick after a kill this way)."""
+    import asyncio
+
+    from fabricmon.telemetry.shard_loop import ShardCollector
+
+    settings.FABRICMON_SHARD_SIZE = 64
+    spec = collector_spec(twin_process.fabric)
+    original = ShardCollector._poll_once
+    slowed: set[str] = set()
+
+    async def slow_first_poll(self, sw, ports):
+        if sw.name not in slowed:
+            slowed.add(sw.name)
+            await asyncio.sleep(3 * INTERVAL_S)
+        return await original(self, sw, ports)
+
+    monkeypatch.setattr(ShardCollector, "_poll_once", slow_first_poll)
+    started_ns = time.time_ns()
+    with run_collectors([spec], [f"{spec.name}:0"], redis_url, lease_s=5.0):
+        assert _wait_for(lambda: len(live_window.read_window(redis_client, spec.name)) >= 8, 10)
+    frames = sorted((f for _, f in live_window.read_window(redis_client, spec.name)), key=lambda f: f.ts_ns)
+    ticks = np.array([f.ts_ns for f in frames])
+    step = round(INTERVAL_S * 1e9)
+    assert ticks[0] <= started_ns + step, "the holder's first tick has no frame"
+    assert (np.diff(ticks) == step).all(), f"ticks missing: {np.flatnonzero(np.diff(ticks) != step)}"
+    assert np.isnan(frames[1].metrics["util"]).all()  # owed while the first polls ran: no data, said so
+    assert np.isfinite(frames[-1].metrics["util"]).any()
