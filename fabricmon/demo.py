@@ -222,6 +222,14 @@ class Stack:
     values: dict[str, str]
 
 
+# glibc's allocator keeps what a burst freed: after a large free it raises its mmap threshold (up
+# to 32 MB), so later request bodies and arrays come from per-thread heaps that fragment and never
+# shrink — the web grew by the size of every stall's queued batches (+250 MB in one minute of the
+# hour soak, never given back). A fixed threshold (arrays ≥ 128 KB mmapped, returned when freed)
+# and two arenas keep every process at its working set: tests/test_demo.py measures both.
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
 def supervisor(var_dir: Path) -> Supervisor:
     log_dir = var_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -229,6 +237,8 @@ def supervisor(var_dir: Path) -> Supervisor:
     env.setdefault("FABRICMON_VAR_DIR", str(var_dir))
     env.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
     env["PYTHONUNBUFFERED"] = "1"
+    for name, value in MALLOC_ENV.items():
+        env.setdefault(name, value)
     demo_keys(env, var_dir)
     return Supervisor(log_dir, env)
 

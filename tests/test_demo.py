@@ -105,3 +105,25 @@ COUNT_SNIPPET = (
     "from fabricmon.jobs import blocks; from fabricmon.jobs.models import Run; "
     "r = Run.objects.get(pk={run_id}); print('COUNT', blocks.event_count(r), r.ranks.count(), ','.join(r.tags))"
 )
+
+
+def test_the_demo_processes_give_back_what_a_burst_freed() -> None:
+    """The allocator settings every demo process runs with (``MALLOC_ENV``, also the Dockerfile's):
+    after bursts of large request bodies the process is back near where it started; with glibc's
+    defaults the same bursts leave hundreds of MB resident (what the hour soak's web showed)."""
+    from fabricmon.demo import MALLOC_ENV
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert all(f"{k}={v}" in dockerfile for k, v in MALLOC_ENV.items())
+    script = str(ROOT / "tests" / "malloc_burst.py")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+
+    def after_bursts(env: dict[str, str]) -> list[int]:
+        out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, check=True)
+        return [int(x) for x in out.stdout.split()]
+
+    tuned = after_bursts({**clean, **MALLOC_ENV})
+    default = after_bursts(clean)
+    print(f"\nresident MB after three bursts: defaults {default}, demo settings {tuned}")
+    assert max(tuned) < 120, tuned
+    assert max(default) > 2 * max(tuned), (default, tuned)  # the settings are what makes the difference
