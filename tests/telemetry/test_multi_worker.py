@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -108,7 +109,7 @@ def _worker_main(pid: int) -> int:
 
 
 @pytest.fixture
-def pg_url() -> str:
+def pg_url() -> Iterator[str]:
     with fresh_database("fm_workers_") as url:
         yield url
 
@@ -190,8 +191,8 @@ def test_three_workers_on_postgresql_survive_a_kill_9(twin_process, fabric_name,
                      killed_ns)
     history_rows, alert_kinds = _in_postgres(pg_url, fabric_name)
     print(f"\nplaced in {placed_s:.1f} s; killed {name} (pid {victim_pid}, held {victim_shards}); "
-          f"takeover {({s: round(t, 2) for s, t in takeovers_s.items()})} s; first frame after the kill "
-          f"{first_frame_s:.2f} s; frames {len(ticks)}, lost ticks {lost_ticks}, double polls {len(doubles)}, "
+          f"takeover {({s: round(t, 2) for s, t in takeovers_s.items()})} s; first tick after the kill "
+          f"with a frame {first_frame_s:.2f} s after it; frames {len(ticks)}, lost ticks {lost_ticks}, double polls {len(doubles)}, "
           f"polls {len(polls)} by {len({x['pid'] for x in polls})} processes in "
           f"{len({x['worker'] for x in polls})} workers; ticks after the kill with the victim's switches "
           f"without data {gap}; PostgreSQL: {history_rows} history rows, alerts {alert_kinds}")
