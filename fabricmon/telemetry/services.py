@@ -109,10 +109,11 @@ def run_shard(
                 return ShardReport(shard_id, acquired=False, ended=ended)
             took_over = True
         lease.keep_alive()  # from now: the framer and sessions below take a while to build
-        journal = (PollJournal(settings.FABRICMON_POLL_JOURNAL_DIR, shard_id, lease.token)
-                   if settings.FABRICMON_POLL_JOURNAL_DIR else None)
-        observer = _both(observer, journal)
+        journal: PollJournal | None = None
         try:
+            if settings.FABRICMON_POLL_JOURNAL_DIR:  # inside the try: a journal that fails hands back
+                journal = PollJournal(settings.FABRICMON_POLL_JOURNAL_DIR, shard_id, lease.token)
+                observer = _both(observer, journal)
             framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
             poll_fn, names_fn = _snmp_fns()
             sink = _history_sink(redis_url) if history else None
