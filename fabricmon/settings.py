@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -286,8 +287,18 @@ FABRICMON_SHARD_SIZE = env_int("FABRICMON_SHARD_SIZE", 16)
 FABRICMON_HISTORY_STEP_S = env_int("FABRICMON_HISTORY_STEP_S", 60)
 # History rows older than this are pruned (default 30 days).
 FABRICMON_HISTORY_RETENTION_S = env_float("FABRICMON_HISTORY_RETENTION_S", 30 * 86400.0)
-# Celery queue the shard collectors run on ("celery" = the default queue every worker consumes).
-FABRICMON_COLLECTOR_QUEUE = env_str("FABRICMON_COLLECTOR_QUEUE", "celery")
+# --- Celery queues: collection, evaluation, imports, delivery (docs/deploy.md) ---------------------
+# Each stage has its own queue so each can have its own workers: collection (the long-lived shard
+# collectors and beat's ensure_collectors), evaluation (alert evaluation, notification groups, the
+# cabling check, retention), imports (trace uploads too large to import inside the request) and
+# delivery (notifications; below). A worker started without -Q consumes every queue but delivery
+# (CELERY_TASK_QUEUES): `make demo` runs one such worker beside the delivery worker; compose runs
+# one service per queue (`docker compose up --scale worker=3` adds collection workers).
+FABRICMON_COLLECTOR_QUEUE = env_str("FABRICMON_COLLECTOR_QUEUE", "collection")
+FABRICMON_EVALUATION_QUEUE = env_str("FABRICMON_EVALUATION_QUEUE", "evaluation")
+# When set, every collector process appends one NDJSON line per poll to its own file in this
+# directory (telemetry/poll_journal.py): who polled which switch for which tick, and when.
+FABRICMON_POLL_JOURNAL_DIR = env_str("FABRICMON_POLL_JOURNAL_DIR", "")
 # Beat hands every free shard (none running, or its worker died) to a collector this often.
 FABRICMON_ENSURE_COLLECTORS_S = env_float("FABRICMON_ENSURE_COLLECTORS_S", 3.0)
 CELERY_BEAT_SCHEDULE = {
@@ -332,6 +343,11 @@ FABRICMON_DELIVERY_QUEUE = env_str("FABRICMON_DELIVERY_QUEUE", "delivery")
 CELERY_TASK_ROUTES = {
     "alerts.deliver_due": {"queue": FABRICMON_DELIVERY_QUEUE},
     "alerts.deliver": {"queue": FABRICMON_DELIVERY_QUEUE},
+    "telemetry.collect_shard": {"queue": FABRICMON_COLLECTOR_QUEUE},
+    "telemetry.ensure_collectors": {"queue": FABRICMON_COLLECTOR_QUEUE},
+    **{name: {"queue": FABRICMON_EVALUATION_QUEUE} for name in (
+        "alerts.evaluate", "alerts.flush_groups", "alerts.check_cabling", "alerts.prune_history",
+        "jobs.prune_storage")},
 }
 CELERY_BEAT_SCHEDULE["alerts-deliver-due"] = {
     "task": "alerts.deliver_due",
@@ -378,8 +394,13 @@ FABRICMON_METRICS_MAX_PORTS = env_int("FABRICMON_METRICS_MAX_PORTS", 2048)
 # and the run page show.
 FABRICMON_UPLOAD_INLINE_BYTES = env_int("FABRICMON_UPLOAD_INLINE_BYTES", 8 * 1024 * 1024)
 FABRICMON_UPLOAD_DIR = Path(os.environ.get("FABRICMON_UPLOAD_DIR", VAR_DIR / "uploads"))
-# Celery queue the trace imports run on ("celery" = the default queue every worker consumes).
-FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "celery")
+# Celery queue the trace imports run on.
+FABRICMON_IMPORT_QUEUE = env_str("FABRICMON_IMPORT_QUEUE", "imports")
+CELERY_TASK_ROUTES["jobs.import_upload"] = {"queue": FABRICMON_IMPORT_QUEUE}
+# What a worker started without -Q consumes: every queue but delivery's (unless delivery shares
+# one of them), and Celery's default queue for anything unrouted.
+CELERY_TASK_QUEUES = [Queue(name) for name in dict.fromkeys(
+    ("celery", FABRICMON_COLLECTOR_QUEUE, FABRICMON_EVALUATION_QUEUE, FABRICMON_IMPORT_QUEUE))]
 # Ranks a run may report when it declares no world_size (matrices are ranks × ranks int64: 1024
 # ranks is 8 MB a matrix), and the largest world_size a run may declare.
 FABRICMON_MAX_RANKS = env_int("FABRICMON_MAX_RANKS", 1024)

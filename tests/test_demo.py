@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.conf import settings
 
-from fabricmon.demo import SERVICE_COMMANDS, demo_keys
+from fabricmon.demo import DEMO_SERVICES, SERVICE_COMMANDS, demo_keys, queue_names
 from fabricmon.settings import fernet_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,40 @@ def test_compose_runs_the_demo_commands(name: str) -> None:
 
 
 def test_compose_has_the_whole_stack() -> None:
-    assert {"redis", "postgres", "web", "worker", "beat", "twin"} <= set(compose_services())
+    assert {"redis", "postgres", "web", "worker", "evaluation", "delivery", "beat", "twin"} <= set(compose_services())
+
+
+def _queues(command: list[str]) -> set[str]:
+    return set(command[command.index("-Q") + 1].split(",")) if "-Q" in command else set()
+
+
+def test_compose_runs_a_worker_per_queue_and_scales_the_collection_worker() -> None:
+    """`docker compose up --scale worker=3`: the scaled service has no container_name and no host
+    ports (either would make a second replica fail to start), and between them compose's workers
+    consume every queue the product routes to, collection on the scaled one only."""
+    services = compose_services()
+    worker = services["worker"]
+    assert "container_name" not in worker and "ports" not in worker
+    assert _queues(worker["command"]) == {settings.FABRICMON_COLLECTOR_QUEUE}
+    consumed = {name: _queues(services[name]["command"]) for name in ("worker", "evaluation", "delivery")}
+    assert consumed["evaluation"] == {settings.FABRICMON_EVALUATION_QUEUE, settings.FABRICMON_IMPORT_QUEUE, "celery"}
+    assert consumed["delivery"] == {settings.FABRICMON_DELIVERY_QUEUE}
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    routed |= {entry["options"].get("queue", "celery") for entry in settings.CELERY_BEAT_SCHEDULE.values()
+               if entry["task"] not in settings.CELERY_TASK_ROUTES}
+    assert routed <= set().union(*consumed.values()), routed
+
+
+def test_the_demo_worker_consumes_what_a_plain_worker_would() -> None:
+    """On a laptop one worker takes every queue but delivery's: the same ones CELERY_TASK_QUEUES
+    gives a worker started without -Q, named from the same environment."""
+    assert set(DEMO_SERVICES) <= set(SERVICE_COMMANDS) and "evaluation" not in DEMO_SERVICES
+    plain = [q.name for q in settings.CELERY_TASK_QUEUES]
+    assert set(queue_names(dict(os.environ))["worker_queues"].split(",")) == set(plain)
+    assert settings.FABRICMON_DELIVERY_QUEUE not in plain
+    env = {"FABRICMON_COLLECTOR_QUEUE": "c1", "FABRICMON_EVALUATION_QUEUE": "e1", "FABRICMON_IMPORT_QUEUE": "e1"}
+    assert queue_names(env) == {"collection_queue": "c1", "evaluation_queues": "e1,celery",
+                                "worker_queues": "c1,e1,celery"}
 
 
 def free_port() -> int:

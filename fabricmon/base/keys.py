@@ -9,6 +9,7 @@ everything::
     fm:lease:{shard}              string  holder token (SET NX PX)     telemetry.leases
     fm:standby:{shard}            string  standby token (SET NX PX)    telemetry.leases
     fm:enqueued:{shard}           string  "a collector is queued"      telemetry.services
+    fm:placement:{shard}          string  "a better standby was asked" telemetry.services
     fm:tick:{fabric}:{tick_ns}    hash    switch → slice of a tick     telemetry.framing
     fm:latest:{fabric}            hash    switch → last good slice     telemetry.framing
     fm:framed:{fabric}:{tick_ns}  string  a tick was framed (NX)       telemetry.framing
@@ -58,6 +59,11 @@ def handback(shard_id: str) -> str:
 
 def enqueued(shard_id: str) -> str:
     return f"fm:enqueued:{shard_id}"
+
+
+def placement(shard_id: str) -> str:
+    """Set while beat waits before asking again for a standby in another worker than the holder's."""
+    return f"fm:placement:{shard_id}"
 
 
 def tick(fabric: str, tick_ns: int) -> str:

@@ -123,5 +123,6 @@ def read_state(r: redis.Redis | None = None) -> ScrapeState:
               .annotate(n=Count("id")).order_by()]
     notifications = [(row["receiver__kind"], row["status"], row["n"]) for row in
                      Outbox.objects.values("receiver__kind", "status").annotate(n=Count("id")).order_by()]
-    queues = _queues({"celery", settings.FABRICMON_COLLECTOR_QUEUE, settings.FABRICMON_IMPORT_QUEUE})
+    queues = _queues({"celery", settings.FABRICMON_COLLECTOR_QUEUE, settings.FABRICMON_EVALUATION_QUEUE,
+                      settings.FABRICMON_IMPORT_QUEUE, settings.FABRICMON_DELIVERY_QUEUE})
     return ScrapeState(fabrics, alerts, notifications, shared, queues)

@@ -20,6 +20,14 @@ Redis, so a dead worker's shard is taken over within about one TTL plus one inte
     lease    ████████████████████████████░░░░ expires after ttl_s
     standby  ·watch·watch·watch·watch·watch·watch──acquire──poll at the next tick──renew──…
 
+A standby in the same worker as its holder dies with it (``kill -9`` of a whole worker, a host
+lost): it is a weak standby. Every token names its worker (``FABRICMON_WORKER_ID``, set once per
+Celery worker before its pool forks; a process outside a worker is its own), and a collector from
+another worker may take a weak standby's slot (``Standby.displace``); the displaced one sees its
+next renew fail and ends. Beat keeps asking for a better standby while a shard has a weak one
+(``services.ensure_collectors``), so with several workers each shard's standby ends up beside a
+holder it does not share a fate with; with one worker a weak standby is the best there is.
+
 No switch is ever polled by two holders: the holder polls only while its lease is *locally* known
 to be valid — until the time it sent its last successful renew plus the TTL, minus a margin. Redis
 starts the TTL when it receives the renew, which is later, so the key cannot have expired (and been
@@ -67,6 +75,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# Replace a shard's standby by the caller if it still is the one seen (one round trip).
+_DISPLACE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return false
+"""
 WATCH_S = 0.05  # the fastest a standby looks at its shard's lease again (after a lost race)
 STANDBY_WAKE_S = 0.25  # the longest a standby blocks before it looks at its stop flag again
 MARGIN_S = 0.05  # a holder stops polling this long before its lease could have expired in Redis
@@ -83,8 +98,23 @@ def ttl_for(min_interval_s: float, configured_s: float = 0.0) -> float:
 
 
 def _token() -> str:
-    # The token names the holder so `redis-cli GET fm:lease:…` tells an operator who has it.
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+    # The token names the holder so `redis-cli GET fm:lease:…` tells an operator who has it:
+    # host:pid:random, then the worker it lives in when it is part of one
+    token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+    worker = os.environ.get("FABRICMON_WORKER_ID", "")
+    return f"{token}:{worker}" if worker else token
+
+
+def worker_of(token: str) -> str:
+    """The worker a holder or standby lives in (what dies with it): the token's fourth field, or
+    for a process outside a Celery worker, its host and pid."""
+    parts = token.split(":", 3)
+    return parts[3] if len(parts) == 4 else ":".join(parts[:2])
+
+
+def this_worker() -> str:
+    """The worker of a token this process would take now."""
+    return worker_of(_token())
 
 
 def _ms(seconds: float) -> int:
@@ -208,6 +238,27 @@ class Standby(_Claim):
         """Become the shard's standby; ``None`` if it already has one."""
         got = cls._take(r, keys.standby(shard_id), ttl_s)
         return cls(r, shard_id, got[0], ttl_s, got[1]) if got else None
+
+    @classmethod
+    def displace(cls, r: redis.Redis, shard_id: str, ttl_s: float) -> Standby | None:
+        """Take the standby slot from a weak standby (one in its holder's worker) when this process
+        is in another worker; ``None`` if the shard's standby is not weak or this would be no better."""
+        held, waiting = holder(r, shard_id), standby(r, shard_id)
+        if held is None or waiting is None or not is_weak(held, waiting):
+            return None
+        token, sent = _token(), time.monotonic()
+        if worker_of(token) == worker_of(held):
+            return None
+        if not r.eval(_DISPLACE, 1, keys.standby(shard_id), waiting, token, _ms(ttl_s)):
+            return None  # it changed meanwhile: whoever is there now stays
+        log.info("shard %s: standby moved from worker %s (its holder's) to %s", shard_id,
+                 worker_of(waiting), worker_of(token))
+        return cls(r, shard_id, token, ttl_s, sent)
+
+
+def is_weak(holder_token: str, standby_token: str) -> bool:
+    """A standby that lives in its holder's worker (and so dies with it)."""
+    return worker_of(holder_token) == worker_of(standby_token)
 
 
 def holder(r: redis.Redis, shard_id: str) -> str | None:

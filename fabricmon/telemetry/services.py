@@ -33,12 +33,14 @@ from fabricmon.telemetry.leases import (
     Lease,
     Standby,
     holder,
+    is_weak,
     lease_expires_in_s,
     standby,
     ttl_for,
     wait_for_handback,
 )
 from fabricmon.telemetry.models import HistoryFrame
+from fabricmon.telemetry.poll_journal import PollJournal
 from fabricmon.telemetry.shard_loop import PollRecord, ShardCollector, ShardReport
 from fabricmon.telemetry.shards import Shard, UnknownShardError, find_shard, plan_shards
 from fabricmon.topology.fabric_view import fabric_view
@@ -107,7 +109,11 @@ def run_shard(
                 return ShardReport(shard_id, acquired=False, ended=ended)
             took_over = True
         lease.keep_alive()  # from now: the framer and sessions below take a while to build
+        journal: PollJournal | None = None
         try:
+            if settings.FABRICMON_POLL_JOURNAL_DIR:  # inside the try: a journal that fails hands back
+                journal = PollJournal(settings.FABRICMON_POLL_JOURNAL_DIR, shard_id, lease.token)
+                observer = _both(observer, journal)
             framer = FabricFramer(spec, window_s=settings.FABRICMON_LIVE_WINDOW_S)
             poll_fn, names_fn = _snmp_fns()
             sink = _history_sink(redis_url) if history else None
@@ -123,8 +129,22 @@ def run_shard(
             return event_loop.event_loop().run_until_complete(collector.run())
         finally:
             lease.release()
+            if journal is not None:
+                journal.close()
     finally:
         r.close()
+
+
+def _both(a: Callable[[PollRecord], None] | None,
+          b: Callable[[PollRecord], None] | None) -> Callable[[PollRecord], None] | None:
+    if a is None or b is None:
+        return a or b
+
+    def observe(rec: PollRecord) -> None:
+        a(rec)
+        b(rec)
+
+    return observe
 
 
 def _stand_by(
@@ -132,7 +152,8 @@ def _stand_by(
 ) -> tuple[Lease | None, str]:
     """Wait beside the shard's holder as its one standby; take the lease the moment it is gone.
     Returns (lease, "") on takeover, else (None, why the wait ended)."""
-    me = Standby.register(r, shard_id, ttl_s)
+    # the free slot, else a weak standby's (one in the holder's worker) if this is another worker
+    me = Standby.register(r, shard_id, ttl_s) or Standby.displace(r, shard_id, ttl_s)
     if me is None:
         return None, "standby_not_needed"
     next_renew = time.monotonic() + ttl_s / 3
@@ -217,20 +238,27 @@ def _snmp_fns() -> tuple[Callable[[SwitchSpec], Any], Callable[[SwitchSpec], Any
 # --- keeping every shard collected ----------------------------------------------------------------
 
 
-def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0,
+def ensure_collectors(enqueue: Callable[[str], None], *, hold_s: float = 10.0, placement_s: float = 10.0,
                       redis_url: str | None = None) -> list[str]:
     """Enqueue a collector for every shard that lacks its holder or its standby (none running yet,
-    or a worker died and the standby took over).
+    or a worker died and the standby took over), or whose standby is weak (in its holder's worker:
+    a collector that lands in another worker takes its place, ``leases.Standby.displace``).
 
     A short ``fm:enqueued:{shard}`` marker keeps a backlog from piling up while a queued task has
-    not started yet; a task that starts decides its role (holder, standby, or not needed).
+    not started yet; a task that starts decides its role (holder, standby, or not needed). A weak
+    standby is asked to move at most once per ``placement_s`` (``fm:placement:{shard}``): with a
+    single worker no collector can do better, and that costs one short task per shard per ``placement_s``.
     """
     r = connect(redis_url)
     started: list[str] = []
     try:
         for shard in all_shards():
-            if holder(r, shard.shard_id) is not None and standby(r, shard.shard_id) is not None:
-                continue
+            held, waiting = holder(r, shard.shard_id), standby(r, shard.shard_id)
+            if held is not None and waiting is not None:
+                if not is_weak(held, waiting):
+                    continue
+                if not r.set(keys.placement(shard.shard_id), b"1", nx=True, px=round(placement_s * 1000)):
+                    continue
             if r.set(keys.enqueued(shard.shard_id), b"1", nx=True, px=round(hold_s * 1000)):
                 enqueue(shard.shard_id)
                 started.append(shard.shard_id)

@@ -80,8 +80,9 @@ def collect_shard(shard_id: str) -> str:
 
 @shared_task(name="telemetry.ensure_collectors", ignore_result=True)
 def ensure_collectors() -> list[str]:
-    """Beat job: enqueue a collector for every shard without a holder or a standby."""
-    return services.ensure_collectors(_enqueue)
+    """Beat job: enqueue a collector for every shard without a holder or a standby (or with a
+    standby in its holder's worker: at most every third beat)."""
+    return services.ensure_collectors(_enqueue, placement_s=3 * settings.FABRICMON_ENSURE_COLLECTORS_S)
 
 
 def _enqueue(shard_id: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -15,9 +16,16 @@ ADMIN_URL = os.environ.get("FABRICMON_TEST_PG_URL", "postgresql://postgres@127.0
 
 @pytest.fixture
 def pg_database_url() -> Iterator[str]:
+    with fresh_database("fabricmon_test_") as url:
+        yield url
+
+
+@contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """A new database named ``prefix`` + 12 hex digits, dropped (connections and all) afterwards."""
     import psycopg  # (PostgreSQL tests only)
 
-    name = f"fabricmon_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     try:
         admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:  # pragma: no cover - environment problem

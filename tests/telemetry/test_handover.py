@@ -12,7 +12,6 @@ window and from every poll both processes made:
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import signal
@@ -20,11 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
+from poll_checks import double_polls
 
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.leases import holder
@@ -129,17 +128,4 @@ def test_ten_handovers_and_two_kills_lose_no_tick_and_never_poll_twice(twin_proc
     assert handovers == 10 and len(takeovers_s) == 2
     assert (steps == 1).all(), f"ticks missing from the live window: {np.flatnonzero(steps != 1)}"
     assert max(takeovers_s) <= 2 * INTERVAL_S
-    _assert_never_polled_twice([x for p in everyone for x in p.polls()])
-
-
-def _assert_never_polled_twice(polls: list[dict]) -> None:
-    by_switch: dict[str, list[dict]] = defaultdict(list)
-    for x in polls:
-        by_switch[x["switch"]].append(x)
-    for switch, recs in by_switch.items():
-        recs.sort(key=lambda x: x["started"])
-        ticks = [x["scheduled"] for x in recs]
-        assert len(ticks) == len(set(ticks)), f"{switch}: a tick was polled twice"
-        for a, b in itertools.pairwise(recs):
-            if a["pid"] != b["pid"]:
-                assert a["finished"] <= b["started"], f"{switch}: polled by {a['pid']} and {b['pid']} at once"
+    assert double_polls([x for p in everyone for x in p.polls()]) == []

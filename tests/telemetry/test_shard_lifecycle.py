@@ -21,7 +21,7 @@ from telemetry_harness import INTERVAL_S, collector_spec, run_collectors
 from fabricmon.base import keys
 from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
-from fabricmon.telemetry.leases import Lease, Standby, holder
+from fabricmon.telemetry.leases import Lease, Standby, holder, standby
 from fabricmon.telemetry.models import HistoryFrame
 from fabricmon.telemetry.services import ensure_collectors, fabric_status, run_shard, shard_started
 from fabricmon.topology.services import import_fabric
@@ -208,12 +208,15 @@ def test_next_lease_holder_continues_from_the_last_read(twin_process, redis_url,
 
 
 @pytest.mark.django_db
-def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, redis_url, settings) -> None:
+def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, redis_url, settings,
+                                                     monkeypatch) -> None:
     """A shard gets a collector queued while it lacks its holder or its standby, once per marker."""
     settings.FABRICMON_SHARD_SIZE = 2
     import_fabric(two_leaf_two_spine(fabric_name, servers=2))  # 4 switches
     ours = {f"{fabric_name}:0", f"{fabric_name}:1"}
+    monkeypatch.setenv("FABRICMON_WORKER_ID", "worker-a")
     held = Lease.acquire(redis_client, f"{fabric_name}:1", 5)
+    monkeypatch.setenv("FABRICMON_WORKER_ID", "worker-b")  # the standby in another worker
     waiting = Standby.register(redis_client, f"{fabric_name}:1", 5)
     assert held is not None and waiting is not None
     queued: list[str] = []
@@ -230,6 +233,46 @@ def test_ensure_collectors_enqueues_free_shards_once(fabric_name, redis_client, 
         held.release()
         waiting.release()
         redis_client.delete(*(keys.enqueued(s) for s in ours))
+
+
+@pytest.mark.django_db
+def test_ensure_collectors_asks_for_a_standby_outside_the_holders_worker(fabric_name, redis_client, redis_url,
+                                                                         settings, monkeypatch) -> None:
+    """A standby in its holder's worker dies with it: beat queues a collector that another worker
+    may pick up to take its place, at most once per placement_s (one worker can do no better)."""
+    settings.FABRICMON_SHARD_SIZE = 4
+    import_fabric(two_leaf_two_spine(fabric_name, servers=2))  # 4 switches: one shard
+    shard = f"{fabric_name}:0"
+    monkeypatch.setenv("FABRICMON_WORKER_ID", "worker-a")
+    held = Lease.acquire(redis_client, shard, 5)
+    weak = Standby.register(redis_client, shard, 5)  # the same worker
+    assert held is not None and weak is not None
+    queued: list[str] = []
+    try:
+        ensure_collectors(queued.append, placement_s=30, redis_url=redis_url)
+        assert [s for s in queued if s == shard] == [shard]
+        shard_started(shard, redis_url=redis_url)  # it ran, in worker-a again: no better place
+        assert Standby.displace(redis_client, shard, 5) is None
+        ensure_collectors(queued.append, placement_s=30, redis_url=redis_url)
+        assert [s for s in queued if s == shard] == [shard]  # not again within placement_s
+        redis_client.delete(keys.placement(shard))  # placement_s later …
+        ensure_collectors(queued.append, placement_s=30, redis_url=redis_url)
+        assert [s for s in queued if s == shard] == [shard, shard]
+        shard_started(shard, redis_url=redis_url)
+        monkeypatch.setenv("FABRICMON_WORKER_ID", "worker-b")  # … it ran in another worker
+        moved = Standby.displace(redis_client, shard, 5)
+        assert moved is not None and standby(redis_client, shard) == moved.token
+        assert not weak.renew()  # the displaced standby learns it at its next renew, and ends
+        redis_client.delete(keys.placement(shard))
+        ensure_collectors(queued.append, placement_s=30, redis_url=redis_url)
+        assert [s for s in queued if s == shard] == [shard, shard]  # placed: left alone
+        monkeypatch.setenv("FABRICMON_WORKER_ID", "worker-c")
+        assert Standby.displace(redis_client, shard, 5) is None  # a good standby is never displaced
+        moved.release()
+    finally:
+        held.release()
+        weak.release()
+        redis_client.delete(keys.enqueued(shard), keys.placement(shard))
 
 
 @pytest.mark.django_db
