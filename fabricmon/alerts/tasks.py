@@ -20,14 +20,24 @@ log = logging.getLogger(__name__)
 def deliver_due() -> int:
     """Send due outbox rows (beat: every few seconds; several run at once, one per delivery process,
     each claiming different rows). Retries are rows, not Celery retries: the schedule survives
-    worker restarts and honours Retry-After."""
-    return delivery.deliver_due()
+    worker restarts and honours Retry-After. SQLite busy beside ingest for longer than its timeout
+    is one warning line: the rows stay due and the next beat (seconds) sends them."""
+    try:
+        return delivery.deliver_due()
+    except OperationalError as exc:
+        log.warning("alerts: due notifications not sent (%s); the next beat tries again", exc)
+        return 0
 
 
 @shared_task(name="alerts.deliver", ignore_result=True, acks_late=True)
 def deliver(outbox_id: int) -> str:
-    """Send one row now if it is due (the claim makes a duplicate task harmless)."""
-    return delivery.deliver(outbox_id)
+    """Send one row now if it is due (the claim makes a duplicate task harmless); SQLite busy: the
+    row stays due and ``deliver_due`` sends it."""
+    try:
+        return delivery.deliver(outbox_id)
+    except OperationalError as exc:
+        log.warning("alerts: notification %s left for the next beat (%s)", outbox_id, exc)
+        return "busy"
 
 
 @shared_task(name="alerts.flush_groups", ignore_result=True)
