@@ -9,23 +9,10 @@ from typing import Any
 from collectors.probe import IngestClient
 from fabricmon.jobs import runs
 from fabricmon.jobs.tokens import issue_token
-from fabricmon.telemetry import live_window
-from fabricmon.topology.services import import_fabric
-from twin.config import TwinConfig
+from tests.whatif.whatif_twin import recording, write_counters
 from twin.job_reporter import TwinJobRecording
 
-T0_NS = 1_800_000_000_000_000_000
-
-
-def recording(fabric: str, seconds: float = 12.0) -> TwinJobRecording:
-    rec = TwinJobRecording(TwinConfig(name=fabric, servers=4, gpus_per_server=4, spines=2), seconds, T0_NS)
-    import_fabric(rec.fabric)
-    return rec
-
-
-def write_counters(r: Any, rec: TwinJobRecording) -> None:
-    for frame in rec.counter_frames(1.0):
-        live_window.append(r, frame, max_frames=10_000)
+__all__ = ["recording", "report", "write_counters"]  # the same twin run as the what-if tests
 
 
 def report(live_server: Any, user: Any, rec: TwinJobRecording, name: str = "twin-moe",
