@@ -118,9 +118,14 @@ def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int
     ok = np.isfinite(arr)
     vals = np.rint(np.where(ok, arr, 0.0)).astype(np.int64) if whole else arr
     rows: list[list[float | int | None]] = np.where(ok, vals, 0).tolist()
-    # only rows with a gap go through Python per value (a view is mostly whole rows of data)
-    for i in np.flatnonzero(~ok.all(axis=1)).tolist():
-        rows[i] = [v if k else None for v, k in zip(rows[i], ok[i].tolist(), strict=True)]
+    # rows with a gap as object arrays, None put in by numpy (a per-value Python loop over them was
+    # two thirds of a live view's answer when no-data ticks left gaps in most rows)
+    gappy = np.flatnonzero(~ok.all(axis=1))
+    if len(gappy):
+        obj = np.where(ok[gappy], vals[gappy], 0).astype(object)
+        obj[~ok[gappy]] = None
+        for i, row in zip(gappy.tolist(), obj.tolist(), strict=True):
+            rows[i] = row
     return rows
 
 
@@ -140,6 +145,7 @@ class _Counters:
     measured_in: FloatArray
     measured_out: FloatArray
     prepared: AttributionInput
+    measured_both: FloatArray  # (intervals, 2·ports): in | out, what the gates compare (built once)
 
 
 def assess(
@@ -182,15 +188,18 @@ def assess(
     if edges_ns is not None and measured_in is not None and measured_out is not None:
         edges = np.asarray(edges_ns, dtype=np.int64)
         counters = _Counters(edges, measured_in, measured_out, prepared or attribution_input(
-            cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out))
+            cols, start, end, edges_ns=edges, measured_in=measured_in, measured_out=measured_out),
+            np.hstack([measured_in, measured_out]))
+    # in | out side by side, as the gates and the prior read them (one copy, not one per reader)
+    projected_both = np.hstack([projected_in, projected_out])
     share = None
     if counters is not None:
-        share = _share_gate(counters, start, end, projected_in=projected_in, projected_out=projected_out,
+        share = _share_gate(counters, start, end, projected_in=projected_in, projected_both=projected_both,
                             nic_ports=nic_ports)
     cover = coverage_gate(coverage, np.asarray(missing_ranks, dtype=np.int64).tolist(), placement_problems)
     projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
-                                     projected_out=projected_out, gates=[cover],
-                                     counters=counters, share=share)
+                                     projected_out=projected_out, projected_both=projected_both,
+                                     gates=[cover], counters=counters, share=share)
     views = {"projected": projected}
     if counters is not None and share is not None:
         poll_s = float(np.median(np.diff(counters.edges))) / 1e9
@@ -199,7 +208,7 @@ def assess(
         # the projection is the attribution's prior only where it passed every gate
         prior_error = max(rel, PRIOR_REL_ERROR_FLOOR) if projected.verdict == "show" else None
         views["attributed"] = _attributed_view(
-            counters, cols, projected_in=projected_in, projected_out=projected_out, clock=clocks,
+            counters, cols, projected_in=projected_in, projected_both=projected_both, clock=clocks,
             phase_s=phase_s, prior_error=prior_error, sums=attribution_sums)
         views["measured"] = _measured_view(cols, start=start, end=end, counters=counters, clock=clocks,
                                            phase_s=phase_s)
@@ -208,27 +217,27 @@ def assess(
 
 def _share_gate(
     counters: _Counters, start: IntArray, end: IntArray, *, projected_in: FloatArray,
-    projected_out: FloatArray, nic_ports: npt.ArrayLike | None,
+    projected_both: FloatArray, nic_ports: npt.ArrayLike | None,
 ) -> Gate:
     """``counters_of_run`` over the run's NIC ports, in and out, in the intervals the projection
     is compared in (inside the phases, no unreported steps)."""
     p = projected_in.shape[1]
     if nic_ports is None:
-        used = (projected_in > 0).any(axis=0) | (projected_out > 0).any(axis=0)
+        used = (projected_both[:, :p] > 0).any(axis=0) | (projected_both[:, p:] > 0).any(axis=0)
         ports = np.flatnonzero(used)
     else:
         ports = np.unique(np.asarray(nic_ports, dtype=np.int64))
         ports = ports[(ports >= 0) & (ports < p)]
     both = np.concatenate([ports, ports + p])
-    value, pb, mb = run_share(start, end, np.hstack([projected_in, projected_out]), counters.edges,
-                              np.hstack([counters.measured_in, counters.measured_out]), ports=both,
+    value, pb, mb = run_share(start, end, projected_both, counters.edges, counters.measured_both, ports=both,
                               skip=counters.prepared.steps.gap_intervals)
     return run_share_gate(value, pb, mb, len(ports))
 
 
 def _projected_view(
     cols: tuple[Column, ...], *, start: IntArray, end: IntArray, projected_in: FloatArray,
-    projected_out: FloatArray, gates: list[Gate], counters: _Counters | None, share: Gate | None,
+    projected_out: FloatArray, projected_both: FloatArray, gates: list[Gate], counters: _Counters | None,
+    share: Gate | None,
 ) -> tuple[SourceView, float]:
     """The projection, compared with the counters of the intervals inside the run's phases (those
     with unreported steps carry bytes no phase explains: left out). Counters that are not the
@@ -241,9 +250,8 @@ def _projected_view(
             "the counters on the run's ports are not the run's traffic (" + share.reason + ")"))
     else:
         steps = counters.prepared.steps
-        meas = np.hstack([counters.measured_in, counters.measured_out])
-        rel = projected_vs_measured(start, end, np.hstack([projected_in, projected_out]), counters.edges,
-                                    meas, skip=steps.gap_intervals)
+        rel = projected_vs_measured(start, end, projected_both, counters.edges, counters.measured_both,
+                                    skip=steps.gap_intervals)
         if math.isnan(rel) and steps.fraction < 1.0:
             gates.append(unverified_projection_gate(
                 f"the run reports {steps.reported} of {steps.span} steps and no poll interval lies "
@@ -272,7 +280,7 @@ def _prior(
 
 
 def _attributed_view(
-    counters: _Counters, cols: tuple[Column, ...], *, projected_in: FloatArray, projected_out: FloatArray,
+    counters: _Counters, cols: tuple[Column, ...], *, projected_in: FloatArray, projected_both: FloatArray,
     clock: tuple[Gate, ...], phase_s: float, prior_error: float | None, sums: AttributionSums | None,
 ) -> SourceView:
     """Counters split over the run's (layer, phase) keys.
@@ -288,7 +296,7 @@ def _attributed_view(
     # the instances the counters are split over: the pattern per key is what carries over)
     prior = None
     if prior_error is not None:
-        prior = _prior(cols, tl.keys, np.hstack([projected_in, projected_out]))
+        prior = _prior(cols, tl.keys, projected_both)
     if prior is None:
         prior_error = None
     trust = prior_error if prior_error is not None else PRIOR_REL_ERROR_FLOOR

@@ -93,12 +93,21 @@ class ClockAlignment:
         }
 
 
-def _nanmedian_cols(a: FloatArray) -> FloatArray:
-    """Median per column ignoring NaN; NaN where a column has none (no warning)."""
-    out = np.full(a.shape[1], np.nan)
-    has = np.isfinite(a).any(axis=0)
-    if has.any():
-        out[has] = np.nanmedian(a[:, has], axis=0)
+def nanmedian_cols(a: FloatArray) -> FloatArray:
+    """Median per column ignoring NaN; NaN where a column has none (no warning).
+
+    Equal to ``np.nanmedian(a, axis=0)`` (the mean of the two middle values for an even count):
+    one sort, NaN last, and the middle picked per column. ``np.nanmedian`` goes through masked
+    arrays for small inputs: a fifth of a live phase view's recompute on the demo's run (63 ms of
+    350)."""
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim != 2 or not arr.size:
+        return np.full(arr.shape[1] if arr.ndim == 2 else 0, np.nan)
+    s = np.sort(arr, axis=0)  # NaN sorts last
+    n = (~np.isnan(arr)).sum(axis=0)
+    cols = np.arange(arr.shape[1])
+    lo, hi = np.maximum((n - 1) // 2, 0), np.maximum(n // 2, 0)
+    out: FloatArray = np.where(n > 0, 0.5 * (s[lo, cols] + s[hi, cols]), np.nan)
     return out
 
 
@@ -127,31 +136,30 @@ def estimate_skew(
     ok = (rk >= 0) & (rk < world_size)
     # relative to the first event: keeps float64 exact at ns resolution
     grid[inst_n[ok], rk[ok]] = (end[ok] - end.min()).astype(np.float64)
-    with np.errstate(all="ignore"):
-        ref = np.nanmedian(grid, axis=1, keepdims=True)
+    ref = nanmedian_cols(grid.T)[:, None]
     dev = grid - ref
     # collectives in time order (the consensus end): halves for the drift
     order = np.argsort(ref[:, 0], kind="stable")
     dev, t = dev[order], ref[order, 0]
     half = len(ids) // 2
-    skew = _nanmedian_cols(dev)
+    skew = nanmedian_cols(dev)
     drift_reach = np.zeros(world_size)
     if half >= 3:  # a trend needs a few collectives on each side
-        a, b = _nanmedian_cols(dev[:half]), _nanmedian_cols(dev[half:])
+        a, b = nanmedian_cols(dev[:half]), nanmedian_cols(dev[half:])
         ta, tb = float(np.median(t[:half])), float(np.median(t[half:]))
         span = float(t[-1] - t[0])
         if tb > ta:
             slope = np.nan_to_num((b - a) / (tb - ta))  # ns of deviation per ns of run time
             drift_reach = np.abs(slope) * span / 2
             mid = (t[0] + t[-1]) / 2
-            trend = _nanmedian_cols(dev - slope[None, :] * (t[:, None] - mid))
+            trend = nanmedian_cols(dev - slope[None, :] * (t[:, None] - mid))
             skew = np.where(np.isfinite(trend), trend, skew)
             resid = dev - skew[None, :] - slope[None, :] * (t[:, None] - mid)
         else:
             resid = dev - skew[None, :]
     else:
         resid = dev - skew[None, :]
-    noise = MAD_TO_SIGMA * _nanmedian_cols(np.abs(resid))
+    noise = MAD_TO_SIGMA * nanmedian_cols(np.abs(resid))
     seen = np.isfinite(skew)
     drift_reach = np.where(seen, np.nan_to_num(drift_reach), np.nan)
     return ClockAlignment(offset_known, skew, float(exchange_error_ns), len(ids), drift_reach, noise)

@@ -244,3 +244,31 @@ def test_rank_map_coverage_names_the_missing_ranks_and_the_unplaced_entries() ->
     assert short.reason.startswith("rank_map_coverage: 75 % < 90 %")
     assert "not placed: ranks 4–5" in short.reason and "host 'nodeX'" in short.reason
     assert coverage_gate(1.0).reason == "rank_map_coverage: 100 % ≥ 99 %"
+
+
+def test_nanmedian_cols_equals_numpys_nanmedian() -> None:
+    """The sort-based column median is numpy's nanmedian: odd and even counts, NaN gaps, columns
+    with one value and with none (NaN, no warning)."""
+    from fabricmon.core.phases.clocks import nanmedian_cols
+
+    rng = np.random.default_rng(3)
+    for rows, cols in ((1, 4), (2, 3), (7, 16), (64, 256), (9, 1)):
+        a = rng.normal(size=(rows, cols)) * 1e9
+        a[rng.random(a.shape) < 0.3] = np.nan
+        a[:, 0] = np.nan  # a column with nothing
+        want = np.full(cols, np.nan)
+        has = ~np.isnan(a).all(axis=0)
+        want[has] = np.nanmedian(a[:, has], axis=0)
+        np.testing.assert_array_equal(nanmedian_cols(a), want)
+
+
+def test_interval_bytes_sparse_equals_the_dense_product() -> None:
+    from fabricmon.core.phases.intervals import interval_bytes, phase_occupancy
+
+    rng = np.random.default_rng(5)
+    start = np.sort(rng.integers(0, 10**10, 300))
+    end = start + rng.integers(1, 3 * 10**9, 300)
+    edges = np.arange(0, 14 * 10**9, 10**9)
+    pb = rng.random((300, 40)) * 1e9
+    np.testing.assert_allclose(interval_bytes(start, end, pb, edges), phase_occupancy(start, end, edges) @ pb,
+                               rtol=1e-12)
