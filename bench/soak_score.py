@@ -180,12 +180,26 @@ def first_alert_delay_s(truth: Sequence[Migration], fired_ns: Iterable[int]) -> 
 class Naming:
     attributed: int  # incast-family alerts whose culprit names a run
     named: int  # … of which the culprit also names the (layer,) phase
+    unreported: int = 0  # … of which the run had reported no events for the alert's time at all
+
+    @property
+    def share(self) -> float:
+        """Named among those the job's own events could name (a sampling job's silent stretches
+        cannot be, and the product says so on the alert instead of guessing)."""
+        nameable = self.attributed - self.unreported
+        return self.named / nameable if nameable > 0 else math.nan
+
+    @property
+    def share_all(self) -> float:
+        return self.named / self.attributed if self.attributed else math.nan
 
 
-def culprit_naming(alerts: Iterable[tuple[str, int, str, str]], span: tuple[int, int]) -> Naming:
-    """Of the incast-family alerts (kind, fired ns, culprit run, culprit phase) fired inside
-    ``span``, those attributed to a run, and of these the share whose phase is named too."""
-    judged = [(run, phase) for kind, ts, run, phase in alerts
+def culprit_naming(alerts: Iterable[tuple[str, int, str, str, bool]], span: tuple[int, int]) -> Naming:
+    """Of the incast-family alerts (kind, fired ns, culprit run, culprit phase, run reported events
+    for the alert's time) fired inside ``span``: those attributed to a run, of these the ones whose
+    phase is named too, and the unnamed ones for whose time the run had reported nothing."""
+    judged = [(run, phase, reported) for kind, ts, run, phase, reported in alerts
               if kind in ("incast", "moving_incast") and span[0] <= ts <= span[1]]
-    attributed = [phase for run, phase in judged if run]
-    return Naming(len(attributed), sum(1 for p in attributed if p))
+    attributed = [(phase, reported) for run, phase, reported in judged if run]
+    return Naming(len(attributed), sum(1 for p, _ in attributed if p),
+                  sum(1 for p, reported in attributed if not p and not reported))

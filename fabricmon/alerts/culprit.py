@@ -28,6 +28,13 @@ from fabricmon.jobs.columns import EventColumns
 from fabricmon.jobs.models import PHASES, RankMapEntry
 
 UNKNOWN = "unknown"
+# Why a known run's culprit names no (layer, phase): said on the alert, never left to a guess
+NO_EVENTS = "no_events"  # the run reported no phase events for the alert's time (yet): a sampling job
+RANK_SILENT = "rank_silent"  # it did, but none of this port's rank nor any sent to it
+UNNAMED_WHY = {
+    NO_EVENTS: "no events reported then",
+    RANK_SILENT: "no event of its rank then",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Culprit:
     phase: str = ""
     recv_bytes: int = 0
     phases: tuple[str, ...] = ()  # every "layer L phase" of the rank overlapping the window
+    unnamed: str = ""  # NO_EVENTS | RANK_SILENT: why a known run's phase is not named
 
     @property
     def known(self) -> bool:
@@ -53,7 +61,7 @@ class Culprit:
         """One line for lists and chat: ``run X · layer L dispatch · rank R (node003 gpu2)``."""
         if not self.known:
             return UNKNOWN
-        where = self.phase or "phase unknown"
+        where = self.phase or "phase unknown" + (f" ({UNNAMED_WHY[self.unnamed]})" if self.unnamed else "")
         if self.layer is not None:
             where = f"layer {self.layer} {self.phase}"
         gpu = self.gpu if not self.gpu or self.gpu.lower().startswith("gpu") else f"gpu{self.gpu}"
@@ -180,12 +188,13 @@ def culprit_of_port(
                 *window, blocks.fields_near(run, *window, OWN_FIELDS))
         got = decoded[run.pk]
         if got is None:
-            first = first or Culprit(**base)
+            first = first or Culprit(**base, unnamed=NO_EVENTS)
             continue
         lo, hi, fields = got
         layers, phases, nbytes = _received(run, entry.rank, lo, hi, fields)
         if not len(nbytes):
-            first = first or Culprit(**base)
+            any_then = bool(((fields["start_ns"] <= hi) & (fields["end_ns"] >= lo)).any())
+            first = first or Culprit(**base, unnamed=RANK_SILENT if any_then else NO_EVENTS)
             continue
         names = tuple(
             f"layer {la} {PHASES[p]}" if la >= 0 else PHASES[p]

@@ -133,6 +133,22 @@ def test_window_and_fabric_bound_the_attribution(geo, run_on_port) -> None:  # n
     assert culprit_of_port("su1", switch, name, T0, T0 + timedelta(seconds=2)).line == "unknown"
 
 
+def test_an_unnamed_phase_says_why(geo, run_on_port) -> None:  # noqa: F811
+    """A known run whose phase cannot be named says why: it reported nothing for that time (a
+    sampling job between its blocks), or its events then are other ranks' with nothing sent to it."""
+    run, port = run_on_port
+    switch, name = _port(geo, port)
+    gap = culprit_of_port("su1", switch, name, T0 + timedelta(seconds=100), T0 + timedelta(seconds=102))
+    assert (gap.run_name, gap.phase, gap.unnamed) == ("moe-7b", "", "no_events")
+    assert gap.line == "run moe-7b · phase unknown (no events reported then) · rank 5 (node003 gpu1)"
+    ingest.ingest_events(run, [_ev(30, 0, 2, "combine", T0_NS + 200 * S, send={"3": 10})])  # not to rank 5
+    silent = culprit_of_port("su1", switch, name, T0 + timedelta(seconds=199), T0 + timedelta(seconds=201))
+    assert (silent.phase, silent.unnamed) == ("", "rank_silent")
+    assert "phase unknown (no event of its rank then)" in silent.line
+    named = culprit_of_port("su1", switch, name, T0, T0 + timedelta(seconds=2))
+    assert named.phase == "dispatch" and named.unnamed == ""
+
+
 def test_peer_sends_stand_in_when_the_rank_reported_no_receives(run_on_port) -> None:
     run, _ = run_on_port
     ingest.ingest_events(

@@ -90,8 +90,11 @@ def test_first_alert_delay_is_from_the_first_migration_to_the_first_moving_alert
 
 
 def test_culprit_naming_counts_run_attributed_incast_alerts_inside_the_span() -> None:
-    alerts = [("incast", 5 * NS, "job", "dispatch"), ("incast", 6 * NS, "job", ""),
-              ("moving_incast", 7 * NS, "job", "combine"), ("incast", 8 * NS, "", ""),  # spine: no run
-              ("target_down", 9 * NS, "", ""), ("incast", 99 * NS, "job", "")]  # after the span
+    alerts = [("incast", 5 * NS, "job", "dispatch", True), ("incast", 6 * NS, "job", "", True),
+              ("moving_incast", 7 * NS, "job", "combine", True), ("incast", 8 * NS, "", "", False),  # spine
+              ("target_down", 9 * NS, "", "", False), ("incast", 99 * NS, "job", "", True),  # after the span
+              ("incast", 10 * NS, "job", "", False)]  # between the sampling job's reported blocks
     got = culprit_naming(alerts, (0, 50 * NS))
-    assert (got.attributed, got.named) == (3, 2)
+    assert (got.attributed, got.named, got.unreported) == (4, 2, 1)
+    assert got.share == 2 / 3 and got.share_all == 0.5  # judged among what the job's events could name
+    assert math.isnan(culprit_naming([], (0, NS)).share)
