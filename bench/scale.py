@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -62,6 +63,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 SERVICES = ("worker", "evaluation", "delivery", "beat", "web")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
+WORKER_CONCURRENCY = 6  # fabricmon.demo's worker_concurrency
 
 
 def proc_cpu_s(pid: int, *, reaped: bool) -> float:
@@ -88,6 +90,11 @@ class Scale(soak.Soak):
         self.draws: list[dict[str, float]] = []
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
+        # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
+        # for the worker's 6 pool children — 5 shards never collected, every tick framed at its
+        # deadline with their ports NaN (the first 16k run)
+        switches = math.ceil(args.servers / 32) * args.gpus_per_server + args.spines
+        self.sup.env.setdefault("FABRICMON_SHARD_SIZE", str(math.ceil(switches / WORKER_CONCURRENCY)))
 
     def start(self) -> None:
         self.redis.start()
@@ -96,7 +103,8 @@ class Scale(soak.Soak):
         extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle]
         queues = demo.queue_names(self.sup.env)
         self.stack = demo.start_stack(self.sup, self.var_dir, a, twin_extra=extra, services=SERVICES,
-                                      overrides={"worker_queues": queues["collection_queue"]},
+                                      overrides={"worker_queues": queues["collection_queue"],
+                                                 "worker_concurrency": str(WORKER_CONCURRENCY)},
                                       twin_wait_s=600)
         self.log_in()
         self.spec = load_fabric((self.var_dir / "twin-topology.yaml").read_text())
