@@ -37,6 +37,7 @@ import signal
 import sys
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,6 +89,7 @@ class Scale(soak.Soak):
         self.lag_s: list[float] = []  # wall clock minus the newest frame's tick, at each sample
         self.cpu: list[tuple[float, dict[str, float]]] = []  # (elapsed, name → tree CPU s)
         self.draws: list[dict[str, float]] = []
+        self.twin_ticks: list[tuple[float, int]] = []  # (elapsed, twin simulation ticks; -1 no answer)
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
@@ -120,6 +122,7 @@ class Scale(soak.Soak):
         if len(self.rec.frames) > before:
             self.lag_s.append((time.time_ns() - self.rec.frames[-1][0]) / NS)
         self.cpu.append((self.elapsed(), {n: tree_cpu_s(p) for n, p in self.pids().items()}))
+        self.twin_ticks.append((self.elapsed(), twin_ticks(self.stack.twin_url)))
 
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
@@ -178,6 +181,16 @@ class Scale(soak.Soak):
         return self.db_facts()
 
 
+def twin_ticks(twin_url: str) -> int:
+    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by:
+    a twin that cannot keep up at this size shows here, its counters frozen."""
+    try:
+        with urllib.request.urlopen(twin_url + "/status", timeout=10) as resp:
+            return int(json.loads(resp.read()).get("ticks", -1))
+    except (OSError, ValueError):
+        return -1
+
+
 def replay_framing(redis_url: str, spec, ticks: int) -> float:  # type: ignore[no-untyped-def]
     """CPU seconds (this process) to frame one tick of ``spec``: every switch's gNMI-shaped slice
     encoded and reported to Redis, the last report assembling and appending the frame — what the
@@ -215,11 +228,16 @@ def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
     measured = [f for f in sc.rec.frames if f[0] / NS >= sc.measure_from_ms / 1e3]
     tc = lost_ticks(measured, NS)
     lat = pixel_latencies_ms(sc.draws, sc.measure_from_ms)
+    answered = [(t, n) for t, n in sc.twin_ticks if n >= 0 and t >= w0]
+    twin_hz = ((answered[-1][1] - answered[0][1]) / (answered[-1][0] - answered[0][0])
+               if len(answered) >= 2 and answered[-1][0] > answered[0][0] else float("nan"))
     return {
         "ports": sc.ports, "switches": len(sc.spec.switches), "minutes": round(wall / 60, 1),
         "frames": len(measured), "expected_ticks": tc.expected, "lost_ticks": tc.missing,
         "no_data_ticks": tc.no_data, "frame_lag_s_max": round(max(sc.lag_s, default=float("nan")), 2),
         "frame_lag_s_p95": round(p95(sc.lag_s), 2),
+        "twin_ticks_end": sc.twin_ticks[-1][1] if sc.twin_ticks else -1,
+        "twin_tick_hz": round(twin_hz, 2),  # the twin's target: 10
         "pixel_columns": len(lat), "pixel_p50_ms": round(float(np.median(lat)), 0) if lat else float("nan"),
         "pixel_p95_ms": round(p95(lat), 0), "pixel_max_ms": round(max(lat, default=float("nan")), 0),
         "cpu_s": {k: round(v, 1) for k, v in stages.items()},
@@ -238,7 +256,7 @@ def bench_line(fig: dict[str, object]) -> str:
     per, peak = fig["cpu_us_per_port_s"], fig["peak_pss_mb"]
     parts = [f"ports={fig['ports']}", f"minutes={fig['minutes']}", f"lost_ticks={fig['lost_ticks']}",
              f"no_data_ticks={fig['no_data_ticks']}", f"frame_lag_s_max={fig['frame_lag_s_max']}",
-             f"pixel_p95_ms={fig['pixel_p95_ms']}"]
+             f"twin_tick_hz={fig['twin_tick_hz']}", f"pixel_p95_ms={fig['pixel_p95_ms']}"]
     parts += [f"cpu_us_per_port_s_{k}={v}" for k, v in per.items()]  # type: ignore[attr-defined]
     parts += [f"box_share={fig['box_share']}"]
     parts += [f"peak_rss_mb_{k}={v}" for k, v in peak.items()]  # type: ignore[attr-defined]
@@ -248,7 +266,7 @@ def bench_line(fig: dict[str, object]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n\n")[0])
     demo.add_stack_args(ap)
-    ap.set_defaults(servers=672, gpus_per_server=8, spines=8)
+    ap.set_defaults(servers=672, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
     ap.add_argument("--minutes", type=float, default=10.0, help="measured minutes, after the warm-up")
     ap.add_argument("--warmup-s", type=float, default=90.0)
     ap.add_argument("--replay-ticks", type=int, default=20)
