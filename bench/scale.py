@@ -24,6 +24,13 @@ switch per tick, against the same Redis) and subtracts that from the collection 
 The soak's verdict (lost ticks, recall/precision, pages, tracebacks, memory bounds stated for a
 256-GPU fabric) is printed as it is: a stage that does not keep up shows as lost ticks and lag.
 
+What the first 16,128-port runs showed (2 cores, shared): the twin does not keep up — its MoE job
+routes dense n_gpus x n_gpus all-to-all matrices (5,376² ≈ 29 M entries, 16 a training step, and
+keeps them for the reporter: 11-13 GB), so in 7 minutes it never advanced its counters once
+(``twin_tick_hz=0``) and its SNMP/gNMI answers starve. Every frame is then written (no lost ticks
+once each pool child holds one shard) but empty, late (frame lag 20-35 s). The product figures
+are what the product spends on a 16k fabric whose counters do not move.
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
 
