@@ -233,8 +233,15 @@ class Soak:
             "--control-port", str(demo.free_port()), "--seed", "7", "--report-url", v["report_url"],
             "--report-token-file", v["report_token_file"], "--run-name", "soak-probe-job",
             "--report-every-steps", "64", "--report-block-steps", "4"])
+        self.log_in()
+        self.t0 = time.monotonic()
+        print(f"soak: running {a.minutes:g} min in {self.var_dir} (dashboard {self.stack.web_url}, "
+              f"user demo, password {self.stack.password})", flush=True)
+
+    def log_in(self, timeout_s: float = 120) -> None:
+        """The pages' session, once the web answers."""
         self.session = Session(self.stack.web_url, "demo", self.stack.password)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 self.session.log_in()
@@ -244,9 +251,6 @@ class Soak:
                     tail = self.sup.tail("web")
                     raise SystemExit(f"soak: the web server did not answer:\n{tail}") from None
                 time.sleep(1)
-        self.t0 = time.monotonic()
-        print(f"soak: running {a.minutes:g} min in {self.var_dir} (dashboard {self.stack.web_url}, "
-              f"user demo, password {self.stack.password})", flush=True)
 
     # -- sampling ---------------------------------------------------------------------------------
     def sample(self) -> None:
@@ -670,6 +674,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--kills", type=int, default=2, help="forced kills of the lease-holding pool child")
     ap.add_argument("--redis-outage-s", type=float, default=20.0)
+    add_watch_args(ap)
+    return ap.parse_args(argv)
+
+
+def add_watch_args(ap: argparse.ArgumentParser) -> None:
+    """What the soak's sampling, pages and verdict read from ``args`` (bench/scale.py takes them too)."""
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--pages-s", type=float, default=60.0)
     ap.add_argument("--regime-shift-prob", type=float, default=0.01, help="the twin job's hotspot moves")
@@ -682,7 +692,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--min-precision", type=float, default=0.8)
     ap.add_argument("--no-browser", dest="browser", action="store_false")
     ap.add_argument("--out", help="keep everything here (default: a new temporary directory)")
-    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -291,9 +291,13 @@ def demo_keys(env: dict[str, str], var_dir: Path) -> None:
 
 
 def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
-                twin_extra: list[str] | None = None) -> Stack:
+                twin_extra: list[str] | None = None, *, services: tuple[str, ...] = DEMO_SERVICES,
+                overrides: dict[str, str] | None = None, twin_wait_s: float = 60) -> Stack:
     """migrate, a demo login and API token, the twin (plus ``twin_extra`` flags), its topology,
-    then worker, delivery worker, beat and web — with REDIS_URL already in ``sup.env``."""
+    then worker, delivery worker, beat and web — with REDIS_URL already in ``sup.env``.
+    ``services``/``overrides``: other SERVICE_COMMANDS or values (bench/scale.py runs collection
+    and evaluation in separate workers, as compose does, to measure each); ``twin_wait_s``: a
+    16k-port twin takes about a minute to build its fabric."""
     env = sup.env
     python = sys.executable
     manage = [python, str(ROOT / "manage.py")]
@@ -334,16 +338,17 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         # and the one web process keeps its pages answering (1 in 4 cost views.json its 1 s)
         "report_every_steps": str(max(1, gpus // 16)),
         "report_block_steps": "4",
+        **(overrides or {}),
     }
     twin_url = f"http://127.0.0.1:{values['twin_control_port']}"
     env["FABRICMON_TWIN_URL"] = twin_url
     print("demo: starting the fabric twin …")
     sup.start("twin", [*fill(SERVICE_COMMANDS["twin"], values), *(twin_extra or [])])
-    wait_for_file(topology_file, sup, "twin")
+    wait_for_file(topology_file, sup, "twin", twin_wait_s)
     sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
     fabric = fabric_name(topology_file)
     forget_live_state(env["REDIS_URL"], fabric)
-    for name in DEMO_SERVICES:
+    for name in services:
         sup.start(name, fill(SERVICE_COMMANDS[name], values))
     return Stack(sup, env, var_dir, fabric, f"http://127.0.0.1:{web_port}", twin_url, password, values)
 

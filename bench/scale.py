@@ -1,0 +1,313 @@
+"""The whole product on a ~16k-port fabric on this one box: what each stage costs per port-second,
+whether it keeps up, and how late a counter reaches the pixel.
+
+The stack is bench/soak.py's (fabricmon.demo.start_stack: the demo's commands), sized up:
+672 servers x 8 GPUs in 21 rail-optimized SUs (one leaf per rail per SU: 168 leaves of 32 host
+ports + 32 uplinks) and 8 spines (each 21 x 8 x 4 = 672 downlinks): 5,376 + 5,376 + 5,376 =
+16,128 switch ports, 176 switches — the size of the twin's fabric nearest 16,384 (683 servers
+gives 16,728). Every switch is a gNMI target streaming at 1 s; SNMP fills in while a stream is down
+(load_topology --collector both). Collection and evaluation run in separate Celery workers (as
+compose runs them), so /proc can tell their CPU apart:
+
+    twin        python -m twin --servers 672 --gpus-per-server 8 --spines 8 --gnmi …
+    worker      celery worker -Q collection     collectors (SNMP + gNMI) and framing
+    evaluation  celery worker -Q evaluation,…   detection and alert evaluation
+    delivery, beat, web (Daphne: pages and the heatmap's WebSocket), its own Redis
+
+After ``--warmup-s`` (collectors up, the first frames drawn) for ``--minutes`` (default 10):
+frames, lost ticks and frame lag (bench/soak.py's sampling), PSS of every process tree, the pages
+of the nav every ``--pages-s`` (the run's phase view among them), CPU of every process tree from
+/proc, and a headless Chromium page on the live heatmap whose draw log gives counter→pixel latency
+(as bench/live.py measures it). Framing runs inside the collectors, so its share is measured
+apart: after the run, the bench replays FabricFramer on the same fabric (one gNMI-shaped slice per
+switch per tick, against the same Redis) and subtracts that from the collection worker.
+The soak's verdict (lost ticks, recall/precision, pages, tracebacks, memory bounds stated for a
+256-GPU fabric) is printed as it is: a stage that does not keep up shows as lost ticks and lag.
+
+What the first 16,128-port runs showed (2 cores, shared): the twin does not keep up — its MoE job
+routes dense n_gpus x n_gpus all-to-all matrices (5,376² ≈ 29 M entries, 16 a training step, and
+keeps them for the reporter: 11-13 GB), so in 7 minutes it never advanced its counters once
+(``twin_tick_hz=0``) and its SNMP/gNMI answers starve. Every frame is then written (no lost ticks
+once each pool child holds one shard) but empty, late (frame lag 20-35 s). The product figures
+are what the product spends on a 16k fabric whose counters do not move. Even at 3,072 ports
+(``--servers 128``, 1,024 GPUs) the twin ticked twice in 3 minutes on the shared box.
+
+    .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import soak
+from scale_score import cpu_us_per_port_s, peak_mb, pixel_latencies_ms, stage_cpu
+from soak_score import NS, lost_ticks, p95
+
+from fabricmon import demo
+from fabricmon.base import keys
+from fabricmon.base.connections import connect
+from fabricmon.core.telemetry.frames import METRICS, Frame
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.yaml_load import load_fabric
+from fabricmon.telemetry import live_window
+from fabricmon.telemetry.framing import FabricFramer
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SERVICES = ("worker", "evaluation", "delivery", "beat", "web")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
+WORKER_CONCURRENCY = 6  # fabricmon.demo's worker_concurrency
+
+
+def proc_cpu_s(pid: int, *, reaped: bool) -> float:
+    """utime + stime of one process (+ its reaped children's with ``reaped``), in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if reaped else 0)
+    return ticks / CLK_TCK
+
+
+def tree_cpu_s(pid: int) -> float:
+    """A process tree's CPU: every live descendant's, plus what the root reaped (a pool child that
+    was replaced still counts)."""
+    return proc_cpu_s(pid, reaped=True) + sum(tree_cpu_s(c) for c in soak.children(pid))
+
+
+class Scale(soak.Soak):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.lag_s: list[float] = []  # wall clock minus the newest frame's tick, at each sample
+        self.cpu: list[tuple[float, dict[str, float]]] = []  # (elapsed, name → tree CPU s)
+        self.draws: list[dict[str, float]] = []
+        self.twin_ticks: list[tuple[float, int]] = []  # (elapsed, twin simulation ticks; -1 no answer)
+        self.measure_from_ms = 0.0
+        self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
+        # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
+        # for the worker's 6 pool children — 5 shards never collected, every tick framed at its
+        # deadline with their ports NaN (the first 16k run)
+        switches = math.ceil(args.servers / 32) * args.gpus_per_server + args.spines
+        self.sup.env.setdefault("FABRICMON_SHARD_SIZE", str(math.ceil(switches / WORKER_CONCURRENCY)))
+
+    def start(self) -> None:
+        self.redis.start()
+        self.sup.env["REDIS_URL"] = self.redis.url
+        a = self.args
+        extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle]
+        queues = demo.queue_names(self.sup.env)
+        self.stack = demo.start_stack(self.sup, self.var_dir, a, twin_extra=extra, services=SERVICES,
+                                      overrides={"worker_queues": queues["collection_queue"],
+                                                 "worker_concurrency": str(WORKER_CONCURRENCY)},
+                                      twin_wait_s=600)
+        self.log_in()
+        self.spec = load_fabric((self.var_dir / "twin-topology.yaml").read_text())
+        self.ports = len(build_port_index(self.spec))
+        self.t0 = time.monotonic()
+        print(f"scale: {self.ports} ports on {len(self.spec.switches)} switches; warm-up {a.warmup_s:g} s, "
+              f"then {a.minutes:g} min in {self.var_dir} (dashboard {self.stack.web_url}, user demo, "
+              f"password {self.stack.password})", flush=True)
+
+    def sample(self) -> None:
+        before = len(self.rec.frames)
+        super().sample()
+        if len(self.rec.frames) > before:
+            self.lag_s.append((time.time_ns() - self.rec.frames[-1][0]) / NS)
+        self.cpu.append((self.elapsed(), {n: tree_cpu_s(p) for n, p in self.pids().items()}))
+        self.twin_ticks.append((self.elapsed(), twin_ticks(self.stack.twin_url)))
+
+    def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
+        page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+        page.on("console", lambda m: self.rec.console_errors.append(f"heatmap: {m.text}")
+                if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.rec.console_errors.append(f"heatmap: {e}"))
+        path = f"/fabric/{urllib.parse.quote(self.stack.fabric)}/"
+        page.goto(f"{self.stack.web_url}/accounts/login/?next={urllib.parse.quote(path)}")
+        page.fill("input[name=username]", "demo")
+        page.fill("input[name=password]", self.stack.password)
+        page.click("button[type=submit]")
+        page.wait_for_load_state()
+        page.wait_for_function("window.fabricmon && fabricmon.state.columns >= 1", timeout=300_000,
+                               polling=1000)
+        return page
+
+    def run(self) -> dict[str, object]:
+        from playwright.sync_api import sync_playwright
+
+        a = self.args
+        total = a.warmup_s + a.minutes * 60
+        next_sample = next_pages = next_progress = 0.0
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = self.open_heatmap(browser)
+            print(f"scale: {self.elapsed():.0f}s the heatmap draws", flush=True)
+            while self.elapsed() < total:
+                dead = self.sup.dead()
+                if dead:
+                    raise SystemExit(f"scale: {dead} exited:\n" + "\n".join(self.sup.tail(n) for n in dead))
+                now = self.elapsed()
+                if not self.measure_from_ms and now >= a.warmup_s:
+                    self.sample()  # the window's first CPU sample
+                    self.window = (self.cpu[-1][0], 0.0)
+                    self.measure_from_ms = float(page.evaluate("Date.now()"))
+                    self.frames_from = len(self.rec.frames)
+                    next_sample = now + a.sample_s
+                if now >= next_sample:
+                    self.sample()
+                    next_sample = now + a.sample_s
+                if now >= next_progress:
+                    self.progress()
+                    lag = f"{self.lag_s[-1]:.1f}" if self.lag_s else "?"
+                    drawn = page.evaluate("fabricmon.state.draws.length")
+                    print(f"scale: frame lag {lag} s, columns drawn {drawn}", flush=True)
+                    next_progress = now + 60
+                if now >= next_pages and now > 30:
+                    self.pages()
+                    next_pages = now + a.pages_s
+                page.wait_for_timeout(500)  # lets Playwright deliver the page's console events
+            self.sample()
+            self.window = (self.window[0], self.cpu[-1][0])
+            self.draws = page.evaluate("fabricmon.state.draws")
+            browser.close()
+        self.framing_s = replay_framing(self.redis.url, self.spec, a.replay_ticks)
+        return self.db_facts()
+
+
+def twin_ticks(twin_url: str) -> int:
+    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by:
+    a twin that cannot keep up at this size shows here, its counters frozen."""
+    try:
+        with urllib.request.urlopen(twin_url + "/status", timeout=10) as resp:
+            return int(json.loads(resp.read()).get("ticks", -1))
+    except (OSError, ValueError):
+        return -1
+
+
+def replay_framing(redis_url: str, spec, ticks: int) -> float:  # type: ignore[no-untyped-def]
+    """CPU seconds (this process) to frame one tick of ``spec``: every switch's gNMI-shaped slice
+    encoded and reported to Redis, the last report assembling and appending the frame — what the
+    collectors do per tick besides reading counters. Under its own fabric name, cleaned up after."""
+    r = connect(redis_url)
+    framer = FabricFramer(replace(spec, name=f"{spec.name}-framing-replay"), window_s=60)
+    rng = np.random.default_rng(0)
+    sizes = {name: sl.stop - sl.start for name, sl in framer.slices.items()}
+    values = {name: {m: rng.uniform(0, 1, n).astype(np.float32) for m in METRICS}
+              for name, n in sizes.items()}
+    base = framer.frame_tick(time.time_ns()) - 10 * ticks * framer.frame_ns
+    t0 = time.process_time()
+    built = 0
+    for k in range(ticks):
+        tick = base + k * framer.frame_ns
+        for name in framer.due(tick):
+            blob = Frame(name, framer.index.version, tick + framer.frame_ns, 1.0, values[name]).encode()
+            built += framer.report(r, name, tick, blob) is not None
+    took = time.process_time() - t0
+    live_window.forget(r, framer.fabric)
+    r.delete(keys.latest_slices(framer.fabric))
+    if built < ticks:
+        print(f"scale: note the framing replay built {built} of {ticks} frames", flush=True)
+    return took / max(1, ticks)
+
+
+def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
+    (w0, w1), a = sc.window, sc.args
+    wall = max(1e-9, w1 - w0)
+    cpu0 = next(c for t, c in sc.cpu if t >= w0)
+    cpu1 = sc.cpu[-1][1]
+    ticks = round(wall)  # one frame tick a second
+    stages = stage_cpu(cpu0, cpu1, framing_cpu_per_tick_s=sc.framing_s, ticks=ticks)
+    per = {k: cpu_us_per_port_s(v, sc.ports, wall) for k, v in stages.items()}
+    measured = [f for f in sc.rec.frames if f[0] / NS >= sc.measure_from_ms / 1e3]
+    tc = lost_ticks(measured, NS)
+    lat = pixel_latencies_ms(sc.draws, sc.measure_from_ms)
+    answered = [(t, n) for t, n in sc.twin_ticks if n >= 0 and t >= w0]
+    twin_hz = ((answered[-1][1] - answered[0][1]) / (answered[-1][0] - answered[0][0])
+               if len(answered) >= 2 and answered[-1][0] > answered[0][0] else float("nan"))
+    return {
+        "ports": sc.ports, "switches": len(sc.spec.switches), "minutes": round(wall / 60, 1),
+        "frames": len(measured), "expected_ticks": tc.expected, "lost_ticks": tc.missing,
+        "no_data_ticks": tc.no_data, "frame_lag_s_max": round(max(sc.lag_s, default=float("nan")), 2),
+        "frame_lag_s_p95": round(p95(sc.lag_s), 2),
+        "twin_ticks_end": sc.twin_ticks[-1][1] if sc.twin_ticks else -1,
+        "twin_tick_hz": round(twin_hz, 2),  # the twin's target: 10
+        "pixel_columns": len(lat), "pixel_p50_ms": round(float(np.median(lat)), 0) if lat else float("nan"),
+        "pixel_p95_ms": round(p95(lat), 0), "pixel_max_ms": round(max(lat, default=float("nan")), 0),
+        "cpu_s": {k: round(v, 1) for k, v in stages.items()},
+        "cpu_us_per_port_s": {k: round(v, 2) for k, v in per.items()},
+        # the share of the box the product and twin use: ≥ 1 means it cannot keep up on these cores
+        "box_share": round(sum(stages.values()) / (CORES * wall), 3),
+        "framing_replay_ms_per_tick": round(sc.framing_s * 1e3, 1),
+        "peak_pss_mb": {k: round(v) for k, v in peak_mb(sc.rec.rss).items()},
+        "soak": {k: verdict_fig[k] for k in ("recall", "precision", "false_alerts", "page_p95_ms",
+                                              "console_errors", "http_5xx", "tracebacks")},
+        "warmup_s": a.warmup_s,
+    }
+
+
+def bench_line(fig: dict[str, object]) -> str:
+    per, peak = fig["cpu_us_per_port_s"], fig["peak_pss_mb"]
+    parts = [f"ports={fig['ports']}", f"minutes={fig['minutes']}", f"lost_ticks={fig['lost_ticks']}",
+             f"no_data_ticks={fig['no_data_ticks']}", f"frame_lag_s_max={fig['frame_lag_s_max']}",
+             f"twin_tick_hz={fig['twin_tick_hz']}", f"pixel_p95_ms={fig['pixel_p95_ms']}"]
+    parts += [f"cpu_us_per_port_s_{k}={v}" for k, v in per.items()]  # type: ignore[attr-defined]
+    parts += [f"box_share={fig['box_share']}"]
+    parts += [f"peak_rss_mb_{k}={v}" for k, v in peak.items()]  # type: ignore[attr-defined]
+    return "BENCH scale " + " ".join(parts)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n\n")[0])
+    demo.add_stack_args(ap)
+    ap.set_defaults(servers=672, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
+    ap.add_argument("--minutes", type=float, default=10.0, help="measured minutes, after the warm-up")
+    ap.add_argument("--warmup-s", type=float, default=90.0)
+    ap.add_argument("--replay-ticks", type=int, default=20)
+    soak.add_watch_args(ap)
+    args = ap.parse_args(argv)
+    args.kills, args.redis_outage_s = 0, 0.0  # soak.verdict's: no faults here
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sc = Scale(args)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        sc.start()
+        facts = sc.run()
+    finally:
+        sc.stopped_at = time.time()
+        sc.sup.stop()
+        sc.redis.stop()
+    verdict_fig, problems = soak.verdict(sc, facts)
+    fig = figures(sc, verdict_fig)
+    (sc.var_dir / "scale.json").write_text(json.dumps({"figures": fig, "soak": verdict_fig,
+                                                       "problems": problems, "notes": sc.rec.notes,
+                                                       "cpu": sc.cpu, "lag_s": sc.lag_s}, default=str))
+    print(json.dumps(fig, indent=2, default=str))
+    for p in problems:
+        print(f"scale: soak invariant FAIL {p}")
+    for n in sc.rec.notes:
+        print(f"scale: note {n}")
+    print(bench_line(fig))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
