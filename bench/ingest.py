@@ -212,7 +212,7 @@ def bench_ingest(  # noqa: PLR0917  (a script's one call site)
         rates: dict[str, list[float]] = {label: [] for label, _ in trees}
         for i in range(repeat):
             for label, tree in trees:
-                db = f"fabricmon_bench_ingest_{os.getpid()}"
+                db = f"{os.environ.get('BENCH_PG_DB_PREFIX', 'fabricmon_bench_ingest_')}{os.getpid()}"
                 url = _pg_database(admin, db, create=True) if admin else f"sqlite:///{tmp}/bench{i}{label}.sqlite3"
                 try:
                     res = _one_run(tree, url, n_events, ranks, batch)

@@ -1,11 +1,12 @@
 """Ingest of phase events: NDJSON batches and importer output, stored idempotently by event id.
 
 Ingest speed matters (millions of events per run, ≥ 50,000 events/s per core): a batch is parsed
-into numpy columns (``ndjson``), its event ids are claimed as 64-bit hashes (PostgreSQL:
-``INSERT … ON CONFLICT DO NOTHING RETURNING``; SQLite: a read-only lookup in the big key table and
-one sorted blob per batch in front of it, merged in bulk — see ``models.RecentKeyBatch``), the new
-events are stored as one compact ``EventBlock`` row (``blocks``), and the matrices are updated once
-per (source, step, layer, phase) touched, from one vectorized scatter-add (``matrices``).
+into numpy columns (``ndjson``), its event ids are claimed as 64-bit hashes (PostgreSQL: a plain
+``INSERT`` in a savepoint, ``INSERT … ON CONFLICT DO NOTHING RETURNING`` when some id was
+taken; SQLite: a read-only lookup in the big key table and one sorted blob per batch in front of
+it, merged in bulk — see ``models.RecentKeyBatch``), the new events are stored as one compact
+``EventBlock`` row (``blocks``), and the matrices are updated once per (source, step, layer,
+phase) touched, from one vectorized scatter-add (``matrices``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import counters
@@ -33,7 +34,7 @@ from fabricmon.jobs.models import (
     Run,
 )
 from fabricmon.jobs.ndjson import parse_ndjson_columns
-from fabricmon.jobs.sql import PgArray, QmarkCursor, pg_cursor
+from fabricmon.jobs.sql import PgArray, QmarkCursor, pg_cursor, sql_cursor
 from fabricmon.jobs.validation import MAX_OFFSET_NS, InputError, LineError, ParsedBatch, validate_dicts
 
 IMPORT_BATCH = 5_000
@@ -97,7 +98,9 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     todo, first = np.unique(hashes, return_index=True)
     table = connection.ops.quote_name(EventKey._meta.db_table)
     run_id = int(run.pk)
-    if connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
+    if connection.vendor == "postgresql" and _claim_all_pg(run_id, table, todo):
+        won = todo
+    elif connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
         with pg_cursor() as cursor:  # the won keys only when some claim was lost (a re-post)
             cursor.execute(
                 f"WITH won AS (INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[]) "
@@ -115,6 +118,26 @@ def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
     elif len(won):  # both sorted: place the won hashes by binary search
         fresh[first[np.searchsorted(todo, won)]] = True
     return fresh
+
+
+def _claim_all_pg(run_id: int, table: str, todo: np.ndarray) -> bool:
+    """PostgreSQL: claim every key with a plain INSERT in a savepoint; false (nothing claimed)
+    if any was taken — a re-post, or a concurrent post of the same ids (the insert waits for
+    that transaction, then fails): the caller then claims with ``ON CONFLICT``. A batch of new
+    ids is the usual case, and ``ON CONFLICT``'s speculative insertion measured ~11 µs of backend
+    CPU a key against ~6.5 for the plain insert; the unique index still decides."""
+    import psycopg  # noqa: PLC0415  (PostgreSQL only)
+
+    with pg_cursor() as cursor:  # (the driver's own savepoint statements: Django's cost ~1 ms a batch)
+        cursor.execute("SAVEPOINT fabricmon_claim")
+        try:
+            cursor.execute(f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[])",
+                           [run_id, PgArray(todo)])
+        except psycopg.errors.UniqueViolation:
+            cursor.execute("ROLLBACK TO SAVEPOINT fabricmon_claim")
+            return False
+        cursor.execute("RELEASE SAVEPOINT fabricmon_claim")
+    return True
 
 
 KEY_MERGE_BLOCKS = 32  # SQLite: recent key blobs move into EventKey every this many blocks
@@ -182,6 +205,7 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
         result.duplicates = len(cols) - result.stored
         if not result.stored:
             return result
+        _hold_run(run)
         new = cols if result.duplicates == 0 else cols.select(fresh)
         keys, inverse = _group_keys(new)
         block_id = blocks.insert_block(run, new, keys, np.bincount(inverse, minlength=len(keys)))
@@ -189,6 +213,20 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
             _merge_recent_keys()
         matrices.add_events(run, new, keys, inverse)
     return result
+
+
+def _hold_run(run: Run) -> None:
+    """The run row exists, and (PostgreSQL) stays until this transaction ends: the blocks, key
+    index and matrices have no database foreign key (``models.EventBlock.run``), so this one
+    check per batch is what their ~250 deferred per-row checks did. ``FOR KEY SHARE`` is the lock
+    such a check takes: it blocks a delete of the run, not its updates or other batches. (SQLite:
+    the write transaction is ``BEGIN IMMEDIATE``, so no delete can come between.)"""
+    table = connection.ops.quote_name(Run._meta.db_table)
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    with sql_cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s{lock}", [int(run.pk)])
+        if cursor.fetchone() is None:
+            raise IntegrityError(f"run {run.pk} does not exist (deleted while its events were stored?)")
 
 
 def _group_keys(cols: EventColumns) -> tuple[list[tuple[str, int, int, str]], np.ndarray]:

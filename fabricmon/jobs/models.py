@@ -129,8 +129,15 @@ class EventBlock(models.Model):
     rank, step, layer, phase, start/end ns, bytes and flat per-peer arrays. Times are server-clock
     ns (offset applied). ``start_ns_min``/``max`` let time-ordered reads skip and merge blocks."""
 
-    # no index of its own: (run, start_ns_min) below serves run lookups (one B-tree less per insert)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="event_blocks", db_index=False)
+    # no index of its own: (run, start_ns_min) below serves run lookups (one B-tree less per insert).
+    # No database constraint on this table's, the key index's or the matrices' run/block: a
+    # deferred FK check is one query per row at commit (~250 a batch, most of the commit's cost);
+    # ingest checks (and on PostgreSQL key-share locks) the run row once per batch instead
+    # (``ingest.store_columns``), a block's keys are written with it, and deletes cascade in the
+    # ORM (``on_delete``), as they always did (Django emits no ON DELETE CASCADE).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="event_blocks", db_index=False, db_constraint=False
+    )
     n_events = models.PositiveIntegerField()
     start_ns_min = models.BigIntegerField()
     start_ns_max = models.BigIntegerField()
@@ -151,8 +158,10 @@ class EventBlockKey(models.Model):
     """How many events of one (source, step, layer, phase) a block holds: the index that finds
     the blocks to read for a per-(step, layer, phase) question (step/layer -1 = none given)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="event_block_keys", db_index=False)
-    block = models.ForeignKey(EventBlock, on_delete=models.CASCADE, related_name="keys")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="event_block_keys", db_index=False, db_constraint=False
+    )
+    block = models.ForeignKey(EventBlock, on_delete=models.CASCADE, related_name="keys", db_constraint=False)
     source = models.CharField(max_length=16)
     step = models.BigIntegerField()
     layer = models.IntegerField()
@@ -210,7 +219,10 @@ class TrafficMatrix(models.Model):
     and what receivers reported receiving (equal when the job is consistent; a mismatch is a
     finding, not an error)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="matrices", db_index=False)
+    # (no database constraint: see EventBlock.run)
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="matrices", db_index=False, db_constraint=False
+    )
     source = models.CharField(max_length=16)
     step = models.BigIntegerField()  # -1: events without a step
     layer = models.IntegerField()  # -1: events without a layer

@@ -16,7 +16,7 @@ ADMIN_URL = os.environ.get("FABRICMON_TEST_PG_URL", "postgresql://postgres@127.0
 
 @pytest.fixture
 def pg_database_url() -> Iterator[str]:
-    with fresh_database("fabricmon_test_") as url:
+    with fresh_database(os.environ.get("FABRICMON_TEST_PG_PREFIX", "fabricmon_test_")) as url:  # (a prefix of its own per checkout)
         yield url
 
 

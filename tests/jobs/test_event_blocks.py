@@ -9,11 +9,11 @@ from dataclasses import fields
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from fabricmon.jobs import blocks, ingest, matrices
 from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
-from fabricmon.jobs.models import EventKey, RecentKeyBatch, Run, TrafficMatrix
+from fabricmon.jobs.models import EventBlock, EventBlockKey, EventKey, RecentKeyBatch, Run, TrafficMatrix
 from fabricmon.jobs.ndjson import parse_ndjson_columns
 from fabricmon.jobs.validation import parse_ndjson
 
@@ -237,9 +237,26 @@ def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) 
     keys = np.concatenate([np.array(big, dtype=np.int64), *recent])
     assert len(keys) == len(np.unique(keys)) == 22  # each key in exactly one place
     assert all((np.diff(r) > 0).all() for r in recent)
+    run_id = run.pk
     run.delete()
-    assert not EventKey.objects.filter(run_id=run.pk).exists()
-    assert not RecentKeyBatch.objects.filter(run_id=run.pk).exists()
+    assert not EventKey.objects.filter(run_id=run_id).exists()
+    assert not RecentKeyBatch.objects.filter(run_id=run_id).exists()
+    # no database foreign keys on blocks, their key index or matrices: the ORM's cascade empties them
+    for model in (EventBlock, EventBlockKey, TrafficMatrix):
+        assert not model.objects.filter(run_id=run_id).exists(), model
+    assert blocks.event_count(other) == 4 and TrafficMatrix.objects.filter(run=other).exists()
+
+
+def test_a_batch_for_a_deleted_run_stores_nothing(db) -> None:
+    """Blocks and matrices have no database foreign key to their run: ingest checks the run row
+    once per batch, so events of a run deleted meanwhile are refused, not left orphaned."""
+    run = Run.objects.create(owner=get_user_model().objects.create_user("gone"), name="r")
+    body = b"\n".join(json.dumps(_event(i)).encode() for i in range(4))
+    Run.objects.filter(pk=run.pk).delete()
+    with pytest.raises(IntegrityError, match="does not exist"):
+        ingest.ingest_ndjson(run, body)
+    for model in (EventBlock, EventBlockKey, TrafficMatrix, EventKey):
+        assert not model.objects.filter(run_id=run.pk).exists(), model
 
 
 def test_importer_validation_names_bad_peer_keys() -> None:
