@@ -20,6 +20,12 @@ How "per core" is measured (honestly, on a shared machine):
   migrations' and batches' objects was 9 % of a run).
 
 Last measured (2 shared cores; the figure moves with what else runs — see docs/jobs.md):
+- 2026-12-02, after migration 0014 (no FKs on blocks/keys/matrices) and the PostgreSQL plain-INSERT
+  claim, on a box whose cores ran the reference path at half the speed of the runs below (3288542:
+  SQLite 11-13k, PostgreSQL 9-11k): load 4.6, 100k events: SQLite 33.5k (2.82x), PostgreSQL 24.4k
+  (2.62x, was 2.13x before these changes at load 2.5: SQLite 43.2k 3.29x, PostgreSQL 20.6k);
+  load ~10, --repeat 3: SQLite 34.8k (3.13x), PostgreSQL 28.9k (2.72x). Client-side parse is
+  10-13 us an event here: 100k/core needs the Python side cut first.
 - load 10-12 (a 60-minute soak and other suites), --repeat 3: SQLite median 79.9k events/s per
   core (73.7k-83.8k) against 27.6k for 3288542 (2.89x); PostgreSQL incl. backend median 46.6k
   (43.9k-46.7k) against 20.5k (2.28x).
