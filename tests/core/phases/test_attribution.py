@@ -338,3 +338,23 @@ def test_sums_take_new_keys_and_reject_dropping_summed_ones() -> None:
         early.aligned(tl.keys[1:])
     with pytest.raises(ValueError, match="do not match"):
         early.add(np.ones((2, 4)), m[:3])
+
+
+def test_nnls_gram_solves_idle_columns_exactly_and_the_rest_as_before() -> None:
+    """Columns of b without a positive entry (idle ports) are x = 0 exactly (their KKT point);
+    the others come out as the solver gives them when it iterates every column."""
+    from fabricmon.core.phases import attribution_fit as fit
+
+    rng = np.random.default_rng(11)
+    a = rng.random((200, 6))
+    g = a.T @ a
+    x_true = rng.random((6, 9)) * 1e6
+    b = g @ x_true
+    b[:, [1, 4, 7]] = 0.0  # idle ports
+    b[:, 5] = -np.abs(b[:, 5])  # nothing positive either
+    got = fit.nnls_gram(g, b, fit.lstsq_start(g, b))
+    assert not got[:, [1, 4, 5, 7]].any()
+    live = [0, 2, 3, 6, 8]
+    alone = fit.nnls_gram(g, b[:, live], fit.lstsq_start(g, b[:, live]))
+    np.testing.assert_allclose(got[:, live], alone, rtol=1e-12)
+    np.testing.assert_allclose(got[:, live], x_true[:, live], rtol=1e-6)
