@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 import time
 import urllib.parse
@@ -287,14 +286,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sc = Scale(args)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        sc.start()
-        facts = sc.run()
-    finally:
-        sc.stopped_at = time.time()
-        sc.sup.stop()
-        sc.redis.stop()
+    facts = sc.run_to_end()
     verdict_fig, problems = soak.verdict(sc, facts)
     fig = figures(sc, verdict_fig)
     (sc.var_dir / "scale.json").write_text(json.dumps({"figures": fig, "soak": verdict_fig,

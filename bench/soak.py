@@ -423,6 +423,18 @@ class Soak:
             self.browser("end")
         return self.db_facts()
 
+    def run_to_end(self) -> dict[str, object]:
+        """start, run, and always stop every process (a SIGTERM stops it as Ctrl-C does); the
+        database facts of the run."""
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            self.start()
+            return self.run()
+        finally:
+            self.stopped_at = time.time()
+            self.sup.stop()
+            self.redis.stop()
+
     def db_facts(self) -> dict[str, object]:
         out = self.sup.run("facts", [sys.executable, str(ROOT / "manage.py"), "shell", "-c", FACTS])
         return json.loads(out.strip().splitlines()[-1])
@@ -697,14 +709,7 @@ def add_watch_args(ap: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     soak = Soak(args)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        soak.start()
-        facts = soak.run()
-    finally:
-        soak.stopped_at = time.time()
-        soak.sup.stop()
-        soak.redis.stop()
+    facts = soak.run_to_end()
     figures, problems = verdict(soak, facts)
     raw = {"frames": soak.rec.frame_detail, "kills": soak.rec.kills, "outages": soak.rec.outages,
            "hotspots": soak.rec.hotspots, "pages": soak.rec.pages, "rss": soak.rec.rss, "facts": facts}
