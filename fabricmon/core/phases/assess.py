@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -117,16 +117,14 @@ def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int
     arr = np.asarray(a, dtype=np.float64)
     ok = np.isfinite(arr)
     vals = np.rint(np.where(ok, arr, 0.0)).astype(np.int64) if whole else arr
-    rows: list[list[float | int | None]] = np.where(ok, vals, 0).tolist()
-    # rows with a gap as object arrays, None put in by numpy (a per-value Python loop over them was
-    # two thirds of a live view's answer when no-data ticks left gaps in most rows)
-    gappy = np.flatnonzero(~ok.all(axis=1))
-    if len(gappy):
-        obj = np.where(ok[gappy], vals[gappy], 0).astype(object)
-        obj[~ok[gappy]] = None
-        for i, row in zip(gappy.tolist(), obj.tolist(), strict=True):
-            rows[i] = row
-    return rows
+    filled = np.where(ok, vals, 0)
+    if ok.all():
+        return cast("list[list[float | int | None]]", filled.tolist())
+    # gaps: None put in by numpy through an object array (a per-value Python loop over the rows
+    # with a gap was two thirds of a live view's answer when no-data ticks left gaps in most rows)
+    obj = filled.astype(object)
+    obj[~ok] = None
+    return cast("list[list[float | int | None]]", obj.tolist())
 
 
 def hot_ports(a: npt.ArrayLike) -> list[int | None]:
@@ -194,8 +192,7 @@ def assess(
     projected_both = np.hstack([projected_in, projected_out])
     share = None
     if counters is not None:
-        share = _share_gate(counters, start, end, projected_in=projected_in, projected_both=projected_both,
-                            nic_ports=nic_ports)
+        share = _share_gate(counters, start, end, projected_both=projected_both, nic_ports=nic_ports)
     cover = coverage_gate(coverage, np.asarray(missing_ranks, dtype=np.int64).tolist(), placement_problems)
     projected, rel = _projected_view(cols, start=start, end=end, projected_in=projected_in,
                                      projected_out=projected_out, projected_both=projected_both,
@@ -216,15 +213,15 @@ def assess(
 
 
 def _share_gate(
-    counters: _Counters, start: IntArray, end: IntArray, *, projected_in: FloatArray,
-    projected_both: FloatArray, nic_ports: npt.ArrayLike | None,
+    counters: _Counters, start: IntArray, end: IntArray, *, projected_both: FloatArray,
+    nic_ports: npt.ArrayLike | None,
 ) -> Gate:
     """``counters_of_run`` over the run's NIC ports, in and out, in the intervals the projection
     is compared in (inside the phases, no unreported steps)."""
-    p = projected_in.shape[1]
+    p = projected_both.shape[1] // 2  # in | out
     if nic_ports is None:
-        used = (projected_both[:, :p] > 0).any(axis=0) | (projected_both[:, p:] > 0).any(axis=0)
-        ports = np.flatnonzero(used)
+        used = np.asarray((projected_both > 0).any(axis=0))
+        ports = np.flatnonzero(used[:p] | used[p:])
     else:
         ports = np.unique(np.asarray(nic_ports, dtype=np.int64))
         ports = ports[(ports >= 0) & (ports < p)]
