@@ -3,15 +3,11 @@ the storage retention pass on the beat (``retention.prune``)."""
 
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError
 
+from fabricmon.base.busy import when_busy
 from fabricmon.jobs import imports, retention
-
-log = logging.getLogger(__name__)
 
 
 @shared_task(name="jobs.import_upload", acks_late=True)
@@ -28,12 +24,9 @@ def enqueue_import(upload_id: int) -> None:
 
 
 @shared_task(name="jobs.prune_storage", ignore_result=True)
+@when_busy("busy", "jobs: storage not pruned this pass; the next pass goes on")
 def prune_storage() -> str:
     """Retention and run budgets (beat: every FABRICMON_PRUNE_EVERY_S). SQLite busy past its
     timeout beside ingest (the hour soak: twice in an hour): one warning, not a traceback; the
     deletes are idempotent, and the next pass takes up what this one left."""
-    try:
-        return retention.prune().line()
-    except OperationalError as exc:
-        log.warning("jobs: storage not pruned this pass (%s); the next pass goes on", exc)
-        return "busy"
+    return retention.prune().line()
