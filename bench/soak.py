@@ -369,16 +369,23 @@ class Soak:
     # -- faults -----------------------------------------------------------------------------------
     def kill_lease_holder(self) -> None:
         r = connect(self.redis.url)
-        holders = [v.decode().split(":") for k in r.scan_iter(match=keys.lease("*")) if (v := r.get(k))]
-        mine = [int(h[1]) for h in holders if len(h) >= 2 and h[1].isdigit()
-                and Path(f"/proc/{h[1]}").exists()]
+        ping_s = time.perf_counter()
+        r.ping()
+        ping_s = time.perf_counter() - ping_s
+        held = {k.decode().removeprefix(keys.lease("")): v.decode()
+                for k in r.scan_iter(match=keys.lease("*")) if (v := r.get(k))}
+        mine = [(shard, int(tok.split(":")[1])) for shard, tok in held.items()
+                if len(tok.split(":")) >= 2 and tok.split(":")[1].isdigit()
+                and Path(f"/proc/{tok.split(':')[1]}").exists()]
         if not mine:
             self.rec.notes.append(f"kill at {self.elapsed():.0f}s: no lease holder found")
             return
-        pid = mine[0]
+        shard, pid = mine[0]
+        waiting = r.get(keys.standby(shard))  # who should take over: said with the kill, for the report
         os.kill(pid, signal.SIGKILL)
         self.rec.kills.append({"at_ns": time.time_ns(), "pid": pid, "elapsed": self.elapsed()})
-        print(f"soak: {self.elapsed():.0f}s killed lease holder pid {pid}", flush=True)
+        print(f"soak: {self.elapsed():.0f}s killed lease holder pid {pid} of {shard}; its standby "
+              f"{waiting.decode() if waiting else 'none'}; Redis PING {ping_s * 1000:.0f} ms", flush=True)
 
     def redis_outage(self) -> None:
         start = time.time_ns()

@@ -8,7 +8,9 @@ back, so there is no handover to lose a tick at. It hands the shard back (compar
 only when its worker shuts down; a worker that dies just stops renewing.
 
 Beside each holder a *standby* (another collector task, usually in another worker process)
-registers itself (``base.keys.standby``, renewed the same way) and watches the lease: it blocks on
+registers itself (``base.keys.standby``, renewed the same way, or taken back with its own token
+after a Redis stall: ``Standby.keep``; a Redis error never makes it give the slot up) and watches
+the lease: it blocks on
 the shard's hand-back list (``base.keys.handback``, pushed by a release) until the lease could
 have expired (its PTTL, looked at again then), at most ``STANDBY_WAKE_S`` — not a look every
 ``WATCH_S`` (20 Hz of Redis round trips per shard: ~15 % of its holder's CPU in steady state, see
@@ -71,6 +73,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
   redis.call('RPUSH', KEYS[2], ARGV[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+# A standby's renew: extend its slot, or take it again if it expired meanwhile (Redis stalled past
+# the TTL); 0 only when another collector holds the slot (displaced, or replaced while away).
+_KEEP_STANDBY = """
+local seen = redis.call('GET', KEYS[1])
+if seen == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not seen then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -254,6 +269,20 @@ class Standby(_Claim):
         log.info("shard %s: standby moved from worker %s (its holder's) to %s", shard_id,
                  worker_of(waiting), worker_of(token))
         return cls(r, shard_id, token, ttl_s, sent)
+
+    def keep(self) -> bool:
+        """Renew the slot, or take it back if it expired while Redis did not answer; False (and
+        ``held`` cleared) only when another collector has it. Unlike a lease's ``renew``, a Redis
+        error is raised, not taken as a loss: a standby polls nothing, so waiting out a Redis
+        stall in its slot is safe, and giving the slot up on every timeout left shards without a
+        standby (the caller retries; ``services._stand_by``)."""
+        if not self.held:
+            return False
+        sent = time.monotonic()
+        self.held = bool(self.r.eval(_KEEP_STANDBY, 1, self.key, self.token, _ms(self.ttl_s)))
+        if self.held:
+            self.valid_until = sent + self.ttl_s - MARGIN_S
+        return self.held
 
 
 def is_weak(holder_token: str, standby_token: str) -> bool:

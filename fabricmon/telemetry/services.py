@@ -151,13 +151,19 @@ def _stand_by(
     r: redis.Redis, shard_id: str, ttl_s: float, stop_event: threading.Event | None, until: float | None
 ) -> tuple[Lease | None, str]:
     """Wait beside the shard's holder as its one standby; take the lease the moment it is gone.
-    Returns (lease, "") on takeover, else (None, why the wait ended)."""
+    Returns (lease, "") on takeover, else (None, why the wait ended).
+
+    A Redis that does not answer for a while (a timeout, a dropped connection, a restart) is waited
+    out in the slot: giving it up on each error left the shard without a standby until the task
+    came back, and a holder that died meanwhile waited for a new collector (a 6.7 s takeover in
+    the hour soak). Once Redis answers, the slot is renewed or taken back and the lease looked at."""
     # the free slot, else a weak standby's (one in the holder's worker) if this is another worker
     me = Standby.register(r, shard_id, ttl_s) or Standby.displace(r, shard_id, ttl_s)
     if me is None:
         return None, "standby_not_needed"
     next_renew = time.monotonic() + ttl_s / 3
     look_at = 0.0  # when the lease could expire next (monotonic): look at it then, or on a release
+    unreachable_since: float | None = None
     try:
         while True:
             if stop_event is not None and stop_event.is_set():
@@ -165,40 +171,61 @@ def _stand_by(
             now = time.monotonic()
             if until is not None and now >= until:
                 return None, "lease_end"
-            if now >= look_at:
-                left = lease_expires_in_s(r, shard_id)
-                if left is None:
-                    lease = Lease.acquire(r, shard_id, ttl_s)
-                    if lease is not None:
-                        return lease, ""
-                    left = WATCH_S  # someone took it between the two: look again soon
-                look_at = now + left
-            if now >= next_renew:
-                if not me.renew():
-                    return None, "standby_lost"
-                next_renew = now + ttl_s / 3
-            ends = [look_at, next_renew, now + STANDBY_WAKE_S] + ([] if until is None else [until])
-            if wait_for_handback(r, shard_id, min(ends) - time.monotonic()):
-                look_at = 0.0  # released: look now
+            try:
+                if now >= next_renew:
+                    if not me.keep():
+                        return None, "standby_lost"
+                    next_renew = now + ttl_s / 3
+                if now >= look_at:
+                    left = lease_expires_in_s(r, shard_id)
+                    if left is None:
+                        lease = Lease.acquire(r, shard_id, ttl_s)
+                        if lease is not None:
+                            return lease, ""
+                        left = WATCH_S  # someone took it between the two: look again soon
+                    look_at = now + left
+                ends = [look_at, next_renew, now + STANDBY_WAKE_S] + ([] if until is None else [until])
+                if wait_for_handback(r, shard_id, min(ends) - time.monotonic()):
+                    look_at = 0.0  # released: look now
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if unreachable_since is None:
+                    unreachable_since = now
+                    log.warning("shard %s: standby: Redis unreachable (%s); waiting in the slot",
+                                shard_id, exc)
+                look_at = next_renew = 0.0  # when it answers: the slot first, then the lease
+                _pause(stop_event, STANDBY_WAKE_S)
+                continue
+            if unreachable_since is not None:
+                log.info("shard %s: standby: Redis answers again after %.1f s", shard_id,
+                         time.monotonic() - unreachable_since)
+                unreachable_since = None
     finally:
         me.release()
+
+
+def _pause(stop_event: threading.Event | None, seconds: float) -> None:
+    if stop_event is not None:
+        stop_event.wait(seconds)
+    else:
+        time.sleep(seconds)
 
 
 SHUTDOWN = threading.Event()  # set in a worker process that is shutting down (telemetry.tasks)
 
 
 def keep_collecting(
-    shard_id: str, *, stop_event: threading.Event = SHUTDOWN, redis_url: str | None = None
+    shard_id: str, *, stop_event: threading.Event = SHUTDOWN, redis_url: str | None = None, **shard: Any
 ) -> str:
     """A collector task's life: hold the shard, or stand by beside its holder, until ``stop_event``.
 
     A lost lease or standby slot (Redis restarted, the loop stalled past the TTL and the standby
     took over) sends it back to the shard — as its standby, or its holder again; Redis being
     unreachable is waited out. Ends when the shard already has a holder and a standby, or is gone.
+    ``shard``: more of ``run_shard``'s arguments (tests and benches: ``fabrics``, ``history``).
     """
     while not stop_event.is_set():
         try:
-            report = run_shard(shard_id, standby=True, stop_event=stop_event, redis_url=redis_url)
+            report = run_shard(shard_id, standby=True, stop_event=stop_event, redis_url=redis_url, **shard)
         except redis.RedisError as exc:
             log.warning("shard %s: Redis unreachable (%s); trying again", shard_id, exc)
             stop_event.wait(1.0)
