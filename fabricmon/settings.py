@@ -313,6 +313,11 @@ CELERY_BEAT_SCHEDULE = {
 # A run's phase-view socket looks for new events and counters this often even when ingest sends
 # no "run changed" nudge (fabricmon/phases/stream.py); an unchanged run costs two small queries.
 FABRICMON_PHASES_TICK_S = env_float("FABRICMON_PHASES_TICK_S", 2.0)
+# views.json and the heatmap's phase markers may answer from a run's views computed at most this
+# long ago, when only newer counter frames are missing from them (the run's own events, rank map
+# and state always count); a web-process thread keeps the watched runs that fresh
+# (fabricmon/phases/refresher.py). 0: always compute in the request.
+FABRICMON_PHASES_MAX_STALE_S = env_float("FABRICMON_PHASES_MAX_STALE_S", 5.0)
 # The phase views (page, socket, views.json) cover this many of a run's newest reported steps;
 # older steps are paged (views.json?steps_from=&steps_to=, at most 64 steps a page).
 FABRICMON_PHASE_WINDOW_STEPS = int(env_float("FABRICMON_PHASE_WINDOW_STEPS", 16))

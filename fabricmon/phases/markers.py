@@ -25,7 +25,7 @@ from fabricmon.core.phases.gates import Gate, clock_gate, failing
 from fabricmon.core.phases.timeline import grouped_median, instances
 from fabricmon.jobs import blocks
 from fabricmon.jobs.models import Run
-from fabricmon.phases.state import run_state
+from fabricmon.phases import refresher
 from fabricmon.telemetry import live_window
 
 # --- phase markers on the live fabric heatmap ----------------------------------------------------
@@ -55,7 +55,7 @@ def _poll_s(fabric: str) -> float:
 def counters_gate(run: Run) -> Gate | None:
     """The run's ``counters_of_run`` gate as its phase views judge it (None: no counters or no
     view yet): do the counters on the run's ports carry the run's traffic?"""
-    snap = run_state(run).snapshot(run)
+    snap, _ = refresher.recent_or_now(run)  # a judgement over the run: a recent one will do
     view = snap.views.get("measured")
     return next((g for g in view.gates if g.name == "counters_of_run"), None) if view else None
 

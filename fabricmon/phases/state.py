@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,10 @@ _EVENT_FIELDS = ("step", "layer", "phase", "rank", "start_ns", "end_ns", "clock_
 MEASURED_MARGIN_NS = 60_000_000_000  # counters read this long after the last phase (as before)
 FOLD_MARGIN_NS = 10_000_000_000  # poll intervals ending this long before the newest phase end are kept summed
 MAX_WINDOW_STEPS = 64  # a page of history holds at most this many reported steps
+# One computation of phase views at a time per process: the states and each fabric's decoded frames
+# (``counters``) are shared by the request thread, the sockets' and the refresher's
+# (``refresher.py``). A request that may take a recent answer never waits on it.
+COMPUTE_LOCK = threading.RLock()
 
 
 def default_window_steps() -> int:
@@ -99,6 +104,20 @@ class PhaseSnapshot:
         if self.error is not None:
             return {"error": self.error, "views": {}}
         return {**self.meta, "views": {name: v.as_dict() for name, v in self.views.items()}}
+
+
+@dataclass(frozen=True)
+class _Result:
+    """A computed snapshot, the fingerprint it was computed at, and when it was last known current
+    (monotonic seconds)."""
+
+    fingerprint: tuple[Any, ...]
+    snap: PhaseSnapshot
+    at: float
+    at_ns: int  # the same instant, wall clock (what an answer says)
+
+    def own(self) -> tuple[Any, ...]:
+        return self.fingerprint[:-1]
 
 
 @dataclass(frozen=True)
@@ -145,7 +164,7 @@ class RunPhaseState:
         self.projected: OrderedDict[tuple[Any, ...], _Projected] = OrderedDict()
         self.placement: Any = None
         self.rank_hash = ""
-        self.results: dict[Routing, tuple[tuple[Any, ...], PhaseSnapshot]] = {}
+        self.results: dict[Routing, _Result] = {}
         self.version = 0
         self.attribution: OrderedDict[Routing, LiveAttribution] = OrderedDict()
         self.stats = {"blocks_read": 0, "matrices_read": 0, "columns_projected": 0, "recomputes": 0,
@@ -241,29 +260,45 @@ class RunPhaseState:
         return np.stack([cache.rows_in[k] for k in have]), np.stack([cache.rows_out[k] for k in have])
 
     # -- the views ------------------------------------------------------------------------------
-    def fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
-        """Changes whenever anything the views depend on changes (cheap: two small queries and a
-        Redis XREVRANGE of one entry)."""
+    def own_fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
+        """Changes whenever the run's own data changes — event blocks, rank map, state, world size,
+        topology version — or the routing asked for (two small queries; no Redis)."""
         n_blocks, top_block = blocks.fingerprint(run.pk)
         ranks = RankMapEntry.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
         version = fabric_view(run.fabric).index.version if run.fabric else ""
-        frames = counters.frames_of(run.fabric).update(run.fabric) if run.fabric else b""
-        return (
-            n_blocks,
-            top_block,
-            ranks["n"],
-            ranks["top"],
-            run.state,
-            run.world_size,
-            version,
-            frames,
-            routing,
-        )
+        return (n_blocks, top_block, ranks["n"], ranks["top"], run.state, run.world_size, version, routing)
 
-    def snapshot(self, run: Run, routing: Routing = PXN) -> PhaseSnapshot:
+    def fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
+        """The own fingerprint and the newest counter frame's id: changes whenever anything the
+        views depend on changes (one Redis XREVRANGE of one entry more; reads new frames)."""
+        frames = counters.frames_of(run.fabric).update(run.fabric) if run.fabric else b""
+        return (*self.own_fingerprint(run, routing), frames)
+
+    def current_at_ns(self, routing: Routing) -> int | None:
+        """When the last result for ``routing`` was last known current (wall clock ns)."""
+        hit = self.results.get(routing)
+        return hit.at_ns if hit is not None else None
+
+    def recent(self, run: Run, routing: Routing, max_stale_s: float) -> PhaseSnapshot | None:
+        """The last snapshot if nothing of the run's own has changed since and it was current at
+        most ``max_stale_s`` ago — only newer counter frames may be missing from it — else None.
+        Lock-free: a request served this way never waits behind a computation."""
+        hit = self.results.get(routing)
+        if hit is None or time.monotonic() - hit.at > max_stale_s:
+            return None
+        try:
+            return hit.snap if hit.own() == self.own_fingerprint(run, routing) else None
+        except Fabric.DoesNotExist:
+            return None
+
+    def snapshot(self, run: Run, routing: Routing = PXN, max_stale_s: float = 0.0) -> PhaseSnapshot:
         """The run's views now: from the last result when nothing changed, else recomputed over the
-        cached arrays with only the new data read."""
-        with self.lock:
+        cached arrays with only the new data read. ``max_stale_s`` > 0: a result at most that old
+        whose run data is unchanged is answered as it is (``recent``; ``refresher.py`` keeps the
+        watched runs' results that fresh)."""
+        if max_stale_s > 0 and run.fabric and (snap := self.recent(run, routing, max_stale_s)) is not None:
+            return snap
+        with COMPUTE_LOCK, self.lock:
             if not run.fabric:
                 return PhaseSnapshot(
                     self.version, run.state, {}, {}, "the run names no fabric: set it when creating the run"
@@ -273,8 +308,9 @@ class RunPhaseState:
             except Fabric.DoesNotExist:  # a name typed at creation, or a fabric deleted since
                 return PhaseSnapshot(self.version, run.state, {}, {}, unknown_fabric(run.fabric))
             hit = self.results.get(routing)
-            if hit is not None and hit[0] == fp:
-                return hit[1]
+            if hit is not None and hit.fingerprint == fp:
+                self.results[routing] = _Result(fp, hit.snap, time.monotonic(), time.time_ns())
+                return hit.snap
             self.version += 1
             self.stats["recomputes"] += 1
             try:
@@ -283,7 +319,7 @@ class RunPhaseState:
                 snap = PhaseSnapshot(self.version, run.state, {}, {}, str(why))
             except Fabric.DoesNotExist:  # deleted between the fingerprint and the views
                 snap = PhaseSnapshot(self.version, run.state, {}, {}, unknown_fabric(run.fabric))
-            self.results[routing] = (fp, snap)
+            self.results[routing] = _Result(fp, snap, time.monotonic(), time.time_ns())
             while len(self.results) > 4:  # routings asked for recently (a seed per client at most)
                 del self.results[next(iter(self.results))]
             return snap

@@ -10,7 +10,7 @@ from fabricmon.base import access
 from fabricmon.base.responses import json_response
 from fabricmon.core.phases.routing import ROUTING_MODES, Routing
 from fabricmon.jobs.models import Run
-from fabricmon.phases import services, state
+from fabricmon.phases import refresher, services, state
 from fabricmon.phases.state import StepWindow
 from fabricmon.topology.models import Fabric
 
@@ -56,8 +56,12 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
         window = _window(request)
     except ValueError as exc:
         return JsonResponse({"error": str(exc), "field": "steps_from"}, status=400)
-    data = services.phase_views(run, routing, window=window)
+    snap, current_ns = refresher.recent_or_now(run, routing, window)
+    data = snap.as_dict()
     data["state"] = run.state  # the page keeps polling while the run is running
+    # a watched run is answered from its last computed views while only counter frames are newer
+    # (at most FABRICMON_PHASES_MAX_STALE_S): when those were last known current
+    data["current_at_ns"] = current_ns
     if request.GET.get("fold") == "1":
         data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}
     return json_response(data)
