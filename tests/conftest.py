@@ -15,6 +15,18 @@ settings.register_profile("fabricmon", deadline=None)
 settings.load_profile("fabricmon")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _phase_views_computed_in_the_request() -> None:
+    """The test client's requests compute phase views in the request, so a test that writes counter
+    frames and asks again sees them at once, and no refresher thread outlives a test's database.
+    The refresher is tested with it set (tests/phases/test_phase_refresher.py); every server a test
+    starts runs the product's default. (Here, not in tests/settings.py: xdist's workers inherit the
+    DJANGO_SETTINGS_MODULE that file puts back, and load fabricmon.settings itself.)"""
+    from django.conf import settings as django_settings
+
+    django_settings.FABRICMON_PHASES_MAX_STALE_S = 0.0
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     import redis

@@ -15,8 +15,3 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "fabricmon.settings"
 
 from fabricmon.settings import *  # noqa: E402, F403
 
-# The test client's requests compute phase views in the request, so a test that writes counter
-# frames and asks again sees them at once; no refresher thread outlives a test's database. The
-# refresher itself is tested with this set (tests/phases/test_phase_refresher.py), and every server
-# a test starts runs the product's default.
-FABRICMON_PHASES_MAX_STALE_S = 0.0
