@@ -90,6 +90,31 @@ def test_a_run_over_its_budget_loses_its_oldest_whole_steps(owner, settings) -> 
     assert retention.prune().runs_cut == []  # under budget now: nothing more goes
 
 
+def test_a_budget_cut_goes_in_short_transactions_leaving_whole_newest_steps(owner, settings, monkeypatch) -> None:
+    """On SQLite a transaction holds the one write lock: the cut is made of chunks of whole steps,
+    oldest first, each its own transaction, and ends where a single cut would."""
+    run = runs.create_run(owner, "chunked", world_size=RANKS)
+    fill_run(run, EVENTS_PER_STEP * 40, RANKS, per_block=EVENTS_PER_STEP, peers=True)
+    full = retention.usage(run).total
+    settings.FABRICMON_RUN_BUDGET_MB = full / 2 / 1e6
+    monkeypatch.setattr(retention, "CHUNK_BYTES", full // 40 * 3)  # about three steps a transaction
+    report = retention.prune()
+    run.refresh_from_db()
+    cut = run.pruned_below_step
+    assert cut is not None and 20 <= cut < 40 and report.transactions >= cut // 4
+    assert set(EventBlockKey.objects.filter(run=run).values_list("step", flat=True)) == set(range(cut, 40))
+    assert set(TrafficMatrix.objects.filter(run=run).values_list("step", flat=True)) == set(range(cut, 40))
+    assert retention.usage(run).total <= 0.9 * full / 2
+    assert f"steps below {cut} deleted" in run.pruned_note
+
+
+def test_chunk_steps_covers_every_step_oldest_first_within_the_bound() -> None:
+    assert retention.chunk_steps({0: 3, 1: 3, 2: 3, 3: 3}, 6) == [(0, 2), (2, 4)]
+    assert retention.chunk_steps({0: 3, 1: 9, 2: 1}, 6) == [(0, 1), (1, 2), (2, 3)]  # a big step alone
+    assert retention.chunk_steps({4: 1, 7: 1}, 6) == [(0, 8)]  # gaps: from 0, one past the newest
+    assert retention.chunk_steps({}, 6) == []
+
+
 def test_cut_step_drops_whole_steps_oldest_first() -> None:
     sizes = {0: 10, 1: 10, 2: 10, 3: 10}
     assert retention.cut_step(sizes, 40, 40) is None
