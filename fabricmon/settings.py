@@ -314,8 +314,8 @@ CELERY_BEAT_SCHEDULE = {
 # no "run changed" nudge (fabricmon/phases/stream.py); an unchanged run costs two small queries.
 FABRICMON_PHASES_TICK_S = env_float("FABRICMON_PHASES_TICK_S", 2.0)
 # views.json and the heatmap's phase markers may answer from a run's views computed at most this
-# long ago, when only newer counter frames are missing from them (the run's own events, rank map
-# and state always count); a web-process thread keeps the watched runs that fresh
+# long ago, when only events and counter frames that streamed in since are missing from them (a
+# changed rank map, state or topology always counts); a web-process thread keeps the watched runs that fresh
 # (fabricmon/phases/refresher.py). 0: always compute in the request.
 FABRICMON_PHASES_MAX_STALE_S = env_float("FABRICMON_PHASES_MAX_STALE_S", 5.0)
 # The phase views (page, socket, views.json) cover this many of a run's newest reported steps;

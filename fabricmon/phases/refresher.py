@@ -5,11 +5,11 @@ of CPU at 256 GPUs — 1.5–2.8 s of wall time on a box the product itself keep
 soak's ``views.json`` p95). Django runs every sync view of a web process on one thread, so such a
 request also held up every page behind it. Here one daemon thread per web process recomputes each
 *watched* run (asked for by ``views.json`` or the heatmap's phase markers in the last
-``WATCH_S``) once per ``FABRICMON_PHASES_TICK_S``; a request answers from that result when the
-run's own data (events, rank map, state) has not changed and the result is at most
-``FABRICMON_PHASES_MAX_STALE_S`` old (``state.RunPhaseState.recent``) — only the newest counter
-frames may be missing from it, and the answer says how old it is. A run whose own data changed,
-or one nobody watched yet, is computed in the request as before::
+``WATCH_S``) once per ``FABRICMON_PHASES_TICK_S``; a request answers from that result when
+nothing settled (rank map, state, world size, topology) has changed and the result is at most
+``FABRICMON_PHASES_MAX_STALE_S`` old (``state.RunPhaseState.recent``) — only events and counter
+frames that streamed in meanwhile may be missing from it, and the answer says when it was current.
+A run whose settled data changed, or one nobody watched yet, is computed in the request::
 
     request ──watch──▶ watched {run, routing, window: last asked}
        │                        │ every tick (while asked within WATCH_S)
@@ -30,7 +30,8 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
+from redis import RedisError
 
 from fabricmon.core.phases.routing import Routing
 from fabricmon.jobs.models import Run
@@ -50,6 +51,7 @@ class Refresher:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.refreshes = 0  # recomputes asked for (tests, diagnostics)
+        self._failing = False  # an outage was said (once)
 
     def watch(self, run_id: int, routing: Routing = state.PXN,
               window: state.StepWindow | None = None) -> None:
@@ -93,7 +95,16 @@ class Refresher:
                     continue
                 state.run_state(run, None, window).snapshot(run, routing)
                 self.refreshes += 1
-            except Exception:  # a database or Redis hiccup: the next tick tries again
+                if self._failing:
+                    log.info("phase views are refreshed again")
+                    self._failing = False
+            except (RedisError, DatabaseError) as exc:  # an outage: said once, the next tick tries again
+                if not self._failing:
+                    log.warning("phase views of run %s could not be refreshed (%s); trying every tick",
+                                run_id, exc)
+                self._failing = True
+                continue
+            except Exception:  # a bug: its traceback, and the other runs still refreshed
                 log.exception("phase views of run %s could not be refreshed", run_id)
             finally:
                 close_old_connections()

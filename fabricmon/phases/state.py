@@ -116,8 +116,8 @@ class _Result:
     at: float
     at_ns: int  # the same instant, wall clock (what an answer says)
 
-    def own(self) -> tuple[Any, ...]:
-        return self.fingerprint[:-1]
+    def settled(self) -> tuple[Any, ...]:
+        return self.fingerprint[2:-1]  # (blocks, newest block, *settled, frames): see fingerprint
 
 
 @dataclass(frozen=True)
@@ -206,11 +206,7 @@ class RunPhaseState:
         self.events = {f: np.concatenate(p) for f, p in parts.items()}
 
     def _rank_map(self, run: Run, layout: FabricLayout, world: int) -> Any:
-        entries = list(
-            RankMapEntry.objects.filter(run=run)
-            .order_by("rank")
-            .values("rank", "host", "local_rank", "switch", "switch_port")
-        )
+        entries = _rank_map_entries(run)
         digest = hashlib.sha1(repr((layout.index.version, world, entries)).encode()).hexdigest()
         if digest != self.rank_hash or self.placement is None:
             self.placement, self.rank_hash = place_ranks(layout, entries, world), digest
@@ -260,19 +256,19 @@ class RunPhaseState:
         return np.stack([cache.rows_in[k] for k in have]), np.stack([cache.rows_out[k] for k in have])
 
     # -- the views ------------------------------------------------------------------------------
-    def own_fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
-        """Changes whenever the run's own data changes — event blocks, rank map, state, world size,
-        topology version — or the routing asked for (two small queries; no Redis)."""
-        n_blocks, top_block = blocks.fingerprint(run.pk)
-        ranks = RankMapEntry.objects.filter(run=run).aggregate(n=Count("id"), top=Max("id"))
+    def settled_fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
+        """What a job owner or admin changes by hand — the rank map's content (an upsert keeps the
+        rows' ids), state, world size, topology version — and the routing asked for (one query of
+        the run's rank map; no Redis)."""
         version = fabric_view(run.fabric).index.version if run.fabric else ""
-        return (n_blocks, top_block, ranks["n"], ranks["top"], run.state, run.world_size, version, routing)
+        return (_rank_map_digest(run), run.state, run.world_size, version, routing)
 
     def fingerprint(self, run: Run, routing: Routing) -> tuple[Any, ...]:
-        """The own fingerprint and the newest counter frame's id: changes whenever anything the
-        views depend on changes (one Redis XREVRANGE of one entry more; reads new frames)."""
+        """Changes whenever anything the views depend on changes: the event blocks (one query),
+        the settled part and the newest counter frame's id (one Redis XREVRANGE of one entry; reads
+        the new frames)."""
         frames = counters.frames_of(run.fabric).update(run.fabric) if run.fabric else b""
-        return (*self.own_fingerprint(run, routing), frames)
+        return (*blocks.fingerprint(run.pk), *self.settled_fingerprint(run, routing), frames)
 
     def current_at_ns(self, routing: Routing) -> int | None:
         """When the last result for ``routing`` was last known current (wall clock ns)."""
@@ -280,22 +276,23 @@ class RunPhaseState:
         return hit.at_ns if hit is not None else None
 
     def recent(self, run: Run, routing: Routing, max_stale_s: float) -> PhaseSnapshot | None:
-        """The last snapshot if nothing of the run's own has changed since and it was current at
-        most ``max_stale_s`` ago — only newer counter frames may be missing from it — else None.
-        Lock-free: a request served this way never waits behind a computation."""
+        """The last snapshot if it was current at most ``max_stale_s`` ago and nothing settled has
+        changed since (rank map, state, world size, topology, routing) — only events and counter
+        frames that streamed in meanwhile may be missing from it — else None. Lock-free: a request
+        served this way never waits behind a computation."""
         hit = self.results.get(routing)
         if hit is None or time.monotonic() - hit.at > max_stale_s:
             return None
         try:
-            return hit.snap if hit.own() == self.own_fingerprint(run, routing) else None
+            return hit.snap if hit.settled() == self.settled_fingerprint(run, routing) else None
         except Fabric.DoesNotExist:
             return None
 
     def snapshot(self, run: Run, routing: Routing = PXN, max_stale_s: float = 0.0) -> PhaseSnapshot:
         """The run's views now: from the last result when nothing changed, else recomputed over the
         cached arrays with only the new data read. ``max_stale_s`` > 0: a result at most that old
-        whose run data is unchanged is answered as it is (``recent``; ``refresher.py`` keeps the
-        watched runs' results that fresh)."""
+        whose settled data is unchanged is answered as it is (``recent``; ``refresher.py`` keeps
+        the watched runs' results that fresh)."""
         if max_stale_s > 0 and run.fabric and (snap := self.recent(run, routing, max_stale_s)) is not None:
             return snap
         with COMPUTE_LOCK, self.lock:
@@ -430,6 +427,18 @@ class RunPhaseState:
             "window_steps": self.window.count,
             "run_steps": list(span) if span else None,
         }
+
+
+def _rank_map_entries(run: Run) -> list[dict[str, Any]]:
+    return list(RankMapEntry.objects.filter(run=run).order_by("rank")
+                .values("rank", "host", "local_rank", "switch", "switch_port"))
+
+
+def _rank_map_digest(run: Run) -> str:
+    """The run's rank map as placed: changes with any entry's content, not only with new rows."""
+    rows = RankMapEntry.objects.filter(run=run).order_by("rank").values_list(
+        "rank", "host", "local_rank", "switch", "switch_port")
+    return hashlib.sha1(repr(list(rows)).encode()).hexdigest()
 
 
 def _nic_ports(layout: FabricLayout, placement: Any, p_in: FloatArray, p_out: FloatArray) -> IntArray:

@@ -171,11 +171,13 @@ def _stand_by(
             now = time.monotonic()
             if until is not None and now >= until:
                 return None, "lease_end"
+            doing = "renewing its slot"
             try:
                 if now >= next_renew:
                     if not me.keep():
                         return None, "standby_lost"
                     next_renew = now + ttl_s / 3
+                doing = "looking at the lease"
                 if now >= look_at:
                     left = lease_expires_in_s(r, shard_id)
                     if left is None:
@@ -185,13 +187,14 @@ def _stand_by(
                         left = WATCH_S  # someone took it between the two: look again soon
                     look_at = now + left
                 ends = [look_at, next_renew, now + STANDBY_WAKE_S] + ([] if until is None else [until])
+                doing = f"waiting {min(ends) - time.monotonic():.3f} s for a hand-back"
                 if wait_for_handback(r, shard_id, min(ends) - time.monotonic()):
                     look_at = 0.0  # released: look now
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if unreachable_since is None:
                     unreachable_since = now
-                    log.warning("shard %s: standby: Redis unreachable (%s); waiting in the slot",
-                                shard_id, exc)
+                    log.warning("shard %s: standby: Redis unreachable while %s (%s); waiting in the slot",
+                                shard_id, doing, exc)
                 look_at = next_renew = 0.0  # when it answers: the slot first, then the lease
                 _pause(stop_event, STANDBY_WAKE_S)
                 continue

@@ -1,7 +1,7 @@
 """views.json off the request (fabricmon/phases/refresher.py), on a reported twin run: while only
-counter frames are newer, a watched run is answered from its last views — also while another
-computation holds the lock — and the refresher thread brings them up to date; a change of the run's
-own data (events) is always computed in the request."""
+counter frames and events streamed in, a watched run is answered from its last views — also while
+another computation holds the lock — and the refresher thread brings them up to date; a change
+made by hand (the rank map) is always computed in the request."""
 
 from __future__ import annotations
 
@@ -79,13 +79,25 @@ def test_a_watched_run_is_answered_from_its_recent_views_and_refreshed_off_the_r
         assert refreshed["current_at_ns"] > first["current_at_ns"]
         assert refreshed["views"]["measured"] != first["views"]["measured"]  # the later frames are in
 
-        # the run's own data changed: computed in the request, never answered from the old views
+        # events streamed in: they may wait for the refresher (within the staleness bound) …
         post(ingest, run.pk, [e for e in events if e["start_ns"] >= cut])
-        with state.COMPUTE_LOCK:  # (the lock is re-entrant: this thread may compute while it holds it)
-            now = _views(client, run.pk)
         newest = max(e["step"] for e in events)
-        assert max(c[0] for c in now["views"]["projected"]["columns"]) == newest
         assert max(c[0] for c in refreshed["views"]["projected"]["columns"]) < newest
+        assert _wait(lambda: max(c[0] for c in _views(client, run.pk)["views"]["projected"]["columns"]) == newest,
+                     20)
+        latest = _views(client, run.pk)
+        # … while what a person changes by hand (here the rank map: two ranks on different hosts
+        # swapped, rows upserted in place) is never answered from the old views: computed in the
+        # request, even while another computation holds the lock
+        entries = {e["rank"]: e for e in rec.rank_map()}
+        a, b = 0, next(r for r, e in entries.items() if e["host"] != entries[0]["host"])
+        swapped = [{**entries[b], "rank": a}, {**entries[a], "rank": b}]
+        status, body = ingest.post_rank_map(run.pk, swapped)
+        assert status < 300, body
+        with state.COMPUTE_LOCK:  # (re-entrant: this thread computes while it holds it)
+            now = _views(client, run.pk)
+        assert now["views"]["projected"]["columns"] == latest["views"]["projected"]["columns"]
+        assert now["views"]["projected"]["values"] != latest["views"]["projected"]["values"]
     finally:
         refresher.REFRESHER.stop()
         redis_client.delete(keys.frames(fabric_name))
