@@ -85,7 +85,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         self.ports = build_port_index(self.fabric)
         self._init_lldp()
         self.wiring = Wiring(self.fabric, self.ports)
-        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed)
+        self.ep_gpus = cfg.job.group_gpus(self.wiring.n_gpus)  # GPUs per EP group (twin/moe.py)
+        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed, group_gpus=self.ep_gpus)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -163,7 +164,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
 
     def _start_reporter(self) -> None:
         cfg = self.cfg
-        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
+        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.ep_gpus}",
                 f"fabric={self.fabric.name}"]
         assert cfg.report_url  # the caller checked
         self.reporter = ReporterProcess(self.fabric, cfg.report_url, cfg.report_token or "",
@@ -171,7 +172,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
                                         tags=tags, skew_ns=cfg.report_skew_ns,
                                         every_steps=cfg.report_every_steps,
                                         block_steps=cfg.report_block_steps,
-                                        connect_timeout_s=cfg.report_connect_timeout_s)
+                                        connect_timeout_s=cfg.report_connect_timeout_s,
+                                        group_gpus=self.ep_gpus)
         self.timeline.on_phase = self.reporter.on_phase
         self.reporter.start()
 

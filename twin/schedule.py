@@ -75,12 +75,13 @@ class JobTimeline:
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
         # the twin's ticker and its gNMI targets (another thread) both extend and read the deques
         self._lock = threading.RLock()
-        # called with (phase, its rank x rank bytes matrix) as each phase is placed — the timeline
-        # keeps port bytes only; a live job reporter (twin/live_reporter.py) needs the matrix
+        # called with (phase, its (groups, G, G) EP-group byte blocks, twin/moe.py) as each phase
+        # is placed — the timeline keeps port bytes only; a live job reporter
+        # (twin/live_reporter.py) needs the blocks
         self.on_phase: Callable[[Phase, FloatArray], None] | None = None
 
-    def _place(self, step: int, layer: int, kind: PhaseKind, matrix: FloatArray, hot_gpu: int) -> None:
-        pb = self.router.route(matrix)
+    def _place(self, step: int, layer: int, kind: PhaseKind, blocks: FloatArray, hot_gpu: int) -> None:
+        pb = self.router.route(blocks)
         cap = self.capacity_Bps
         dropped = np.zeros_like(pb.out_bytes)
         out = pb.out_bytes
@@ -97,7 +98,7 @@ class JobTimeline:
         self.phases.append(ph)
         self.recent_events.append(ph.event())
         if self.on_phase is not None:
-            self.on_phase(ph, matrix)
+            self.on_phase(ph, blocks)
 
     def _generate_step(self) -> None:
         cfg = self.traffic.cfg
@@ -105,9 +106,9 @@ class JobTimeline:
         for lt in self.traffic.next_step():
             hot_gpu = self.traffic.gpu_of_expert(lt.hot_expert)
             self.cursor_ns += int(cfg.attention_ms * ms)
-            self._place(lt.step, lt.layer, "dispatch", lt.dispatch_bytes, hot_gpu)
+            self._place(lt.step, lt.layer, "dispatch", lt.dispatch_blocks, hot_gpu)
             self.cursor_ns += int(cfg.expert_ms * ms)
-            self._place(lt.step, lt.layer, "combine", lt.combine_bytes, hot_gpu)
+            self._place(lt.step, lt.layer, "combine", lt.combine_blocks, hot_gpu)
         self.cursor_ns += int(cfg.step_gap_ms * ms)
 
     def ensure(self, until_ns: int) -> None:

@@ -88,7 +88,11 @@ class TwinTruth:
     def hotspots(self, t1_ns: int, t2_ns: int) -> list[dict[str, Any]]:
         """The job's hotspot stretches overlapping [t1, t2]: consecutive steps with the same hot GPU,
         with the leaf port facing it (``hot_gpu`` −1 and no port: a balanced stretch). A soak run
-        scores detection against these: each change between two hot GPUs is one migration."""
+        scores detection against these: each change between two hot GPUs is one migration.
+
+        With several EP groups the hot expert is hot in every group (one gate, twin/moe.py):
+        ``hot_gpu``/``port`` are group 0's, ``ports`` every group's (group order)."""
+        groups = self.wiring.n_gpus // self.ep_gpus
         out: list[dict[str, Any]] = []
         for ev in self.timeline.events(t1_ns, t2_ns):
             gpu = int(ev["hot_gpu"])  # type: ignore[call-overload]
@@ -96,12 +100,15 @@ class TwinTruth:
             if out and out[-1]["hot_gpu"] == gpu:
                 out[-1]["end_ns"] = max(out[-1]["end_ns"], end)
                 continue
-            port = ""
-            if gpu >= 0:
-                p = int(self.wiring.nic_pos[gpu])
-                port = f"{self.ports.switch_names[int(self.ports.switch_of[p])]}:{self.ports.port_names[p]}"
-            out.append({"hot_gpu": gpu, "port": port, "start_ns": start, "end_ns": end})
+            ports = [self._nic_port(gpu + k * self.ep_gpus) for k in range(groups)] if gpu >= 0 else []
+            out.append({"hot_gpu": gpu, "port": ports[0] if ports else "", "ports": ports,
+                        "start_ns": start, "end_ns": end})
         return out
+
+    def _nic_port(self, gpu: int) -> str:
+        """``switch:port`` of the leaf port facing ``gpu``'s NIC."""
+        p = int(self.wiring.nic_pos[gpu])
+        return f"{self.ports.switch_names[int(self.ports.switch_of[p])]}:{self.ports.port_names[p]}"
 
     def status(self) -> dict[str, Any]:
         return {

@@ -121,3 +121,52 @@ def test_hot_gpu_port_carries_several_times_the_mean_on_one_su(one_su_256_gpus):
         assert int(np.argmax(out)) == hot_port  # the hottest port faces the hot GPU's NIC
         ratios.append(out[hot_port] / out[host].mean())
     assert 3.5 < float(np.mean(ratios)) < 6.0
+
+
+# -- EP groups: blocks routed like the block-diagonal matrix ---------------------------------------
+def _blocks(groups: int, g: int, seed: int = 4) -> np.ndarray:
+    b = np.random.default_rng(seed).uniform(1e6, 5e6, size=(groups, g, g))
+    b[:, np.arange(g), np.arange(g)] = 0.0
+    return b
+
+
+def _dense(blocks: np.ndarray) -> np.ndarray:
+    k, g, _ = blocks.shape
+    m = np.zeros((k * g, k * g))
+    for i in range(k):
+        m[i * g:(i + 1) * g, i * g:(i + 1) * g] = blocks[i]
+    return m
+
+
+@pytest.mark.parametrize("mode", ["pxn", "ecmp"])
+@pytest.mark.parametrize("gpus_per_server, group", [(4, 8), (3, 4)])  # (3, 4): groups straddle servers
+def test_ep_blocks_route_like_the_dense_matrix_and_conserve_bytes(mode, gpus_per_server, group):
+    """node001..node004 with 4 GPUs (groups of 8 = two servers) or 3 GPUs (groups of 4: group 0 is
+    node001's 3 GPUs and node002's gpu0)."""
+    from fabricmon.core.topology.railgen import rail_optimized
+
+    fabric = rail_optimized("ep", servers=4, gpus_per_server=gpus_per_server, spines=2, uplinks_per_leaf=4)
+    index = build_port_index(fabric)
+    wiring = Wiring(fabric, index)
+    blocks = _blocks(wiring.n_gpus // group, group)
+    grouped = Router(wiring, mode, group_gpus=group)
+    by_blocks = grouped.route(blocks)
+    dense = Router(wiring, mode).route(_dense(blocks))
+    np.testing.assert_allclose(by_blocks.in_bytes, dense.in_bytes, rtol=1e-12)
+    np.testing.assert_allclose(by_blocks.out_bytes, dense.out_bytes, rtol=1e-12)
+    m = _dense(blocks)
+    off_host = m[wiring.gpu_host[:, None] != wiring.gpu_host[None, :]].sum()
+    assert by_blocks.out_bytes[index.host_facing].sum() == pytest.approx(off_host)
+    # only pairs inside a group are listed: groups x G^2 at most, never N^2
+    src, dst = grouped.pairs // wiring.n_gpus, grouped.pairs % wiring.n_gpus
+    if mode == "ecmp":
+        assert np.all(src // group == dst // group)
+    else:  # the proxy NIC may belong to another group; its server has a GPU in dst's group
+        in_group = set(zip(wiring.gpu_host.tolist(), (np.arange(wiring.n_gpus) // group).tolist(), strict=True))
+        assert set(zip(wiring.gpu_host[src].tolist(), (dst // group).tolist(), strict=True)) <= in_group
+    assert len(grouped.pairs) < len(Router(wiring, mode).pairs)
+    with pytest.raises(ValueError, match="route its"):
+        grouped.route(m)
+    with pytest.raises(ValueError, match="EP groups"):
+        grouped.route(blocks[:1])
+
