@@ -57,6 +57,7 @@ from twin.truth import TwinTruth
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
+COUNTER_HISTORY_BYTES = 128 << 20
 
 
 class Twin(TwinFaults, TwinTruth, TwinLldp):
@@ -112,7 +113,11 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         octets = rng.integers(0, 1 << 40, size=(len(self.ports), 2), dtype=np.uint64)
         initial[:, 0:2] = octets
         initial[:, 2:4] = octets // np.uint64(cfg.packet_bytes)
-        capacity = math.ceil(cfg.history_s * cfg.tick_hz * 1.2) + 8
+        # the counters' truth history: history_s, or what COUNTER_HISTORY_BYTES holds (16,896
+        # ports are 1.4 MB a tick: 60 s at 10 Hz would be 1 GB — ~9 s is kept there)
+        per_tick = len(self.ports) * len(METRICS) * 12  # uint64 value + float32 rate
+        capacity = min(math.ceil(cfg.history_s * cfg.tick_hz * 1.2) + 8,
+                       max(32, COUNTER_HISTORY_BYTES // max(1, per_tick)))
         self.clock = CounterClock(len(self.ports), self.t0_ns, initial, capacity)
         self.timeline = JobTimeline(
             MoeTraffic(cfg.job, self.wiring.n_gpus, seed=cfg.seed),

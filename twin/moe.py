@@ -105,45 +105,57 @@ class MoeConfig:
 class LayerTraffic:
     """One MoE layer of one step: expert popularity and its two all-to-alls, per EP group.
 
-    The byte blocks are computed when asked (``dispatch_blocks``, ``combine_blocks``: fresh
-    (groups, G, G) arrays each time) from the step's gate noise, which every layer of the step
-    shares — so a step costs one noise array, whatever its layers, and a caller holds one
-    layer's blocks at a time. ``dispatch_bytes``/``combine_bytes`` are the dense whole-job
-    matrices, for small fabrics only (≤ ``DENSE_MAX_GPUS``).
+    The byte blocks are computed when asked (:meth:`blocks`: fresh (groups, G, G) arrays each
+    time) from the step's G × G gate noise, which every layer and group of the step shares —
+    rows rotated by the layer, columns by the group (cheap; the shape of the noise is all that
+    matters here, not its independence across layers or groups) — so a step costs one G × G draw
+    whatever its size, and a caller holds one layer's blocks at a time.
+    ``dispatch_bytes``/``combine_bytes`` are the dense whole-job matrices, for small fabrics only
+    (≤ ``DENSE_MAX_GPUS``).
     """
 
     step: int
     layer: int
     popularity: FloatArray  # (E,) over one group's experts, sums to 1
     hot_expert: int  # −1 in a balanced step; the same expert in every group
-    group_gpus: int  # G
+    groups: int
     rank_bytes: FloatArray = field(repr=False)  # (G,) bytes a rank sends each GPU of its group, before noise
-    noise: FloatArray = field(repr=False)  # (groups, G, G) the step's gate noise (shared by its layers)
+    noise: FloatArray = field(repr=False)  # (G, G) the step's gate noise (shared by its layers and groups)
     combine_ratio: float = 2.0
 
     @property
-    def groups(self) -> int:
-        return len(self.noise)
+    def group_gpus(self) -> int:
+        return len(self.rank_bytes)
 
     def _gate_dispatch(self) -> FloatArray:
-        g = self.group_gpus
-        # the step's noise with its rows rotated by the layer (cheap; the shape of the noise is
-        # all that matters here, not its independence across layers)
-        out = self.noise[:, (np.arange(g) + self.layer) % g, :]
-        out *= self.rank_bytes[None, None, :]
+        g, k = self.group_gpus, self.groups
+        rolled = self.noise[(np.arange(g) + self.layer) % g]  # rows rotated by the layer
+        if k == 1:  # the whole job (the demo's): exactly the matrix it always had
+            out = rolled[None]
+            out *= self.rank_bytes[None, None, :]
+        else:  # group j: columns rotated by j, from one doubled copy (a slice per group)
+            doubled = np.concatenate([rolled, rolled], axis=1)
+            out = np.empty((k, g, g))
+            for j in range(k):
+                np.multiply(doubled[:, j % g:j % g + g], self.rank_bytes[None, :], out=out[j])
         out[:, np.arange(g), np.arange(g)] = 0.0  # a rank's tokens for its own experts never leave it
         return out
 
+    def blocks(self) -> tuple[FloatArray, FloatArray]:
+        """(dispatch, combine), each (groups, G, G): block j row s = bytes rank j·G+s sends to each
+        rank of its group; combine is each dispatch block transposed at the combine element size
+        (laid out transposed, as numpy makes it: routing sums it in the order the whole-job
+        matrix had)."""
+        dispatch = self._gate_dispatch()
+        return dispatch, dispatch.transpose(0, 2, 1) * self.combine_ratio
+
     @property
     def dispatch_blocks(self) -> FloatArray:
-        """(groups, G, G): block g row s = bytes rank g·G+s sends to each rank of its group."""
-        return self._gate_dispatch()
+        return self.blocks()[0]
 
     @property
     def combine_blocks(self) -> FloatArray:
-        """(groups, G, G): the transpose of each dispatch block at the combine element size (laid out
-        transposed, as numpy makes it: routing sums it in the order the whole-job matrix had)."""
-        return self._gate_dispatch().transpose(0, 2, 1) * self.combine_ratio
+        return self.blocks()[1]
 
     @property
     def dispatch_bytes(self) -> FloatArray:
@@ -234,15 +246,16 @@ class MoeTraffic:
                  else self.popularity.probabilities())
         hot_expert = -1 if balanced else self.popularity.hot_expert
         tokens = float(c.tokens_per_rank * c.top_k)
-        # Gate noise: one draw per step and group (one group: the draw the whole-job matrix had)
-        noise = np.clip(1.0 + c.gate_noise * self.rng.standard_normal((self.groups, g, g)), 0.0, None)
+        # Gate noise: one G x G draw per step (one group: the draw the whole-job matrix had)
+        noise = np.clip(1.0 + c.gate_noise * self.rng.standard_normal((g, g)), 0.0, None)
         scale = tokens * c.hidden * c.dispatch_bytes_per_elem
         combine_ratio = c.combine_bytes_per_elem / c.dispatch_bytes_per_elem
         out: list[LayerTraffic] = []
         for layer in range(c.layers):
             p = probs[layer]
             p_gpu = p.reshape(g, c.experts_per_gpu).sum(axis=1)  # popularity of each GPU's experts
-            out.append(LayerTraffic(self.step, layer, p, hot_expert, g, scale * p_gpu, noise, combine_ratio))
+            out.append(LayerTraffic(self.step, layer, p, hot_expert, self.groups, scale * p_gpu, noise,
+                                    combine_ratio))
         self.popularity.advance()
         self.step += 1
         if balanced and not c.balanced_at(self.step):

@@ -262,13 +262,21 @@ class Router:
         """Bytes in/out of every port for one phase: its (groups, G, G) blocks, or its (N, N)
         matrix when the job is one group."""
         w, g = self.wiring, self.group_gpus
-        rows = self.blocks(traffic).reshape(-1, g)  # (N, G): rank r's bytes to each GPU of its group
-        if self.mode == "ecmp":
-            source = rows
+        blocks = self.blocks(traffic)
+        by_columns = blocks.transpose(0, 2, 1)
+        if self.mode == "pxn" and self._seg_len and by_columns.flags.c_contiguous and len(blocks) > 1:
+            # laid out transposed (a combine, twin/moe.py): sum each column's host segments where
+            # they are contiguous instead of copying the blocks to rows first
+            # (k, G, hosts, seg) → (k, hosts, G); einsum, as numpy's sum over a short last axis is
+            # several times slower
+            per = np.einsum("kdhs->khd", by_columns.reshape(len(blocks), g, -1, self._seg_len))
+            source = per.reshape(-1, g)
+        elif self.mode == "ecmp":
+            source = blocks.reshape(-1, g)  # (N, G): rank r's bytes to each GPU of its group
         elif self._seg_len:
-            source = rows.reshape(len(self.seg_starts), self._seg_len, g).sum(axis=1)
+            source = blocks.reshape(len(self.seg_starts), self._seg_len, g).sum(axis=1)
         else:
-            source = np.add.reduceat(rows, self.seg_starts, axis=0)
+            source = np.add.reduceat(blocks.reshape(-1, g), self.seg_starts, axis=0)
         flat = source.ravel()[self.pair_source]
         p = self.n_ports
         in_b = np.bincount(self.first_hop, weights=flat, minlength=p)

@@ -97,13 +97,9 @@ class _LayerWithExtra(LayerTraffic):
 
     extra: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
 
-    @property
-    def dispatch_blocks(self) -> FloatArray:
-        return super().dispatch_blocks + self.extra[None]
-
-    @property
-    def combine_blocks(self) -> FloatArray:
-        return super().combine_blocks + self.extra.T[None]
+    def blocks(self) -> tuple[FloatArray, FloatArray]:
+        dispatch, combine = super().blocks()
+        return dispatch + self.extra[None], combine + self.extra.T[None]
 
 
 class ScenarioTraffic(MoeTraffic):

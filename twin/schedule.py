@@ -64,12 +64,18 @@ class JobTimeline:
         buffer_bytes: float = 16e6,
         keep_s: float = 10.0,
         keep_events: int = 20000,
+        min_keep_s: float = 2.0,
+        max_bytes: int = 64 << 20,
     ) -> None:
         self.traffic, self.router = traffic, router
         self.capacity_Bps = speed_bps / 8.0
         self.host_facing = host_facing
         self.lossy, self.buffer_bytes = lossy, buffer_bytes
-        self.keep_ns = int(keep_s * 1e9)
+        # phases are kept keep_s, or min_keep_s while they hold more than max_bytes (16,896
+        # ports: 400 KB a phase, ~48 a second) — the queue model takes each within a tick
+        self.keep_ns, self.min_keep_ns, self.max_bytes = int(keep_s * 1e9), int(min_keep_s * 1e9), max_bytes
+        self._no_drops = np.zeros(len(speed_bps))  # every lossless phase's out_dropped (read-only)
+        self._no_drops.flags.writeable = False
         self.cursor_ns = t0_ns
         self.phases: deque[Phase] = deque()  # recent phases with their port arrays
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
@@ -83,7 +89,7 @@ class JobTimeline:
     def _place(self, step: int, layer: int, kind: PhaseKind, blocks: FloatArray, hot_gpu: int) -> None:
         pb = self.router.route(blocks)
         cap = self.capacity_Bps
-        dropped = np.zeros_like(pb.out_bytes)
+        dropped = self._no_drops
         out = pb.out_bytes
         if self.lossy:
             send_s = float(np.max(pb.in_bytes[self.host_facing] / cap[self.host_facing], initial=0.0))
@@ -105,10 +111,11 @@ class JobTimeline:
         ms = 1_000_000
         for lt in self.traffic.next_step():
             hot_gpu = self.traffic.gpu_of_expert(lt.hot_expert)
+            dispatch, combine = lt.blocks()
             self.cursor_ns += int(cfg.attention_ms * ms)
-            self._place(lt.step, lt.layer, "dispatch", lt.dispatch_blocks, hot_gpu)
+            self._place(lt.step, lt.layer, "dispatch", dispatch, hot_gpu)
             self.cursor_ns += int(cfg.expert_ms * ms)
-            self._place(lt.step, lt.layer, "combine", lt.combine_blocks, hot_gpu)
+            self._place(lt.step, lt.layer, "combine", combine, hot_gpu)
         self.cursor_ns += int(cfg.step_gap_ms * ms)
 
     def ensure(self, until_ns: int) -> None:
@@ -119,7 +126,9 @@ class JobTimeline:
     def _ensure(self, until_ns: int) -> None:
         while self.cursor_ns < until_ns:
             self._generate_step()
-        while self.phases and self.phases[0].end_ns < until_ns - self.keep_ns:
+        phase_bytes = 3 * 8 * len(self.capacity_Bps)
+        keep_ns = self.min_keep_ns if len(self.phases) * phase_bytes > self.max_bytes else self.keep_ns
+        while self.phases and self.phases[0].end_ns < until_ns - keep_ns:
             self.phases.popleft()
 
     def window_bytes(self, a_ns: int, b_ns: int) -> tuple[FloatArray, FloatArray, FloatArray]:

@@ -67,11 +67,9 @@ class TwinTruth:
         (twin.gnmi_sources.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
         if self.queues is None:
             raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        cum = self.queues.counters_at(t_ns)
-        sl = self._slice(switch)
-        pkt = self.queues.cfg.pkt_bytes
-        out: dict[str, np.ndarray] = queue_leaves({k: a[sl] for k, a in cum.items()}, pkt)
-        out["q_bytes"] = cum["q_bytes"][sl]
+        cum = self.queues.counters_at(t_ns, self._slice(switch))
+        out: dict[str, np.ndarray] = queue_leaves(cum, self.queues.cfg.pkt_bytes)
+        out["q_bytes"] = cum["q_bytes"]
         return out
 
     def true_watermark(self, switch: str | None, t1_ns: int, t2_ns: int) -> np.ndarray:
@@ -79,7 +77,7 @@ class TwinTruth:
         watermark read at t2 reports when the previous clear was at t1). Needs ``gnmi=True``."""
         if self.queues is None:
             raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns)[self._slice(switch)]).astype(np.uint64)
+        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns, self._slice(switch))).astype(np.uint64)
 
     def phases(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
         """Phase events (step, layer, dispatch|combine, start/end ns, hot GPU) overlapping [t1, t2]."""
