@@ -96,7 +96,8 @@ class Scale(soak.Soak):
         self.lag_s: list[float] = []  # wall clock minus the newest frame's tick, at each sample
         self.cpu: list[tuple[float, dict[str, float]]] = []  # (elapsed, name → tree CPU s)
         self.draws: list[dict[str, float]] = []
-        self.twin_ticks: list[tuple[float, int]] = []  # (elapsed, twin simulation ticks; -1 no answer)
+        # (elapsed, twin simulation ticks, seconds its job stalled behind real time; -1: no answer)
+        self.twin_ticks: list[tuple[float, int, float]] = []
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
@@ -109,11 +110,13 @@ class Scale(soak.Soak):
         self.redis.start()
         self.sup.env["REDIS_URL"] = self.redis.url
         a = self.args
-        extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle]
+        extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle,
+                 "--ep-size", str(a.ep_size)]
         queues = demo.queue_names(self.sup.env)
         self.stack = demo.start_stack(self.sup, self.var_dir, a, twin_extra=extra, services=SERVICES,
                                       overrides={"worker_queues": queues["collection_queue"],
-                                                 "worker_concurrency": str(WORKER_CONCURRENCY)},
+                                                 "worker_concurrency": str(WORKER_CONCURRENCY),
+                                                 "report_every_steps": str(a.report_every_steps)},
                                       twin_wait_s=600)
         self.log_in()
         self.spec = load_fabric((self.var_dir / "twin-topology.yaml").read_text())
@@ -129,7 +132,7 @@ class Scale(soak.Soak):
         if len(self.rec.frames) > before:
             self.lag_s.append((time.time_ns() - self.rec.frames[-1][0]) / NS)
         self.cpu.append((self.elapsed(), {n: tree_cpu_s(p) for n, p in self.pids().items()}))
-        self.twin_ticks.append((self.elapsed(), twin_ticks(self.stack.twin_url)))
+        self.twin_ticks.append((self.elapsed(), *twin_ticks(self.stack.twin_url)))
 
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
@@ -188,14 +191,16 @@ class Scale(soak.Soak):
         return self.db_facts()
 
 
-def twin_ticks(twin_url: str) -> int:
-    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by:
-    a twin that cannot keep up at this size shows here, its counters frozen."""
+def twin_ticks(twin_url: str) -> tuple[int, float]:
+    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by,
+    and how long its job stalled because the twin fell behind real time (twin/schedule.py: past
+    2 s behind, the job pauses instead of owing the simulation). (-1, -1.0): no answer."""
     try:
         with urllib.request.urlopen(twin_url + "/status", timeout=10) as resp:
-            return int(json.loads(resp.read()).get("ticks", -1))
+            st = json.loads(resp.read())
+        return int(st.get("ticks", -1)), float(st.get("job_stalled_s", 0.0))
     except (OSError, ValueError):
-        return -1
+        return -1, -1.0
 
 
 def replay_framing(redis_url: str, spec, ticks: int) -> float:  # type: ignore[no-untyped-def]
@@ -235,16 +240,20 @@ def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
     measured = [f for f in sc.rec.frames if f[0] / NS >= sc.measure_from_ms / 1e3]
     tc = lost_ticks(measured, NS)
     lat = pixel_latencies_ms(sc.draws, sc.measure_from_ms)
-    answered = [(t, n) for t, n in sc.twin_ticks if n >= 0 and t >= w0]
-    twin_hz = ((answered[-1][1] - answered[0][1]) / (answered[-1][0] - answered[0][0])
-               if len(answered) >= 2 and answered[-1][0] > answered[0][0] else float("nan"))
+    answered = [(t, n, st) for t, n, st in sc.twin_ticks if n >= 0 and t >= w0]
+    span = answered[-1][0] - answered[0][0] if len(answered) >= 2 else 0.0
+    twin_hz = (answered[-1][1] - answered[0][1]) / span if span > 0 else float("nan")
+    # the share of wall time the twin's job ran (1: it kept up; the rest it stalled, its ports idle)
+    job_share = 1.0 - (answered[-1][2] - answered[0][2]) / span if span > 0 else float("nan")
     return {
         "ports": sc.ports, "switches": len(sc.spec.switches), "minutes": round(wall / 60, 1),
         "frames": len(measured), "expected_ticks": tc.expected, "lost_ticks": tc.missing,
         "no_data_ticks": tc.no_data, "frame_lag_s_max": round(max(sc.lag_s, default=float("nan")), 2),
         "frame_lag_s_p95": round(p95(sc.lag_s), 2),
         "twin_ticks_end": sc.twin_ticks[-1][1] if sc.twin_ticks else -1,
+        "twin_job_stalled_s_end": sc.twin_ticks[-1][2] if sc.twin_ticks else -1.0,
         "twin_tick_hz": round(twin_hz, 2),  # the twin's target: 10
+        "twin_job_share": round(job_share, 3),
         "pixel_columns": len(lat), "pixel_p50_ms": round(float(np.median(lat)), 0) if lat else float("nan"),
         "pixel_p95_ms": round(p95(lat), 0), "pixel_max_ms": round(max(lat, default=float("nan")), 0),
         "cpu_s": {k: round(v, 1) for k, v in stages.items()},
@@ -263,7 +272,8 @@ def bench_line(fig: dict[str, object]) -> str:
     per, peak = fig["cpu_us_per_port_s"], fig["peak_pss_mb"]
     parts = [f"ports={fig['ports']}", f"minutes={fig['minutes']}", f"lost_ticks={fig['lost_ticks']}",
              f"no_data_ticks={fig['no_data_ticks']}", f"frame_lag_s_max={fig['frame_lag_s_max']}",
-             f"twin_tick_hz={fig['twin_tick_hz']}", f"pixel_p95_ms={fig['pixel_p95_ms']}"]
+             f"twin_tick_hz={fig['twin_tick_hz']}", f"twin_job_share={fig['twin_job_share']}",
+             f"pixel_p95_ms={fig['pixel_p95_ms']}"]
     parts += [f"cpu_us_per_port_s_{k}={v}" for k, v in per.items()]  # type: ignore[attr-defined]
     parts += [f"box_share={fig['box_share']}"]
     parts += [f"peak_rss_mb_{k}={v}" for k, v in peak.items()]  # type: ignore[attr-defined]
@@ -273,10 +283,15 @@ def bench_line(fig: dict[str, object]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n\n")[0])
     demo.add_stack_args(ap)
-    ap.set_defaults(servers=672, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
+    # 704 servers x 8 GPUs in 22 SUs and 8 spines: 16,896 ports (the nearest above 16,384: a 22nd SU)
+    ap.set_defaults(servers=704, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
     ap.add_argument("--minutes", type=float, default=10.0, help="measured minutes, after the warm-up")
     ap.add_argument("--warmup-s", type=float, default=90.0)
     ap.add_argument("--replay-ticks", type=int, default=20)
+    ap.add_argument("--ep-size", type=int, default=256, help="the twin job's expert-parallel group (GPUs)")
+    ap.add_argument("--report-every-steps", type=int, default=64,
+                    help="the twin job reports 4 consecutive steps of every 4 x this many (the demo's "
+                         "GPUs/16 would be one block in ~9 minutes at 5,632 GPUs)")
     soak.add_watch_args(ap)
     args = ap.parse_args(argv)
     args.kills, args.redis_outage_s = 0, 0.0  # soak.verdict's: no faults here

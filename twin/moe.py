@@ -107,9 +107,11 @@ class LayerTraffic:
 
     The byte blocks are computed when asked (:meth:`blocks`: fresh (groups, G, G) arrays each
     time) from the step's G × G gate noise, which every layer and group of the step shares —
-    rows rotated by the layer, columns by the group (cheap; the shape of the noise is all that
-    matters here, not its independence across layers or groups) — so a step costs one G × G draw
-    whatever its size, and a caller holds one layer's blocks at a time.
+    rows rotated by the layer plus the group (cheap; the shape of the noise is all that matters
+    here, not its independence across layers or groups) — so a step costs one G × G draw
+    whatever its size, and a caller holds one layer's blocks at a time. Under PXN only each
+    server's sums reach the network: :meth:`server_sums` gives them for every group without
+    building the blocks (G² + groups × servers × G per layer, not groups × G²).
     ``dispatch_bytes``/``combine_bytes`` are the dense whole-job matrices, for small fabrics only
     (≤ ``DENSE_MAX_GPUS``).
     """
@@ -122,6 +124,8 @@ class LayerTraffic:
     rank_bytes: FloatArray = field(repr=False)  # (G,) bytes a rank sends each GPU of its group, before noise
     noise: FloatArray = field(repr=False)  # (G, G) the step's gate noise (shared by its layers and groups)
     combine_ratio: float = 2.0
+    # (2G + 1, G): prefix sums of the noise's rows, twice over (for server_sums; one per step)
+    noise_prefix: FloatArray | None = field(default=None, repr=False)
 
     @property
     def group_gpus(self) -> int:
@@ -129,17 +133,36 @@ class LayerTraffic:
 
     def _gate_dispatch(self) -> FloatArray:
         g, k = self.group_gpus, self.groups
-        rolled = self.noise[(np.arange(g) + self.layer) % g]  # rows rotated by the layer
-        if k == 1:  # the whole job (the demo's): exactly the matrix it always had
-            out = rolled[None]
-            out *= self.rank_bytes[None, None, :]
-        else:  # group j: columns rotated by j, from one doubled copy (a slice per group)
-            doubled = np.concatenate([rolled, rolled], axis=1)
-            out = np.empty((k, g, g))
-            for j in range(k):
-                np.multiply(doubled[:, j % g:j % g + g], self.rank_bytes[None, :], out=out[j])
+        # group j, layer l: row s is the noise's row (s + l + j) mod G (one group: the matrix the
+        # whole job always had)
+        rows = (np.arange(g)[None, :] + self.layer + np.arange(k)[:, None]) % g
+        out = self.noise[rows]
+        out *= self.rank_bytes[None, None, :]
         out[:, np.arange(g), np.arange(g)] = 0.0  # a rank's tokens for its own experts never leave it
         return out
+
+    def server_sums(self, per_server: int) -> tuple[FloatArray, FloatArray]:
+        """(dispatch, combine) bytes each server of a group sends each GPU of the group, summed
+        over the server's ``per_server`` consecutive ranks: (groups · servers, G) each — what PXN
+        puts on the wire (a server's senders fold onto one proxy NIC). Equal to summing
+        :meth:`blocks` (to rounding), except for a server's bytes to its own GPUs, which never
+        leave it (the diagonal is not zeroed here; routing drops same-server pairs)::
+
+            dispatch_j[h, d] = rb[d] · Σ_{s∈h} noise[(s+l+j) % G, d]       prefix sums of rows
+            combine_j[h, d]  = ratio · Σ_{s∈h} noise[(d+l+j) % G, s] · rb[s]  one G × servers product
+        """
+        g, k, m = self.group_gpus, self.groups, per_server
+        if g % m:
+            raise ValueError(f"{m} GPUs per server do not divide EP groups of {g}")
+        h = g // m
+        shift = (self.layer + np.arange(k))[:, None]  # (k, 1)
+        top = self.noise_prefix if self.noise_prefix is not None else row_prefix(self.noise)
+        start = np.arange(h)[None, :] * m + shift % g  # (k, h): first noise row of each server's ranks
+        dispatch = (top[start + m] - top[start]) * self.rank_bytes[None, None, :]  # (k, h, G)
+        weighted = np.einsum("rhs->rh", (self.noise * self.rank_bytes[None, :]).reshape(g, h, m))  # (G, h)
+        rows = (np.arange(g)[None, :] + shift) % g  # (k, G): the noise row of each receiver d
+        combine = weighted[rows].transpose(0, 2, 1) * self.combine_ratio  # (k, h, G)
+        return dispatch.reshape(k * h, g), np.ascontiguousarray(combine).reshape(k * h, g)
 
     def blocks(self) -> tuple[FloatArray, FloatArray]:
         """(dispatch, combine), each (groups, G, G): block j row s = bytes rank j·G+s sends to each
@@ -166,6 +189,15 @@ class LayerTraffic:
     def combine_bytes(self) -> FloatArray:
         """(N, N) the whole job's combine matrix, block-diagonal (small fabrics only)."""
         return dense_matrix(self.combine_blocks)
+
+
+def row_prefix(noise: FloatArray) -> FloatArray:
+    """(2G + 1, G): 0, then the running sums of the noise's rows, the rows taken twice (so any G
+    consecutive rows modulo G are a difference of two rows)."""
+    g = len(noise)
+    top = np.zeros((2 * g + 1, g))
+    np.cumsum(np.concatenate([noise, noise]), axis=0, out=top[1:])
+    return top
 
 
 def dense_matrix(blocks: FloatArray) -> FloatArray:
@@ -250,12 +282,13 @@ class MoeTraffic:
         noise = np.clip(1.0 + c.gate_noise * self.rng.standard_normal((g, g)), 0.0, None)
         scale = tokens * c.hidden * c.dispatch_bytes_per_elem
         combine_ratio = c.combine_bytes_per_elem / c.dispatch_bytes_per_elem
+        prefix = row_prefix(noise) if self.groups > 1 else None  # PXN routes many groups from it
         out: list[LayerTraffic] = []
         for layer in range(c.layers):
             p = probs[layer]
             p_gpu = p.reshape(g, c.experts_per_gpu).sum(axis=1)  # popularity of each GPU's experts
             out.append(LayerTraffic(self.step, layer, p, hot_expert, self.groups, scale * p_gpu, noise,
-                                    combine_ratio))
+                                    combine_ratio, prefix))
         self.popularity.advance()
         self.step += 1
         if balanced and not c.balanced_at(self.step):

@@ -76,8 +76,12 @@ class ReporterProcess:
     def retry_s(self, value: float) -> None:  # tests shorten the child's connect retry
         self._retry.value = float(value)
 
+    def wants(self, step: int) -> bool:
+        """Whether ``step``'s phases are reported (the timeline builds their blocks)."""
+        return reported_step(step, self.every_steps, self.block_steps)
+
     def on_phase(self, ph: Phase, blocks: np.ndarray) -> None:
-        if not reported_step(ph.step, self.every_steps, self.block_steps):  # before the blocks are copied
+        if not self.wants(ph.step):  # before the blocks are copied
             return
         try:
             self._queue.put_nowait((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns,

@@ -258,10 +258,16 @@ class Router:
         nic[self.proxy(np.repeat(np.arange(n_hosts), n), dst), dst] = per_host.ravel()
         return nic
 
+    @property
+    def server_gpus(self) -> int:
+        """GPUs per server when this routing reads per-server sums of whole groups (PXN on
+        servers of one size inside groups: :meth:`route_sources`), else 0."""
+        return self._seg_len if self.mode == "pxn" else 0
+
     def route(self, traffic: FloatArray) -> PortBytes:
         """Bytes in/out of every port for one phase: its (groups, G, G) blocks, or its (N, N)
         matrix when the job is one group."""
-        w, g = self.wiring, self.group_gpus
+        g = self.group_gpus
         blocks = self.blocks(traffic)
         by_columns = blocks.transpose(0, 2, 1)
         if self.mode == "pxn" and self._seg_len and by_columns.flags.c_contiguous and len(blocks) > 1:
@@ -277,6 +283,15 @@ class Router:
             source = blocks.reshape(len(self.seg_starts), self._seg_len, g).sum(axis=1)
         else:
             source = np.add.reduceat(blocks.reshape(-1, g), self.seg_starts, axis=0)
+        return self.route_sources(source)
+
+    def route_sources(self, source: FloatArray) -> PortBytes:
+        """Bytes in/out of every port from the sources' sums: (segments, G) — per (server, group)
+        under PXN (``twin.moe.LayerTraffic.server_sums``), per GPU under ECMP."""
+        w = self.wiring
+        want = (len(self.seg_starts), self.group_gpus)
+        if source.shape != want:
+            raise ValueError(f"source sums shape {source.shape}, expected {want}")
         flat = source.ravel()[self.pair_source]
         p = self.n_ports
         in_b = np.bincount(self.first_hop, weights=flat, minlength=p)

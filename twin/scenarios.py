@@ -101,6 +101,12 @@ class _LayerWithExtra(LayerTraffic):
         dispatch, combine = super().blocks()
         return dispatch + self.extra[None], combine + self.extra.T[None]
 
+    def server_sums(self, per_server: int) -> tuple[FloatArray, FloatArray]:
+        g = self.group_gpus
+        dispatch, combine = self.blocks()
+        return (dispatch.reshape(-1, per_server, g).sum(axis=1),
+                np.ascontiguousarray(combine).reshape(-1, per_server, g).sum(axis=1))
+
 
 class ScenarioTraffic(MoeTraffic):
     """The twin's MoE job with a scenario's script on top: the hot expert switched on at onset,

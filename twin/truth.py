@@ -118,6 +118,10 @@ class TwinTruth:
             "now_ns": time.time_ns(),
             "ticks": self.ticks,
             "ports": len(self.ports),
+            # the job's own progress: steps simulated, and time it stalled because the twin fell
+            # behind real time (a starved CPU; 0 when it keeps up)
+            "job_steps": self.timeline.traffic.step if self.t0_ns else 0,
+            "job_stalled_s": round(self.timeline.stalled_ns / 1e9, 3) if self.t0_ns else 0.0,
             "switches": {
                 sw.name: {
                     "address": sw.mgmt_address,

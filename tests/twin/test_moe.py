@@ -118,3 +118,19 @@ def test_the_dense_view_is_for_small_fabrics_only():
     assert lt.dispatch_blocks.shape == (2 * DENSE_MAX_GPUS // 64, 64, 64)
     with pytest.raises(ValueError, match="not built"):
         _ = lt.dispatch_bytes
+
+
+def test_server_sums_are_the_blocks_summed_per_server_without_building_them():
+    """PXN reads what each server sends each GPU of its group: the closed form (prefix sums of
+    the noise rows, one G x servers product) equals the blocks summed per server, except for a
+    server's bytes to itself (which routing drops)."""
+    job = MoeTraffic(MoeConfig(layers=3, ep_size=16), 64, seed=1)
+    for lt in job.next_step():
+        dispatch, combine = lt.blocks()
+        sums = lt.server_sums(4)
+        for blocks, closed in zip((dispatch, np.ascontiguousarray(combine)), sums, strict=True):
+            summed = blocks.reshape(16, 4, 16).sum(axis=1)  # (groups x servers, G)
+            own = (np.arange(16) % 4)[:, None] == (np.arange(16) // 4)[None, :]  # server → its GPUs
+            np.testing.assert_allclose(closed[~own], summed[~own], rtol=1e-12)
+    with pytest.raises(ValueError, match="do not divide"):
+        lt.server_sums(3)

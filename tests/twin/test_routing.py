@@ -170,3 +170,27 @@ def test_ep_blocks_route_like_the_dense_matrix_and_conserve_bytes(mode, gpus_per
     with pytest.raises(ValueError, match="EP groups"):
         grouped.route(blocks[:1])
 
+
+
+def test_a_job_of_groups_routes_the_servers_sums_like_its_blocks(small):
+    """Steps nobody reports are routed from each server's sums (twin/moe.py server_sums), the
+    reported ones from their blocks: the same port bytes either way."""
+    from twin.schedule import JobTimeline
+
+    _fabric, index, wiring = small
+    router = Router(wiring, "pxn", group_gpus=8)
+
+    def phases(report: bool) -> list:  # type: ignore[type-arg]
+        tl = JobTimeline(MoeTraffic(MoeConfig(layers=2, ep_size=8), wiring.n_gpus, seed=4), router,
+                         index.speed_bps, index.host_facing, 0)
+        seen: list[int] = []
+        if report:
+            tl.on_phase = lambda ph, blocks: seen.append(blocks.shape[0])
+        tl.ensure(1_000_000_000)
+        assert seen == ([2] * len(tl.phases) if report else [])
+        return list(tl.phases)
+
+    for a, b in zip(phases(report=True), phases(report=False), strict=True):
+        assert (a.start_ns, a.end_ns) == pytest.approx((b.start_ns, b.end_ns), abs=1)
+        np.testing.assert_allclose(a.out_bytes, b.out_bytes, rtol=1e-12)
+        np.testing.assert_allclose(a.in_bytes, b.in_bytes, rtol=1e-12)
