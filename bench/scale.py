@@ -2,14 +2,19 @@
 whether it keeps up, and how late a counter reaches the pixel.
 
 The stack is bench/soak.py's (fabricmon.demo.start_stack: the demo's commands), sized up:
-672 servers x 8 GPUs in 21 rail-optimized SUs (one leaf per rail per SU: 168 leaves of 32 host
-ports + 32 uplinks) and 8 spines (each 21 x 8 x 4 = 672 downlinks): 5,376 + 5,376 + 5,376 =
-16,128 switch ports, 176 switches — the size of the twin's fabric nearest 16,384 (683 servers
-gives 16,728). Every switch is a gNMI target streaming at 1 s; SNMP fills in while a stream is down
-(load_topology --collector both). Collection and evaluation run in separate Celery workers (as
-compose runs them), so /proc can tell their CPU apart:
+704 servers x 8 GPUs in 22 rail-optimized SUs (one leaf per rail per SU: 176 leaves of 32 host
+ports + 32 uplinks) and 8 spines (each 22 x 8 x 4 = 704 downlinks): 5,632 + 5,632 + 5,632 =
+16,896 switch ports, 184 switches (the nearest size above the issue's 16,384: 672 servers were
+16,128). The twin's MoE job runs its all-to-alls in expert-parallel groups of ``--ep-size`` 256
+GPUs (one group per SU; twin/moe.py), reports 4 consecutive steps of every 4 x
+``--report-every-steps`` through the probe, and stalls rather than fall behind real time
+(``twin_job_share``: the share of wall time its job ran). Every switch is a gNMI target streaming
+at 1 s; SNMP is polled at 1 s too (load_topology --collector both: frames follow the SNMP
+interval, so SNMP cannot be slowed to a fallback rate without coarser frames) and fills in while a
+stream is down. Collection and evaluation run in separate Celery workers (as compose runs them),
+so /proc can tell their CPU apart:
 
-    twin        python -m twin --servers 672 --gpus-per-server 8 --spines 8 --gnmi …
+    twin        python -m twin --servers 704 --gpus-per-server 8 --spines 8 --ep-size 256 --gnmi …
     worker      celery worker -Q collection     collectors (SNMP + gNMI) and framing
     evaluation  celery worker -Q evaluation,…   detection and alert evaluation
     delivery, beat, web (Daphne: pages and the heatmap's WebSocket), its own Redis
@@ -24,13 +29,18 @@ switch per tick, against the same Redis) and subtracts that from the collection 
 The soak's verdict (lost ticks, recall/precision, pages, tracebacks, memory bounds stated for a
 256-GPU fabric) is printed as it is: a stage that does not keep up shows as lost ticks and lag.
 
-What the first 16,128-port runs showed (2 cores, shared): the twin does not keep up — its MoE job
-routes dense n_gpus x n_gpus all-to-all matrices (5,376² ≈ 29 M entries, 16 a training step, and
-keeps them for the reporter: 11-13 GB), so in 7 minutes it never advanced its counters once
-(``twin_tick_hz=0``) and its SNMP/gNMI answers starve. Every frame is then written (no lost ticks
-once each pool child holds one shard) but empty, late (frame lag 20-35 s). The product figures
-are what the product spends on a 16k fabric whose counters do not move. Even at 3,072 ports
-(``--servers 128``, 1,024 GPUs) the twin ticked twice in 3 minutes on the shared box.
+What the runs showed (2 cores, shared with other work: figures are ratios within one run).
+Before issue 18 item 3 the twin's job routed dense n_gpus x n_gpus matrices (5,376² ≈ 29 M
+entries, 16 a step, kept for the reporter: 11-13 GB) and never ticked in 7 minutes. The twin
+alone at 16,896 ports now ticks at 10 Hz in ~0.66 core with every switch's gNMI source read once a
+second, ~0.9 GB RSS (history bounded in bytes). Beside the whole product on this box it does not
+keep up yet: 3-minute runs (load average 8-11, another bench on the box) gave twin_tick_hz 0.27
+and twin_job_share 0.45 with the ticker on the agents' loop (every SNMP poll timed out, every
+frame empty), then with the ticker on its own thread the agents answered and about a third of
+the frames carried data; the twin's own CPU (~24 µs per port-second, ~0.4 core) goes to answering
+SNMP and gNMI for 16,896 ports a second and to the job. The product's stages at this size: see
+the figures and the BENCH line; the phase view (views.json p95 8-14 s) and port detail JSON
+(1.3-2 s) were over the 1 s page bound.
 
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
