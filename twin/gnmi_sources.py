@@ -179,7 +179,9 @@ class TwinSwitchSource:
     def read(self, t_ns: int | None = None, *, clear: bool = True) -> tuple[int, dict[str, npt.NDArray[Any]]]:
         with self._lock:
             t = time.time_ns() if t_ns is None else t_ns
-            t = max(t, self._last_clear_ns)
+            # never before the previous clear, nor before what the queue model still holds (a
+            # read delayed on a starved box past its pruning answers for the oldest kept instant)
+            t = max(t, self._last_clear_ns, self.queues.oldest_ns)
             v = self.read_counters(t, self.sl)
             leaves: dict[str, npt.NDArray[Any]] = {
                 "in_octets": v[:, 0], "out_octets": v[:, 1],
