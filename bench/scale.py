@@ -2,14 +2,19 @@
 whether it keeps up, and how late a counter reaches the pixel.
 
 The stack is bench/soak.py's (fabricmon.demo.start_stack: the demo's commands), sized up:
-672 servers x 8 GPUs in 21 rail-optimized SUs (one leaf per rail per SU: 168 leaves of 32 host
-ports + 32 uplinks) and 8 spines (each 21 x 8 x 4 = 672 downlinks): 5,376 + 5,376 + 5,376 =
-16,128 switch ports, 176 switches — the size of the twin's fabric nearest 16,384 (683 servers
-gives 16,728). Every switch is a gNMI target streaming at 1 s; SNMP fills in while a stream is down
-(load_topology --collector both). Collection and evaluation run in separate Celery workers (as
-compose runs them), so /proc can tell their CPU apart:
+704 servers x 8 GPUs in 22 rail-optimized SUs (one leaf per rail per SU: 176 leaves of 32 host
+ports + 32 uplinks) and 8 spines (each 22 x 8 x 4 = 704 downlinks): 5,632 + 5,632 + 5,632 =
+16,896 switch ports, 184 switches (the nearest size above the issue's 16,384: 672 servers were
+16,128). The twin's MoE job runs its all-to-alls in expert-parallel groups of ``--ep-size`` 256
+GPUs (one group per SU; twin/moe.py), reports 4 consecutive steps of every 4 x
+``--report-every-steps`` through the probe, and stalls rather than fall behind real time
+(``twin_job_share``: the share of wall time its job ran). Every switch is a gNMI target streaming
+at 1 s; SNMP is polled at 1 s too (load_topology --collector both: frames follow the SNMP
+interval, so SNMP cannot be slowed to a fallback rate without coarser frames) and fills in while a
+stream is down. Collection and evaluation run in separate Celery workers (as compose runs them),
+so /proc can tell their CPU apart:
 
-    twin        python -m twin --servers 672 --gpus-per-server 8 --spines 8 --gnmi …
+    twin        python -m twin --servers 704 --gpus-per-server 8 --spines 8 --ep-size 256 --gnmi …
     worker      celery worker -Q collection     collectors (SNMP + gNMI) and framing
     evaluation  celery worker -Q evaluation,…   detection and alert evaluation
     delivery, beat, web (Daphne: pages and the heatmap's WebSocket), its own Redis
@@ -24,13 +29,18 @@ switch per tick, against the same Redis) and subtracts that from the collection 
 The soak's verdict (lost ticks, recall/precision, pages, tracebacks, memory bounds stated for a
 256-GPU fabric) is printed as it is: a stage that does not keep up shows as lost ticks and lag.
 
-What the first 16,128-port runs showed (2 cores, shared): the twin does not keep up — its MoE job
-routes dense n_gpus x n_gpus all-to-all matrices (5,376² ≈ 29 M entries, 16 a training step, and
-keeps them for the reporter: 11-13 GB), so in 7 minutes it never advanced its counters once
-(``twin_tick_hz=0``) and its SNMP/gNMI answers starve. Every frame is then written (no lost ticks
-once each pool child holds one shard) but empty, late (frame lag 20-35 s). The product figures
-are what the product spends on a 16k fabric whose counters do not move. Even at 3,072 ports
-(``--servers 128``, 1,024 GPUs) the twin ticked twice in 3 minutes on the shared box.
+What the runs showed (2 cores, shared with other work: figures are ratios within one run).
+Before issue 18 item 3 the twin's job routed dense n_gpus x n_gpus matrices (5,376² ≈ 29 M
+entries, 16 a step, kept for the reporter: 11-13 GB) and never ticked in 7 minutes. The twin
+alone at 16,896 ports now ticks at 10 Hz in ~0.66 core with every switch's gNMI source read once a
+second, ~0.9 GB RSS (history bounded in bytes). Beside the whole product on this box it does not
+keep up yet: 3-minute runs (load average 8-11, another bench on the box) gave twin_tick_hz 0.27
+and twin_job_share 0.45 with the ticker on the agents' loop (every SNMP poll timed out, every
+frame empty), then with the ticker on its own thread the agents answered and about a third of
+the frames carried data; the twin's own CPU (~24 µs per port-second, ~0.4 core) goes to answering
+SNMP and gNMI for 16,896 ports a second and to the job. The product's stages at this size: see
+the figures and the BENCH line; the phase view (views.json p95 8-14 s) and port detail JSON
+(1.3-2 s) were over the 1 s page bound.
 
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
@@ -96,7 +106,8 @@ class Scale(soak.Soak):
         self.lag_s: list[float] = []  # wall clock minus the newest frame's tick, at each sample
         self.cpu: list[tuple[float, dict[str, float]]] = []  # (elapsed, name → tree CPU s)
         self.draws: list[dict[str, float]] = []
-        self.twin_ticks: list[tuple[float, int]] = []  # (elapsed, twin simulation ticks; -1 no answer)
+        # (elapsed, twin simulation ticks, seconds its job stalled behind real time; -1: no answer)
+        self.twin_ticks: list[tuple[float, int, float]] = []
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
@@ -109,11 +120,13 @@ class Scale(soak.Soak):
         self.redis.start()
         self.sup.env["REDIS_URL"] = self.redis.url
         a = self.args
-        extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle]
+        extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle,
+                 "--ep-size", str(a.ep_size)]
         queues = demo.queue_names(self.sup.env)
         self.stack = demo.start_stack(self.sup, self.var_dir, a, twin_extra=extra, services=SERVICES,
                                       overrides={"worker_queues": queues["collection_queue"],
-                                                 "worker_concurrency": str(WORKER_CONCURRENCY)},
+                                                 "worker_concurrency": str(WORKER_CONCURRENCY),
+                                                 "report_every_steps": str(a.report_every_steps)},
                                       twin_wait_s=600)
         self.log_in()
         self.spec = load_fabric((self.var_dir / "twin-topology.yaml").read_text())
@@ -129,7 +142,7 @@ class Scale(soak.Soak):
         if len(self.rec.frames) > before:
             self.lag_s.append((time.time_ns() - self.rec.frames[-1][0]) / NS)
         self.cpu.append((self.elapsed(), {n: tree_cpu_s(p) for n, p in self.pids().items()}))
-        self.twin_ticks.append((self.elapsed(), twin_ticks(self.stack.twin_url)))
+        self.twin_ticks.append((self.elapsed(), *twin_ticks(self.stack.twin_url)))
 
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
@@ -188,14 +201,16 @@ class Scale(soak.Soak):
         return self.db_facts()
 
 
-def twin_ticks(twin_url: str) -> int:
-    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by:
-    a twin that cannot keep up at this size shows here, its counters frozen."""
+def twin_ticks(twin_url: str) -> tuple[int, float]:
+    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by,
+    and how long its job stalled because the twin fell behind real time (twin/schedule.py: past
+    2 s behind, the job pauses instead of owing the simulation). (-1, -1.0): no answer."""
     try:
         with urllib.request.urlopen(twin_url + "/status", timeout=10) as resp:
-            return int(json.loads(resp.read()).get("ticks", -1))
+            st = json.loads(resp.read())
+        return int(st.get("ticks", -1)), float(st.get("job_stalled_s", 0.0))
     except (OSError, ValueError):
-        return -1
+        return -1, -1.0
 
 
 def replay_framing(redis_url: str, spec, ticks: int) -> float:  # type: ignore[no-untyped-def]
@@ -235,16 +250,20 @@ def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
     measured = [f for f in sc.rec.frames if f[0] / NS >= sc.measure_from_ms / 1e3]
     tc = lost_ticks(measured, NS)
     lat = pixel_latencies_ms(sc.draws, sc.measure_from_ms)
-    answered = [(t, n) for t, n in sc.twin_ticks if n >= 0 and t >= w0]
-    twin_hz = ((answered[-1][1] - answered[0][1]) / (answered[-1][0] - answered[0][0])
-               if len(answered) >= 2 and answered[-1][0] > answered[0][0] else float("nan"))
+    answered = [(t, n, st) for t, n, st in sc.twin_ticks if n >= 0 and t >= w0]
+    span = answered[-1][0] - answered[0][0] if len(answered) >= 2 else 0.0
+    twin_hz = (answered[-1][1] - answered[0][1]) / span if span > 0 else float("nan")
+    # the share of wall time the twin's job ran (1: it kept up; the rest it stalled, its ports idle)
+    job_share = 1.0 - (answered[-1][2] - answered[0][2]) / span if span > 0 else float("nan")
     return {
         "ports": sc.ports, "switches": len(sc.spec.switches), "minutes": round(wall / 60, 1),
         "frames": len(measured), "expected_ticks": tc.expected, "lost_ticks": tc.missing,
         "no_data_ticks": tc.no_data, "frame_lag_s_max": round(max(sc.lag_s, default=float("nan")), 2),
         "frame_lag_s_p95": round(p95(sc.lag_s), 2),
         "twin_ticks_end": sc.twin_ticks[-1][1] if sc.twin_ticks else -1,
+        "twin_job_stalled_s_end": sc.twin_ticks[-1][2] if sc.twin_ticks else -1.0,
         "twin_tick_hz": round(twin_hz, 2),  # the twin's target: 10
+        "twin_job_share": round(job_share, 3),
         "pixel_columns": len(lat), "pixel_p50_ms": round(float(np.median(lat)), 0) if lat else float("nan"),
         "pixel_p95_ms": round(p95(lat), 0), "pixel_max_ms": round(max(lat, default=float("nan")), 0),
         "cpu_s": {k: round(v, 1) for k, v in stages.items()},
@@ -263,7 +282,8 @@ def bench_line(fig: dict[str, object]) -> str:
     per, peak = fig["cpu_us_per_port_s"], fig["peak_pss_mb"]
     parts = [f"ports={fig['ports']}", f"minutes={fig['minutes']}", f"lost_ticks={fig['lost_ticks']}",
              f"no_data_ticks={fig['no_data_ticks']}", f"frame_lag_s_max={fig['frame_lag_s_max']}",
-             f"twin_tick_hz={fig['twin_tick_hz']}", f"pixel_p95_ms={fig['pixel_p95_ms']}"]
+             f"twin_tick_hz={fig['twin_tick_hz']}", f"twin_job_share={fig['twin_job_share']}",
+             f"pixel_p95_ms={fig['pixel_p95_ms']}"]
     parts += [f"cpu_us_per_port_s_{k}={v}" for k, v in per.items()]  # type: ignore[attr-defined]
     parts += [f"box_share={fig['box_share']}"]
     parts += [f"peak_rss_mb_{k}={v}" for k, v in peak.items()]  # type: ignore[attr-defined]
@@ -273,10 +293,15 @@ def bench_line(fig: dict[str, object]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="bench/scale.py", description=__doc__.split("\n\n")[0])
     demo.add_stack_args(ap)
-    ap.set_defaults(servers=672, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
+    # 704 servers x 8 GPUs in 22 SUs and 8 spines: 16,896 ports (the nearest above 16,384: a 22nd SU)
+    ap.set_defaults(servers=704, gpus_per_server=8, spines=8, port=0)  # port 0: a free one, never 8000
     ap.add_argument("--minutes", type=float, default=10.0, help="measured minutes, after the warm-up")
     ap.add_argument("--warmup-s", type=float, default=90.0)
     ap.add_argument("--replay-ticks", type=int, default=20)
+    ap.add_argument("--ep-size", type=int, default=256, help="the twin job's expert-parallel group (GPUs)")
+    ap.add_argument("--report-every-steps", type=int, default=64,
+                    help="the twin job reports 4 consecutive steps of every 4 x this many (the demo's "
+                         "GPUs/16 would be one block in ~9 minutes at 5,632 GPUs)")
     soak.add_watch_args(ap)
     args = ap.parse_args(argv)
     args.kills, args.redis_outage_s = 0, 0.0  # soak.verdict's: no faults here

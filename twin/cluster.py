@@ -18,8 +18,11 @@ routing=…, ep=N), its rank map, and each completed phase's per-peer bytes as e
 (twin/live_reporter.py, run in its own process by twin/reporter_process.py so the agents never
 wait on it; counts under ``report`` in ``status()``, run ended on ``stop()``).
 
-Everything runs on one background thread with its own asyncio loop (ticker + agents), so counter
-updates and agent reads never interleave mid-PDU; other threads read through the clock's lock.
+The agents run on one background thread with its own asyncio loop; the ticker (the job's
+simulation: timeline, queues, counter clock) on a thread of its own, so an agent never waits for a
+tick (a 16,896-port tick is tens of ms; on the agents' loop it timed SNMP polls out). An agent
+reads the clock once per request under its lock, so a PDU stays coherent; ticks (the ticker's and
+a fault's) take one lock.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from twin.truth import TwinTruth
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000
+COUNTER_HISTORY_BYTES = 128 << 20
+MAX_JOB_LAG_NS = 2 * NS
 
 
 class Twin(TwinFaults, TwinTruth, TwinLldp):
@@ -85,7 +90,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         self.ports = build_port_index(self.fabric)
         self._init_lldp()
         self.wiring = Wiring(self.fabric, self.ports)
-        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed)
+        self.ep_gpus = cfg.job.group_gpus(self.wiring.n_gpus)  # GPUs per EP group (twin/moe.py)
+        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed, group_gpus=self.ep_gpus)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -96,6 +102,10 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         self._engines: list[Any] = []
         self.t0_ns = 0
         self.ticks = 0
+        self._tick_lock = threading.Lock()
+        self._last_tick_ns = 0
+        self._ticker_stop = threading.Event()
+        self._ticker_thread: threading.Thread | None = None
         self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
         self.gnmi: GnmiFabric | None = None
         self.gnmi_ports: dict[str, int] = {}  # switch → gNMI port on 127.0.0.1 (cfg.gnmi)
@@ -111,7 +121,11 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         octets = rng.integers(0, 1 << 40, size=(len(self.ports), 2), dtype=np.uint64)
         initial[:, 0:2] = octets
         initial[:, 2:4] = octets // np.uint64(cfg.packet_bytes)
-        capacity = math.ceil(cfg.history_s * cfg.tick_hz * 1.2) + 8
+        # the counters' truth history: history_s, or what COUNTER_HISTORY_BYTES holds (16,896
+        # ports are 1.4 MB a tick: 60 s at 10 Hz would be 1 GB — ~9 s is kept there)
+        per_tick = len(self.ports) * len(METRICS) * 12  # uint64 value + float32 rate
+        capacity = min(math.ceil(cfg.history_s * cfg.tick_hz * 1.2) + 8,
+                       max(32, COUNTER_HISTORY_BYTES // max(1, per_tick)))
         self.clock = CounterClock(len(self.ports), self.t0_ns, initial, capacity)
         self.timeline = JobTimeline(
             MoeTraffic(cfg.job, self.wiring.n_gpus, seed=cfg.seed),
@@ -122,6 +136,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             lossy=cfg.lossy,
             buffer_bytes=cfg.buffer_bytes,
         )
+        self.timeline.max_lag_ns = MAX_JOB_LAG_NS  # past this behind, the job stalls (see /status)
         if cfg.report_url:
             self._start_reporter()
         if cfg.gnmi:
@@ -163,7 +178,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
 
     def _start_reporter(self) -> None:
         cfg = self.cfg
-        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.wiring.n_gpus}",
+        tags = ["twin", "moe", f"routing={cfg.routing}", f"ep={self.ep_gpus}",
                 f"fabric={self.fabric.name}"]
         assert cfg.report_url  # the caller checked
         self.reporter = ReporterProcess(self.fabric, cfg.report_url, cfg.report_token or "",
@@ -171,8 +186,10 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
                                         tags=tags, skew_ns=cfg.report_skew_ns,
                                         every_steps=cfg.report_every_steps,
                                         block_steps=cfg.report_block_steps,
-                                        connect_timeout_s=cfg.report_connect_timeout_s)
+                                        connect_timeout_s=cfg.report_connect_timeout_s,
+                                        group_gpus=self.ep_gpus)
         self.timeline.on_phase = self.reporter.on_phase
+        self.timeline.wants_blocks = self.reporter.wants
         self.reporter.start()
 
     def _start_gnmi(self) -> None:
@@ -256,11 +273,14 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
                 tr, _ = await loop.create_datagram_endpoint(lambda p=proto: p, sock=sock)
                 transports.append(tr)
                 self._protocols[name] = proto
-        ticker = asyncio.create_task(self._ticker())
+        self._ticker_thread = threading.Thread(target=self._ticker, name=f"twin-{self.cfg.name}-ticker",
+                                               daemon=True)
+        self._ticker_thread.start()
         await asyncio.sleep(0.05)  # let pysnmp finish opening its endpoints
         self._ready.set()
         await self._stopping.wait()
-        ticker.cancel()
+        self._ticker_stop.set()
+        await asyncio.to_thread(self._ticker_thread.join, 10)
         for tr in transports:
             tr.close()
         for e in self._engines:
@@ -268,13 +288,18 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         for s in sockets.values():
             s.close()
 
-    async def _ticker(self) -> None:
+    def _ticker(self) -> None:
         period_ns = int(NS / self.cfg.tick_hz)
         nxt = self.t0_ns
-        while True:
-            self._tick(time.time_ns(), period_ns)
+        while not self._ticker_stop.is_set():
+            try:
+                self._tick(time.time_ns(), period_ns)
+            except Exception:  # a tick that failed must not end the counters; say so, go on
+                log.exception("twin tick failed")
             nxt += period_ns
-            await asyncio.sleep(max(0.0, (nxt - time.time_ns()) / NS))
+            now = time.time_ns()
+            nxt = max(nxt, now)  # behind (a starved CPU): the next tick now, never a burst of them
+            self._ticker_stop.wait((nxt - now) / NS)
 
     def _rates(self, a_ns: int, b_ns: int) -> np.ndarray:
         in_b, out_b, drop_b = self.timeline.window_bytes(a_ns, b_ns)
@@ -287,7 +312,10 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         return rates
 
     def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
-        self.clock.advance(now_ns, self._rates(now_ns, now_ns + period_ns), overrides=overrides)
-        if self.queues is not None:  # keep the queues current: the timeline forgets old phases
-            self.queues.advance_to(now_ns)
-        self.ticks += 1
+        with self._tick_lock:  # the ticker's and a fault's (on the agents' loop) in time order
+            now_ns = max(now_ns, self._last_tick_ns)
+            self.clock.advance(now_ns, self._rates(now_ns, now_ns + period_ns), overrides=overrides)
+            if self.queues is not None:  # keep the queues current: the timeline forgets old phases
+                self.queues.advance_to(now_ns)
+            self._last_tick_ns = now_ns
+            self.ticks += 1

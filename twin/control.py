@@ -165,11 +165,14 @@ def serve_control(tw: Twin, port: int = 0) -> tuple[ThreadingHTTPServer, int]:
             except ApiError as exc:
                 status, body = exc.status, {"error": str(exc)}
             data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (a timeout on a busy box): nobody to answer
 
         def do_GET(self) -> None:
             self._do("GET")

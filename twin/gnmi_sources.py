@@ -179,17 +179,19 @@ class TwinSwitchSource:
     def read(self, t_ns: int | None = None, *, clear: bool = True) -> tuple[int, dict[str, npt.NDArray[Any]]]:
         with self._lock:
             t = time.time_ns() if t_ns is None else t_ns
-            t = max(t, self._last_clear_ns)
+            # never before the previous clear, nor before what the queue model still holds (a
+            # read delayed on a starved box past its pruning answers for the oldest kept instant)
+            t = max(t, self._last_clear_ns, self.queues.oldest_ns)
             v = self.read_counters(t, self.sl)
             leaves: dict[str, npt.NDArray[Any]] = {
                 "in_octets": v[:, 0], "out_octets": v[:, 1],
                 "in_discards": v[:, 4], "out_discards": v[:, 5], "in_errors": v[:, 6],
             }
-            cum = self.queues.counters_at(t)
-            leaves.update(queue_leaves({k: a[self.sl] for k, a in cum.items()}, self.queues.cfg.pkt_bytes))
+            # the queue model runs for this switch's ports only (twin/fabric_queues.py)
+            leaves.update(queue_leaves(self.queues.counters_at(t, self.sl), self.queues.cfg.pkt_bytes))
             # a watermark nobody read for longer than the queue history covers that history only
             since = max(self._last_clear_ns, self.queues.oldest_ns)
-            peak = self.queues.peak_bytes(min(since, t), t)[self.sl]
+            peak = self.queues.peak_bytes(min(since, t), t, self.sl)
             leaves["q_max_len"] = np.floor(peak).astype(np.uint64)
             if clear:
                 self._last_clear_ns = t

@@ -82,7 +82,8 @@ class TwinJobRecording:
         )
         self.ports = build_port_index(self.fabric)
         self.wiring = Wiring(self.fabric, self.ports)
-        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed)
+        self.router = Router(self.wiring, cfg.routing, seed=cfg.seed,
+                             group_gpus=cfg.job.group_gpus(self.wiring.n_gpus))
         self.t0_ns = t0_ns
         end_ns = t0_ns + int(duration_s * NS)
         traffic = MoeTraffic(cfg.job, self.wiring.n_gpus, seed=cfg.seed)
@@ -90,7 +91,8 @@ class TwinJobRecording:
                                     lossy=cfg.lossy, buffer_bytes=cfg.buffer_bytes, keep_s=duration_s + 60.0,
                                     keep_events=1 << 30)
         self.timeline.ensure(end_ns)
-        # The timeline keeps port bytes, not matrices: replay the seeded job for the matrices.
+        # The timeline keeps port bytes, not matrices: replay the seeded job for the matrices
+        # (dense N x N: a recording is for small fabrics, twin/moe.py DENSE_MAX_GPUS).
         replay = MoeTraffic(cfg.job, self.wiring.n_gpus, seed=cfg.seed)
         phases = [ph for ph in self.timeline.phases if ph.end_ns <= end_ns]
         matrices: dict[tuple[int, int, str], np.ndarray] = {}

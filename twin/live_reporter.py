@@ -2,13 +2,17 @@
 
 ::
 
-    JobTimeline._place ──on_phase(phase, matrix)──▶ pending (bounded deque; full → dropped, counted)
+    JobTimeline._place ──on_phase(phase, blocks)──▶ pending (bounded in bytes; full → dropped, counted)
                                                        │ reporter thread, every 100 ms:
                                                        │ phases whose end_ns ≤ now (real time)
                                                        ▼
-        collectors.probe.events_from_matrix ──▶ EventPoster ──▶ POST /jobs/api/runs/<id>/events
+        collectors.probe.events_from_matrix, one EP group at a time (its members' global ranks)
+                                                       ──▶ EventPoster ──▶ POST /jobs/api/runs/<id>/events
 
-Before the first phase it creates a run (``POST /jobs/api/runs``, tags twin, moe, routing=…, ep=N),
+A phase's traffic is its (groups, G, G) EP-group blocks (twin/moe.py); each rank's event carries
+its group's G peers (``pg_ranks`` = the group's global ranks), never the whole job's N.
+
+Before the first phase it creates a run (``POST /jobs/api/runs``, tags twin, moe, routing=…, ep=G),
 uploads the rank map (rank → host, GPU, NIC → leaf port, from the twin's fabric) and lets the
 poster measure the clock offset. Run creation retries until the API answers (bounded by
 ``connect_timeout_s``, logged) so a twin may start before the web server. Nothing here blocks or
@@ -36,9 +40,20 @@ from twin.schedule import Phase
 
 log = logging.getLogger(__name__)
 
-# Pending matrices are kept until their phase ends (the timeline places phases up to one step
-# ahead of the clock). Bound them in bytes so a 256-GPU fabric (512 KiB per matrix) stays small.
+# Pending blocks are kept until their phase ends (the timeline places phases up to one step
+# ahead of the clock). Bound them in bytes so a 256-GPU fabric (512 KiB a phase) stays small and a
+# 5,632-GPU one (22 groups of 256: 11.5 MB a phase) holds a few phases, not a step's 16.
 PENDING_BYTES = 64 << 20
+
+
+def pending_phases(world_size: int, group_gpus: int) -> int:
+    """How many phases' blocks fit PENDING_BYTES (at least 2: one being posted, one waiting)."""
+    return max(2, PENDING_BYTES // max(1, 8 * world_size * group_gpus))
+
+
+def as_blocks(traffic: np.ndarray) -> np.ndarray:
+    """A phase's traffic as (groups, G, G) blocks (an (N, N) matrix is one group)."""
+    return traffic[None] if traffic.ndim == 2 else traffic
 
 
 def reported_step(step: int, every_steps: int, block_steps: int) -> bool:
@@ -74,6 +89,7 @@ class LiveJobReporter:
         connect_timeout_s: float = 120.0,
         retry_s: float = 1.0,
         max_buffer_events: int = 20_000,
+        group_gpus: int | None = None,
     ) -> None:
         if every_steps < 1 or block_steps < 1:
             raise ValueError(f"report every_steps and block_steps must be ≥ 1: {every_steps}, {block_steps}")
@@ -89,9 +105,10 @@ class LiveJobReporter:
         self.max_buffer_events = max_buffer_events
         self.hosts = rank_hosts(fabric)
         self.world_size = len(self.hosts)
-        self.max_pending = max(64, PENDING_BYTES // max(1, 8 * self.world_size**2))
-        # an event carries 2N per-peer counts (~12 bytes each as JSON): keep a batch near 2 MB
-        self.batch_events = max(16, min(2_000, 2_000_000 // (24 * self.world_size)))
+        self.group_gpus = group_gpus or self.world_size  # peers of one event
+        self.max_pending = pending_phases(self.world_size, self.group_gpus)
+        # an event carries 2G per-peer counts (~12 bytes each as JSON): keep a batch near 2 MB
+        self.batch_events = max(16, min(2_000, 2_000_000 // (24 * self.group_gpus)))
         self.run_id: int | None = None
         self.state = "starting"  # starting → connecting → reporting → ended | failed
         self.error = ""
@@ -106,7 +123,7 @@ class LiveJobReporter:
         self._thread = threading.Thread(target=self._run, name="twin-job-reporter", daemon=True)
 
     # -- the timeline's hook (twin loop thread): O(1), never blocks -----------------------------
-    def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
+    def on_phase(self, ph: Phase, blocks: np.ndarray) -> None:
         if not reported_step(ph.step, self.every_steps, self.block_steps):
             return
         with self._lock:
@@ -114,7 +131,7 @@ class LiveJobReporter:
             if len(self._pending) >= self.max_pending or self.state in ("failed", "ended"):
                 self.phases_dropped += 1
                 return
-            self._pending.append((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns, matrix))
+            self._pending.append((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns, as_blocks(blocks)))
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> LiveJobReporter:
@@ -207,11 +224,14 @@ class LiveJobReporter:
             with self._lock:
                 if not self._pending or self._pending[0][4] > now_ns:
                     return
-                step, layer, kind, start_ns, end_ns, matrix = self._pending.popleft()
-            for ev in events_from_matrix(matrix, step=step, layer=layer, phase=kind,
-                                         start_ns=start_ns + self.skew_ns, end_ns=end_ns + self.skew_ns,
-                                         id_prefix=f"twin{self.run_id}", hosts=self.hosts):
-                self.poster.submit(ev)
+                step, layer, kind, start_ns, end_ns, blocks = self._pending.popleft()
+            g = blocks.shape[1]
+            for k, block in enumerate(blocks):
+                for ev in events_from_matrix(block, step=step, layer=layer, phase=kind,
+                                             start_ns=start_ns + self.skew_ns, end_ns=end_ns + self.skew_ns,
+                                             id_prefix=f"twin{self.run_id}", hosts=self.hosts,
+                                             ranks=range(k * g, (k + 1) * g)):
+                    self.poster.submit(ev)
             self.phases_reported += 1
 
     def _finish(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from twin.job_reporter import rank_hosts
-from twin.live_reporter import PENDING_BYTES, LiveJobReporter, reported_step
+from twin.live_reporter import LiveJobReporter, pending_phases, reported_step
 from twin.schedule import Phase
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ class ReporterProcess:
         ctx = mp.get_context("spawn")  # the twin has threads running: never fork it
         world = len(rank_hosts(fabric))
         self.world_size = world
-        self._queue: Any = ctx.Queue(maxsize=max(64, PENDING_BYTES // max(1, 8 * world * world)))
+        # bounded in bytes of blocks (a 5,632-GPU job's phase is 11.5 MB): the twin never holds
+        # more than a few phases the child has not taken yet
+        self._queue: Any = ctx.Queue(maxsize=pending_phases(world, int(kwargs.get("group_gpus") or world)))
         self._status: Any = ctx.Array("c", STATUS_BYTES)
         self._retry: Any = ctx.Value("d", float(kwargs.get("retry_s", 1.0)))
         self._stop: Any = ctx.Event()
@@ -74,12 +76,16 @@ class ReporterProcess:
     def retry_s(self, value: float) -> None:  # tests shorten the child's connect retry
         self._retry.value = float(value)
 
-    def on_phase(self, ph: Phase, matrix: np.ndarray) -> None:
-        if not reported_step(ph.step, self.every_steps, self.block_steps):  # before the matrix is copied
+    def wants(self, step: int) -> bool:
+        """Whether ``step``'s phases are reported (the timeline builds their blocks)."""
+        return reported_step(step, self.every_steps, self.block_steps)
+
+    def on_phase(self, ph: Phase, blocks: np.ndarray) -> None:
+        if not self.wants(ph.step):  # before the blocks are copied
             return
         try:
             self._queue.put_nowait((ph.step, ph.layer, ph.kind, ph.start_ns, ph.end_ns,
-                                    np.ascontiguousarray(matrix)))
+                                    np.ascontiguousarray(blocks)))
         except queue.Full:
             self.dropped += 1
 

@@ -103,48 +103,77 @@ class Wiring:
 
 
 class Router:
-    """Precomputed routing of GPU-pair bytes onto port slots for one mode."""
+    """Precomputed routing of GPU-pair bytes onto port slots for one mode.
 
-    def __init__(self, wiring: Wiring, mode: RoutingMode = "pxn", seed: int = 0) -> None:
+    Traffic comes as EP-group blocks (twin/moe.py): ``(groups, G, G)``, group g = ranks
+    [g·G, (g+1)·G), or one ``(N, N)`` matrix when the whole job is one group. Only NIC pairs
+    inside a group are listed, so the incidence lists follow groups × G², never N².
+    """
+
+    def __init__(self, wiring: Wiring, mode: RoutingMode = "pxn", seed: int = 0,
+                 group_gpus: int | None = None) -> None:
         if mode not in ("pxn", "ecmp"):
             raise ValueError(f"routing mode must be 'pxn' or 'ecmp', got {mode!r}")
         self.wiring, self.mode, self.seed = wiring, mode, seed
         w, n = wiring, wiring.n_gpus
+        g = group_gpus or n
+        if g < 1 or n % g:
+            raise ValueError(f"{n} GPUs do not split into groups of {g}")
+        self.group_gpus, self.groups = g, n // g
         self.n_ports = len(w.index)
-        n_hosts = len(w.host_start)
-        # PXN proxy: for source host a and destination GPU d, the GPU of host a whose NIC sits on
-        # d's leaf (else on d's rail, else with d's local index, else the host's first GPU).
-        proxy = np.empty((n_hosts, n), dtype=np.int64)
-        for a in range(n_hosts):
-            mine = np.flatnonzero(w.gpu_host == a)
-            by_leaf = {int(w.nic_leaf[i]): int(i) for i in mine[::-1]}
-            by_rail = {int(w.gpu_rail[i]): int(i) for i in mine[::-1]}
-            by_local = {int(w.gpu_local[i]): int(i) for i in mine[::-1]}
-            first = int(mine[0]) if len(mine) else 0
-            for d in range(n):
-                proxy[a, d] = by_leaf.get(
-                    int(w.nic_leaf[d]),
-                    by_rail.get(int(w.gpu_rail[d]), by_local.get(int(w.gpu_local[d]), first)),
-                )
-        self.proxy = proxy
-        dst = np.arange(n, dtype=np.int64)
+        self._proxy_tables()
+        # Source rows of the stacked blocks (groups·G, G), summed per (host, group) segment under
+        # PXN (a server's senders fold onto its proxy NIC); one segment per GPU under ECMP.
         if mode == "pxn":
-            src_nic = proxy.ravel()
-            dst_nic = np.tile(dst, n_hosts)
+            starts = np.unique(np.concatenate([np.asarray(w.host_start, dtype=np.int64),
+                                               np.arange(0, n, g, dtype=np.int64)]))
+            starts = starts[starts < n]
         else:
-            src_nic = np.repeat(dst, n)
-            dst_nic = np.tile(dst, n)
-        keep = w.gpu_host[src_nic] != w.gpu_host[dst_nic]
+            starts = np.arange(n, dtype=np.int64)
+        self.seg_starts = starts
+        lengths = np.diff(np.append(starts, n))
+        self._seg_len = int(lengths[0]) if len(lengths) and (lengths == lengths[0]).all() else 0
+        seg_rank = starts  # a segment's first rank: its host and its group
+        seg_host, seg_group = w.gpu_host[seg_rank], seg_rank // g
+        local = np.arange(g, dtype=np.int64)
+        # every (segment, destination in its group): the source NIC, the destination NIC, and
+        # where the pair's bytes are in the per-segment sums (segment · G + local destination)
+        dst_nic = (seg_group[:, None] * g + local[None, :]).ravel()
+        src_index = np.arange(len(starts) * g, dtype=np.int64)
+        src_nic = self.proxy(np.repeat(seg_host, g), dst_nic) if mode == "pxn" else np.repeat(seg_rank, g)
+        keep = w.gpu_host[src_nic] != w.gpu_host[dst_nic]  # same-server pairs never use the network
         pairs, first_seen = np.unique(src_nic[keep] * n + dst_nic[keep], return_index=True)
-        self.pairs = pairs
-        # Where each NIC pair's bytes come from: the (source host, dst) row of the per-host sums
-        # (PXN), or the (src, dst) entry of the GPU matrix (ECMP). Same-host pairs are not listed.
-        if mode == "pxn":
-            self.pair_source = (np.repeat(np.arange(n_hosts), n)[keep] * n + dst_nic[keep])[first_seen]
-        else:
-            self.pair_source = pairs
-        self._uniform_hosts = len(set(np.bincount(w.gpu_host).tolist())) == 1
+        self.pairs = pairs  # NIC pairs (src · N + dst) that carry bytes, sorted
+        self.pair_source = src_index[keep][first_seen]
         self._incidence(pairs // n, pairs % n)
+
+    def _proxy_tables(self) -> None:
+        """Per host: its first GPU on each leaf, on each rail, with each local index (PXN proxies)."""
+        w, n = self.wiring, self.wiring.n_gpus
+        n_hosts = len(w.host_start)
+        gpu = np.arange(n, dtype=np.int64)
+        rail = np.unique(w.gpu_rail, return_inverse=True)[1].reshape(-1)
+        local = np.unique(w.gpu_local, return_inverse=True)[1].reshape(-1)
+        self._rail_id, self._local_id = rail, local
+        tables = []
+        for key, width in ((w.nic_leaf, len(w.leaf_names)), (rail, int(rail.max(initial=-1)) + 1),
+                           (local, int(local.max(initial=-1)) + 1)):
+            t = np.full((n_hosts, max(1, width)), n, dtype=np.int64)
+            np.minimum.at(t, (w.gpu_host, key), gpu)
+            tables.append(t)
+        first = np.full(n_hosts, n, dtype=np.int64)
+        np.minimum.at(first, w.gpu_host, gpu)
+        self._by_leaf, self._by_rail, self._by_local = tables
+        self._first = np.where(first == n, 0, first)
+
+    def proxy(self, host: IntArray, dst: IntArray) -> IntArray:
+        """PXN proxy: for source host a and destination GPU d, the GPU of host a whose NIC sits on
+        d's leaf (else on d's rail, else with d's local index, else the host's first GPU)."""
+        w, n = self.wiring, self.wiring.n_gpus
+        p = self._by_leaf[host, w.nic_leaf[dst]]
+        p = np.where(p == n, self._by_rail[host, self._rail_id[dst]], p)
+        p = np.where(p == n, self._by_local[host, self._local_id[dst]], p)
+        return np.where(p == n, self._first[host], p)
 
     def _incidence(self, src: IntArray, dst: IntArray) -> None:
         """Per NIC pair: first/last hop ports and, for cross-leaf pairs, the chosen up/down cables."""
@@ -197,31 +226,72 @@ class Router:
         j = (h % cnt.astype(np.uint64)).astype(np.int64)
         return dense[at, to_leaf, j]
 
+    def blocks(self, traffic: FloatArray) -> FloatArray:
+        """``traffic`` as (groups, G, G) blocks: an (N, N) matrix is accepted when the job is one
+        group; anything else is a clear error."""
+        n, g, k = self.wiring.n_gpus, self.group_gpus, self.groups
+        if traffic.ndim == 2:
+            if traffic.shape != (n, n):
+                raise ValueError(f"traffic matrix shape {traffic.shape} does not match {n} GPUs")
+            if k != 1:
+                raise ValueError(f"an (N, N) matrix for {k} EP groups of {g} GPUs: "
+                                 "route its (groups, G, G) blocks")
+            return traffic[None]
+        if traffic.shape != (k, g, g):
+            raise ValueError(f"traffic blocks shape {traffic.shape} do not match {k} EP groups of {g} GPUs")
+        return traffic
+
     def nic_matrix(self, gpu_bytes: FloatArray) -> FloatArray:
-        """GPU×GPU bytes → NIC×NIC bytes actually put on the wire (PXN folds a server's senders)."""
+        """GPU×GPU bytes → NIC×NIC bytes actually put on the wire (PXN folds a server's senders).
+        Dense: for small fabrics (one (N, N) matrix)."""
         w, n = self.wiring, self.wiring.n_gpus
         if gpu_bytes.shape != (n, n):
             raise ValueError(f"traffic matrix shape {gpu_bytes.shape} does not match {n} GPUs")
         off_host = w.gpu_host[:, None] != w.gpu_host[None, :]
         if self.mode == "ecmp":
             return np.where(off_host, gpu_bytes, 0.0)
+        n_hosts = len(w.host_start)
         per_host = np.add.reduceat(gpu_bytes, np.asarray(w.host_start), axis=0)  # (hosts, N)
-        per_host[np.arange(len(w.host_start))[:, None] == w.gpu_host[None, :]] = 0.0
+        per_host[np.arange(n_hosts)[:, None] == w.gpu_host[None, :]] = 0.0
         nic = np.zeros((n, n))
-        nic[self.proxy.ravel(), np.tile(np.arange(n), len(w.host_start))] = per_host.ravel()
+        dst = np.tile(np.arange(n), n_hosts)
+        nic[self.proxy(np.repeat(np.arange(n_hosts), n), dst), dst] = per_host.ravel()
         return nic
 
-    def route(self, gpu_bytes: FloatArray) -> PortBytes:
-        """Bytes in/out of every port for one phase's GPU×GPU byte matrix."""
-        w, n = self.wiring, self.wiring.n_gpus
-        if gpu_bytes.shape != (n, n):
-            raise ValueError(f"traffic matrix shape {gpu_bytes.shape} does not match {n} GPUs")
-        if self.mode == "ecmp":
-            source = gpu_bytes
-        elif self._uniform_hosts:
-            source = gpu_bytes.reshape(len(w.host_start), -1, n).sum(axis=1)
+    @property
+    def server_gpus(self) -> int:
+        """GPUs per server when this routing reads per-server sums of whole groups (PXN on
+        servers of one size inside groups: :meth:`route_sources`), else 0."""
+        return self._seg_len if self.mode == "pxn" else 0
+
+    def route(self, traffic: FloatArray) -> PortBytes:
+        """Bytes in/out of every port for one phase: its (groups, G, G) blocks, or its (N, N)
+        matrix when the job is one group."""
+        g = self.group_gpus
+        blocks = self.blocks(traffic)
+        by_columns = blocks.transpose(0, 2, 1)
+        if self.mode == "pxn" and self._seg_len and by_columns.flags.c_contiguous and len(blocks) > 1:
+            # laid out transposed (a combine, twin/moe.py): sum each column's host segments where
+            # they are contiguous instead of copying the blocks to rows first
+            # (k, G, hosts, seg) → (k, hosts, G); einsum, as numpy's sum over a short last axis is
+            # several times slower
+            per = np.einsum("kdhs->khd", by_columns.reshape(len(blocks), g, -1, self._seg_len))
+            source = per.reshape(-1, g)
+        elif self.mode == "ecmp":
+            source = blocks.reshape(-1, g)  # (N, G): rank r's bytes to each GPU of its group
+        elif self._seg_len:
+            source = blocks.reshape(len(self.seg_starts), self._seg_len, g).sum(axis=1)
         else:
-            source = np.add.reduceat(gpu_bytes, np.asarray(w.host_start), axis=0)
+            source = np.add.reduceat(blocks.reshape(-1, g), self.seg_starts, axis=0)
+        return self.route_sources(source)
+
+    def route_sources(self, source: FloatArray) -> PortBytes:
+        """Bytes in/out of every port from the sources' sums: (segments, G) — per (server, group)
+        under PXN (``twin.moe.LayerTraffic.server_sums``), per GPU under ECMP."""
+        w = self.wiring
+        want = (len(self.seg_starts), self.group_gpus)
+        if source.shape != want:
+            raise ValueError(f"source sums shape {source.shape}, expected {want}")
         flat = source.ravel()[self.pair_source]
         p = self.n_ports
         in_b = np.bincount(self.first_hop, weights=flat, minlength=p)

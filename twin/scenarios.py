@@ -31,7 +31,7 @@ so one ``advance`` call steps every seed at once (a 192-port queue bank costs ~0
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -90,6 +90,24 @@ HOT_RATIO = 3.0  # truth: the hot GPU received ≥ this × a GPU's mean dispatch
 SLOW_NIC_FACTOR = 0.25  # PFC storm: the hot GPU's NIC drains at a quarter of line rate
 
 
+@dataclass(frozen=True)
+class _LayerWithExtra(LayerTraffic):
+    """A layer with a scenario's extra bytes (one group's (N, N)) added to its dispatch and their
+    transpose to its combine."""
+
+    extra: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+
+    def blocks(self) -> tuple[FloatArray, FloatArray]:
+        dispatch, combine = super().blocks()
+        return dispatch + self.extra[None], combine + self.extra.T[None]
+
+    def server_sums(self, per_server: int) -> tuple[FloatArray, FloatArray]:
+        g = self.group_gpus
+        dispatch, combine = self.blocks()
+        return (dispatch.reshape(-1, per_server, g).sum(axis=1),
+                np.ascontiguousarray(combine).reshape(-1, per_server, g).sum(axis=1))
+
+
 class ScenarioTraffic(MoeTraffic):
     """The twin's MoE job with a scenario's script on top: the hot expert switched on at onset,
     forced jumps (a regime shift, as the popularity model makes them), and elephant pairs."""
@@ -109,14 +127,8 @@ class ScenarioTraffic(MoeTraffic):
     def next_step(self) -> list[LayerTraffic]:
         out = super().next_step()
         if self.extra is not None:
-            out = [
-                replace(
-                    lt,
-                    dispatch_bytes=lt.dispatch_bytes + self.extra,
-                    combine_bytes=lt.combine_bytes + self.extra.T,
-                )
-                for lt in out
-            ]
+            out = [_LayerWithExtra(**{f.name: getattr(lt, f.name) for f in fields(lt)}, extra=self.extra)
+                   for lt in out]
         self.last = out
         return out
 

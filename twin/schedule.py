@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twin.moe import MoeTraffic, PhaseKind
-from twin.routing import FloatArray, Router
+from twin.routing import FloatArray, PortBytes, Router
 
 
 @dataclass(frozen=True)
@@ -64,25 +64,40 @@ class JobTimeline:
         buffer_bytes: float = 16e6,
         keep_s: float = 10.0,
         keep_events: int = 20000,
+        min_keep_s: float = 2.0,
+        max_bytes: int = 64 << 20,
     ) -> None:
         self.traffic, self.router = traffic, router
         self.capacity_Bps = speed_bps / 8.0
         self.host_facing = host_facing
         self.lossy, self.buffer_bytes = lossy, buffer_bytes
-        self.keep_ns = int(keep_s * 1e9)
+        # phases are kept keep_s, or min_keep_s while they hold more than max_bytes (16,896
+        # ports: 400 KB a phase, ~48 a second) — the queue model takes each within a tick
+        self.keep_ns, self.min_keep_ns, self.max_bytes = int(keep_s * 1e9), int(min_keep_s * 1e9), max_bytes
+        self._no_drops = np.zeros(len(speed_bps))  # every lossless phase's out_dropped (read-only)
+        self._no_drops.flags.writeable = False
         self.cursor_ns = t0_ns
+        # A live twin that cannot keep up (a starved CPU) would owe ever more simulation: past
+        # max_lag_ns behind the time asked for, the job stalls instead (no traffic until then,
+        # as a training job stalls on its input or a checkpoint), counted in stalled_ns.
+        self.max_lag_ns: int | None = None
+        self.stalled_ns = 0
         self.phases: deque[Phase] = deque()  # recent phases with their port arrays
         self.recent_events: deque[dict[str, object]] = deque(maxlen=keep_events)  # lighter, kept longer
         # the twin's ticker and its gNMI targets (another thread) both extend and read the deques
         self._lock = threading.RLock()
-        # called with (phase, its rank x rank bytes matrix) as each phase is placed — the timeline
-        # keeps port bytes only; a live job reporter (twin/live_reporter.py) needs the matrix
+        # called with (phase, its (groups, G, G) EP-group byte blocks, twin/moe.py) as each phase
+        # is placed — the timeline keeps port bytes only; a live job reporter
+        # (twin/live_reporter.py) needs the blocks
         self.on_phase: Callable[[Phase, FloatArray], None] | None = None
+        # which steps on_phase takes (a reporter samples steps): the others are routed from the
+        # servers' sums without building their blocks
+        self.wants_blocks: Callable[[int], bool] = lambda step: True
 
-    def _place(self, step: int, layer: int, kind: PhaseKind, matrix: FloatArray, hot_gpu: int) -> None:
-        pb = self.router.route(matrix)
+    def _place(self, step: int, layer: int, kind: PhaseKind, pb: PortBytes, hot_gpu: int, *,
+               blocks: FloatArray | None) -> None:
         cap = self.capacity_Bps
-        dropped = np.zeros_like(pb.out_bytes)
+        dropped = self._no_drops
         out = pb.out_bytes
         if self.lossy:
             send_s = float(np.max(pb.in_bytes[self.host_facing] / cap[self.host_facing], initial=0.0))
@@ -96,18 +111,27 @@ class JobTimeline:
                    float(pb.in_bytes[self.host_facing].sum()))
         self.phases.append(ph)
         self.recent_events.append(ph.event())
-        if self.on_phase is not None:
-            self.on_phase(ph, matrix)
+        if self.on_phase is not None and blocks is not None:
+            self.on_phase(ph, blocks)
 
     def _generate_step(self) -> None:
         cfg = self.traffic.cfg
         ms = 1_000_000
         for lt in self.traffic.next_step():
             hot_gpu = self.traffic.gpu_of_expert(lt.hot_expert)
+            per_server = self.router.server_gpus if lt.groups > 1 else 0
+            if per_server and not (self.on_phase is not None and self.wants_blocks(lt.step)):
+                # PXN on a multi-group job, nobody asking for the blocks: route the servers' sums
+                d_src, c_src = lt.server_sums(per_server)
+                pbs = self.router.route_sources(d_src), self.router.route_sources(c_src)
+                blocks: tuple[FloatArray | None, FloatArray | None] = (None, None)
+            else:
+                dispatch, combine = lt.blocks()
+                pbs, blocks = (self.router.route(dispatch), self.router.route(combine)), (dispatch, combine)
             self.cursor_ns += int(cfg.attention_ms * ms)
-            self._place(lt.step, lt.layer, "dispatch", lt.dispatch_bytes, hot_gpu)
+            self._place(lt.step, lt.layer, "dispatch", pbs[0], hot_gpu, blocks=blocks[0])
             self.cursor_ns += int(cfg.expert_ms * ms)
-            self._place(lt.step, lt.layer, "combine", lt.combine_bytes, hot_gpu)
+            self._place(lt.step, lt.layer, "combine", pbs[1], hot_gpu, blocks=blocks[1])
         self.cursor_ns += int(cfg.step_gap_ms * ms)
 
     def ensure(self, until_ns: int) -> None:
@@ -116,9 +140,14 @@ class JobTimeline:
             self._ensure(until_ns)
 
     def _ensure(self, until_ns: int) -> None:
+        if self.max_lag_ns is not None and until_ns - self.cursor_ns > self.max_lag_ns:
+            self.stalled_ns += until_ns - self.cursor_ns
+            self.cursor_ns = until_ns
         while self.cursor_ns < until_ns:
             self._generate_step()
-        while self.phases and self.phases[0].end_ns < until_ns - self.keep_ns:
+        phase_bytes = 3 * 8 * len(self.capacity_Bps)
+        keep_ns = self.min_keep_ns if len(self.phases) * phase_bytes > self.max_bytes else self.keep_ns
+        while self.phases and self.phases[0].end_ns < until_ns - keep_ns:
             self.phases.popleft()
 
     def window_bytes(self, a_ns: int, b_ns: int) -> tuple[FloatArray, FloatArray, FloatArray]:

@@ -67,11 +67,9 @@ class TwinTruth:
         (twin.gnmi_sources.queue_leaves names), plus ``q_bytes``, the occupancy. Needs ``gnmi=True``."""
         if self.queues is None:
             raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        cum = self.queues.counters_at(t_ns)
-        sl = self._slice(switch)
-        pkt = self.queues.cfg.pkt_bytes
-        out: dict[str, np.ndarray] = queue_leaves({k: a[sl] for k, a in cum.items()}, pkt)
-        out["q_bytes"] = cum["q_bytes"][sl]
+        cum = self.queues.counters_at(t_ns, self._slice(switch))
+        out: dict[str, np.ndarray] = queue_leaves(cum, self.queues.cfg.pkt_bytes)
+        out["q_bytes"] = cum["q_bytes"]
         return out
 
     def true_watermark(self, switch: str | None, t1_ns: int, t2_ns: int) -> np.ndarray:
@@ -79,7 +77,7 @@ class TwinTruth:
         watermark read at t2 reports when the previous clear was at t1). Needs ``gnmi=True``."""
         if self.queues is None:
             raise RuntimeError("the queue model runs only with TwinConfig(gnmi=True)")
-        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns)[self._slice(switch)]).astype(np.uint64)
+        return np.floor(self.queues.peak_bytes(t1_ns, t2_ns, self._slice(switch))).astype(np.uint64)
 
     def phases(self, t1_ns: int, t2_ns: int) -> list[dict[str, object]]:
         """Phase events (step, layer, dispatch|combine, start/end ns, hot GPU) overlapping [t1, t2]."""
@@ -88,7 +86,11 @@ class TwinTruth:
     def hotspots(self, t1_ns: int, t2_ns: int) -> list[dict[str, Any]]:
         """The job's hotspot stretches overlapping [t1, t2]: consecutive steps with the same hot GPU,
         with the leaf port facing it (``hot_gpu`` −1 and no port: a balanced stretch). A soak run
-        scores detection against these: each change between two hot GPUs is one migration."""
+        scores detection against these: each change between two hot GPUs is one migration.
+
+        With several EP groups the hot expert is hot in every group (one gate, twin/moe.py):
+        ``hot_gpu``/``port`` are group 0's, ``ports`` every group's (group order)."""
+        groups = self.wiring.n_gpus // self.ep_gpus
         out: list[dict[str, Any]] = []
         for ev in self.timeline.events(t1_ns, t2_ns):
             gpu = int(ev["hot_gpu"])  # type: ignore[call-overload]
@@ -96,12 +98,15 @@ class TwinTruth:
             if out and out[-1]["hot_gpu"] == gpu:
                 out[-1]["end_ns"] = max(out[-1]["end_ns"], end)
                 continue
-            port = ""
-            if gpu >= 0:
-                p = int(self.wiring.nic_pos[gpu])
-                port = f"{self.ports.switch_names[int(self.ports.switch_of[p])]}:{self.ports.port_names[p]}"
-            out.append({"hot_gpu": gpu, "port": port, "start_ns": start, "end_ns": end})
+            ports = [self._nic_port(gpu + k * self.ep_gpus) for k in range(groups)] if gpu >= 0 else []
+            out.append({"hot_gpu": gpu, "port": ports[0] if ports else "", "ports": ports,
+                        "start_ns": start, "end_ns": end})
         return out
+
+    def _nic_port(self, gpu: int) -> str:
+        """``switch:port`` of the leaf port facing ``gpu``'s NIC."""
+        p = int(self.wiring.nic_pos[gpu])
+        return f"{self.ports.switch_names[int(self.ports.switch_of[p])]}:{self.ports.port_names[p]}"
 
     def status(self) -> dict[str, Any]:
         return {
@@ -113,6 +118,10 @@ class TwinTruth:
             "now_ns": time.time_ns(),
             "ticks": self.ticks,
             "ports": len(self.ports),
+            # the job's own progress: steps simulated, and time it stalled because the twin fell
+            # behind real time (a starved CPU; 0 when it keeps up)
+            "job_steps": self.timeline.traffic.step if self.t0_ns else 0,
+            "job_stalled_s": round(self.timeline.stalled_ns / 1e9, 3) if self.t0_ns else 0.0,
             "switches": {
                 sw.name: {
                     "address": sw.mgmt_address,

@@ -4,6 +4,9 @@ sent and column s as what it received, so the server's matrices equal the input 
 
     for event in events_from_matrix(m, step=3, layer=1, phase="dispatch", start_ns=t0, end_ns=t1):
         poster.submit(event)            # the probe's EventPoster: same client path, same API
+
+A process group's matrix (an expert-parallel group's all-to-all) names its members' global ranks
+with ``ranks``: row/column i is rank ``ranks[i]``, which is also the event's ``pg_ranks``.
 """
 
 from __future__ import annotations
@@ -29,27 +32,32 @@ def events_from_matrix(
     time_kind: str = "simulated",
     collective: str = "all_to_all_single",
     hosts: Sequence[str] | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One event per rank of an N x N matrix (row = sender, column = receiver), bytes as ints."""
+    """One event per rank of an N x N matrix (row = sender, column = receiver), bytes as ints.
+    ``ranks``: the global rank of each row and column (default 0 … N−1); ``hosts`` is indexed by
+    global rank."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}")
     m = np.asarray(bytes_matrix, dtype=np.float64)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
         raise ValueError("bytes_matrix must be square")
     n = m.shape[0]
+    if ranks is not None and len(ranks) != n:
+        raise ValueError(f"ranks names {len(ranks)} ranks for a {n} x {n} matrix")
     # whole rows and columns to Python ints at once, maps zipped from shared keys: per-cell Python
     # indexing made this the twin's hottest code (its agents stalled behind it every report)
     whole = np.rint(m).astype(np.int64)
     rows, cols = whole.tolist(), whole.T.tolist()
-    peers = [str(d) for d in range(n)]
-    pg_ranks = list(range(n))
-    for s in range(n):
+    pg_ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
+    peers = [str(d) for d in pg_ranks]
+    for s, rank in enumerate(pg_ranks):
         send = dict(zip(peers, rows[s], strict=True))
         recv = dict(zip(peers, cols[s], strict=True))
         yield {
-            "id": f"{id_prefix}-{step}-{layer}-{phase}-{s}",
-            "rank": s,
-            "host": hosts[s] if hosts else "",
+            "id": f"{id_prefix}-{step}-{layer}-{phase}-{rank}",
+            "rank": rank,
+            "host": hosts[rank] if hosts else "",
             "step": step,
             "layer": layer,
             "phase": phase,

@@ -115,3 +115,18 @@ def test_hottest_port_faces_the_hot_gpu_on_one_su():
         assert spots and all(s["start_ns"] < s["end_ns"] for s in spots)
         assert {s["hot_gpu"] for s in spots} <= {int(p["hot_gpu"]) for p in phases}
         assert f"{hot.switch}:" in " ".join(s["port"] for s in spots)
+
+
+def test_hotspots_name_the_hot_port_of_every_ep_group():
+    """4 servers x 4 GPUs in EP groups of 8: one gate, so the hot expert's GPU is hot in both
+    groups — group 0's port first, then group 1's (8 GPUs further)."""
+    from twin.moe import MoeConfig
+
+    with Twin(TwinConfig(name="groups", **SMALL, job=MoeConfig(ep_size=8))) as tw:
+        time.sleep(0.5)
+        t2 = time.time_ns()
+        spots = [s for s in tw.hotspots(t2 - 400_000_000, t2) if s["hot_gpu"] >= 0]
+        assert spots and tw.status()["job_stalled_s"] == 0.0
+        for s in spots:
+            assert s["ports"] == [tw._nic_port(s["hot_gpu"]), tw._nic_port(s["hot_gpu"] + 8)]
+            assert s["port"] == s["ports"][0]

@@ -64,3 +64,73 @@ def test_bad_config_is_a_clear_error():
         MoeConfig(balanced_steps=5)
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         MoeTraffic(MoeConfig(), 1)
+
+
+# -- expert-parallel groups ----------------------------------------------------------------------
+# 32 GPUs in EP groups of 8: four 8 x 8 blocks on the diagonal, nothing between groups
+#
+#     ranks  0 … 7 │ 8 … 15 │ 16 … 23 │ 24 … 31
+#            ■■■■  │        │         │
+#                  │  ■■■■  │         │
+#                  │        │  ■■■■   │
+#                  │        │         │  ■■■■
+
+
+def test_ep_groups_are_blocks_on_the_diagonal_with_one_popularity():
+    job = MoeTraffic(MoeConfig(layers=2, ep_size=8), 32, seed=3)
+    assert (job.groups, job.group_gpus, job.n_experts) == (4, 8, 8)
+    for lt in job.next_step():
+        blocks = lt.dispatch_blocks
+        assert blocks.shape == (4, 8, 8) and lt.combine_blocks.shape == (4, 8, 8)
+        dense = lt.dispatch_bytes
+        inside = np.kron(np.eye(4, dtype=bool), np.ones((8, 8), dtype=bool))
+        assert np.all(dense[~inside] == 0.0) and np.all(np.diag(dense) == 0.0)
+        np.testing.assert_array_equal(dense[8:16, 8:16], blocks[1])
+        np.testing.assert_allclose(lt.combine_bytes, dense.T * 2.0)
+        # one gate for every group: the hot expert's GPU receives most in each group
+        hot = job.gpu_of_expert(lt.hot_expert)
+        assert [int(np.argmax(b.sum(axis=0))) for b in blocks] == [hot] * 4
+        assert job.gpus_of_expert(lt.hot_expert) == [hot, 8 + hot, 16 + hot, 24 + hot]
+        assert not np.array_equal(blocks[0], blocks[1])  # each group's tokens have their own noise
+
+
+def test_one_group_is_the_whole_job_matrix():
+    """ep_size ≥ the job's GPUs (the demo: 256 GPUs, ep 256) or 0: one block, the same draws."""
+    a = MoeTraffic(MoeConfig(layers=2, ep_size=0), 16, seed=5).next_step()
+    b = MoeTraffic(MoeConfig(layers=2), 16, seed=5).next_step()  # default ep_size 256 ≥ 16 GPUs
+    assert a[1].dispatch_blocks.shape == (1, 16, 16)
+    np.testing.assert_array_equal(a[1].dispatch_bytes, b[1].dispatch_bytes)
+    np.testing.assert_array_equal(a[1].dispatch_blocks[0], a[1].dispatch_bytes)
+
+
+def test_groups_that_do_not_split_the_gpus_are_refused():
+    with pytest.raises(ValueError, match="do not split into expert-parallel groups of 8"):
+        MoeTraffic(MoeConfig(ep_size=8), 20)
+    with pytest.raises(ValueError, match="ep_size"):
+        MoeConfig(ep_size=1)
+
+
+def test_the_dense_view_is_for_small_fabrics_only():
+    from twin.moe import DENSE_MAX_GPUS
+
+    job = MoeTraffic(MoeConfig(layers=1, ep_size=64), 2 * DENSE_MAX_GPUS, seed=0)
+    lt = job.next_step()[0]
+    assert lt.dispatch_blocks.shape == (2 * DENSE_MAX_GPUS // 64, 64, 64)
+    with pytest.raises(ValueError, match="not built"):
+        _ = lt.dispatch_bytes
+
+
+def test_server_sums_are_the_blocks_summed_per_server_without_building_them():
+    """PXN reads what each server sends each GPU of its group: the closed form (prefix sums of
+    the noise rows, one G x servers product) equals the blocks summed per server, except for a
+    server's bytes to itself (which routing drops)."""
+    job = MoeTraffic(MoeConfig(layers=3, ep_size=16), 64, seed=1)
+    for lt in job.next_step():
+        dispatch, combine = lt.blocks()
+        sums = lt.server_sums(4)
+        for blocks, closed in zip((dispatch, np.ascontiguousarray(combine)), sums, strict=True):
+            summed = blocks.reshape(16, 4, 16).sum(axis=1)  # (groups x servers, G)
+            own = (np.arange(16) % 4)[:, None] == (np.arange(16) // 4)[None, :]  # server → its GPUs
+            np.testing.assert_allclose(closed[~own], summed[~own], rtol=1e-12)
+    with pytest.raises(ValueError, match="do not divide"):
+        lt.server_sums(3)

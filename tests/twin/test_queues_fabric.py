@@ -14,17 +14,17 @@ from fabricmon.core.topology.port_index import build_port_index
 from tests.topologies import four_leaf_two_spine
 from twin.fabric_queues import CUM, FabricQueues, peer_positions
 from twin.moe import MoeConfig, MoeTraffic
-from twin.routing import Router, Wiring
+from twin.routing import Router, RoutingMode, Wiring
 from twin.schedule import JobTimeline
 
 T0 = 1_000_000_000_000
 
 
-def build(lossy: bool) -> tuple[JobTimeline, FabricQueues]:
+def build(lossy: bool, routing: RoutingMode = "pxn") -> tuple[JobTimeline, FabricQueues]:
     fab = four_leaf_two_spine("q", servers=4)
     ports = build_port_index(fab)
     wiring = Wiring(fab, ports)
-    router = Router(wiring, "pxn", seed=2)
+    router = Router(wiring, routing, seed=2)
     # a small buffer in lossy mode, so the hot port drops
     tl = JobTimeline(MoeTraffic(MoeConfig(layers=4), wiring.n_gpus, seed=2), router, ports.speed_bps,
                      ports.host_facing, T0, lossy=lossy, buffer_bytes=4e6)
@@ -70,3 +70,40 @@ def test_counters_are_monotone_and_the_watermark_composes() -> None:
     assert whole.max() == pytest.approx(q.cfg.xoff_bytes[0])  # the hot queue reached Xoff (PFC)
     with pytest.raises(ValueError, match="empty interval"):
         q.peak_bytes(c, a)
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_a_switch_read_is_the_fabric_read_of_its_ports_bit_for_bit(lossy: bool) -> None:
+    """A gNMI target reads its own switch's slice: the closed forms run for those ports plus the
+    queues that can pause (PFC reaches the slice through its peers: ECMP puts the spines on the
+    path), replayed from the phase's checkpoint — exactly what the whole fabric's read gives for
+    those ports."""
+    _, q = build(lossy, "ecmp")
+    ports = q.ports
+    times = np.linspace(T0 + 1_000_000, T0 + 500_000_000, 23).astype(np.int64)
+    q.advance_to(int(times[-1]))
+    paused_seen = False
+    for t in times.tolist():
+        whole = q.counters_at(t)
+        peak = q.peak_bytes(t - 80_000_000, t) if t - 80_000_000 >= q.oldest_ns else None
+        for name in ports.switch_names:
+            sl = ports.slice_of(name)
+            mine = q.counters_at(t, sl)
+            for key, values in mine.items():
+                np.testing.assert_array_equal(values, whole[key][sl], err_msg=f"{name} {key} at {t}")
+            if peak is not None:
+                np.testing.assert_array_equal(q.peak_bytes(t - 80_000_000, t, sl), peak[sl])
+        paused_seen |= bool(whole["pfc_rx_frames"].any())
+    assert paused_seen or lossy  # PFC crossed cables into other switches' reads
+
+
+def test_history_is_bounded_in_bytes_and_keeps_whole_phases() -> None:
+    tl, full = build(False)
+    q = FabricQueues(tl, full.ports, full.peer_pos, T0, keep_s=6.0, min_keep_s=0.2, max_bytes=64 << 10)
+    for k in range(1, 31):
+        q.advance_to(T0 + k * 100_000_000)
+        assert q.history_bytes <= (64 << 10) + 8 * max(s.nbytes for s in q.segments)
+        assert q.segments[0].cum0 is not None  # the oldest kept segment is a phase's checkpoint
+    assert q.oldest_ns >= T0 + 2_000_000_000  # min_keep_s, not keep_s, once over the budget
+    with pytest.raises(ValueError, match="before the kept queue history"):
+        q.counters_at(T0)

@@ -121,3 +121,76 @@ def test_hot_gpu_port_carries_several_times_the_mean_on_one_su(one_su_256_gpus):
         assert int(np.argmax(out)) == hot_port  # the hottest port faces the hot GPU's NIC
         ratios.append(out[hot_port] / out[host].mean())
     assert 3.5 < float(np.mean(ratios)) < 6.0
+
+
+# -- EP groups: blocks routed like the block-diagonal matrix ---------------------------------------
+def _blocks(groups: int, g: int, seed: int = 4) -> np.ndarray:
+    b = np.random.default_rng(seed).uniform(1e6, 5e6, size=(groups, g, g))
+    b[:, np.arange(g), np.arange(g)] = 0.0
+    return b
+
+
+def _dense(blocks: np.ndarray) -> np.ndarray:
+    k, g, _ = blocks.shape
+    m = np.zeros((k * g, k * g))
+    for i in range(k):
+        m[i * g:(i + 1) * g, i * g:(i + 1) * g] = blocks[i]
+    return m
+
+
+@pytest.mark.parametrize("mode", ["pxn", "ecmp"])
+@pytest.mark.parametrize("gpus_per_server, group", [(4, 8), (3, 4)])  # (3, 4): groups straddle servers
+def test_ep_blocks_route_like_the_dense_matrix_and_conserve_bytes(mode, gpus_per_server, group):
+    """node001..node004 with 4 GPUs (groups of 8 = two servers) or 3 GPUs (groups of 4: group 0 is
+    node001's 3 GPUs and node002's gpu0)."""
+    from fabricmon.core.topology.railgen import rail_optimized
+
+    fabric = rail_optimized("ep", servers=4, gpus_per_server=gpus_per_server, spines=2, uplinks_per_leaf=4)
+    index = build_port_index(fabric)
+    wiring = Wiring(fabric, index)
+    blocks = _blocks(wiring.n_gpus // group, group)
+    grouped = Router(wiring, mode, group_gpus=group)
+    by_blocks = grouped.route(blocks)
+    dense = Router(wiring, mode).route(_dense(blocks))
+    np.testing.assert_allclose(by_blocks.in_bytes, dense.in_bytes, rtol=1e-12)
+    np.testing.assert_allclose(by_blocks.out_bytes, dense.out_bytes, rtol=1e-12)
+    m = _dense(blocks)
+    off_host = m[wiring.gpu_host[:, None] != wiring.gpu_host[None, :]].sum()
+    assert by_blocks.out_bytes[index.host_facing].sum() == pytest.approx(off_host)
+    # only pairs inside a group are listed: groups x G^2 at most, never N^2
+    src, dst = grouped.pairs // wiring.n_gpus, grouped.pairs % wiring.n_gpus
+    if mode == "ecmp":
+        assert np.all(src // group == dst // group)
+    else:  # the proxy NIC may belong to another group; its server has a GPU in dst's group
+        in_group = set(zip(wiring.gpu_host.tolist(), (np.arange(wiring.n_gpus) // group).tolist(), strict=True))
+        assert set(zip(wiring.gpu_host[src].tolist(), (dst // group).tolist(), strict=True)) <= in_group
+    assert len(grouped.pairs) < len(Router(wiring, mode).pairs)
+    with pytest.raises(ValueError, match="route its"):
+        grouped.route(m)
+    with pytest.raises(ValueError, match="EP groups"):
+        grouped.route(blocks[:1])
+
+
+
+def test_a_job_of_groups_routes_the_servers_sums_like_its_blocks(small):
+    """Steps nobody reports are routed from each server's sums (twin/moe.py server_sums), the
+    reported ones from their blocks: the same port bytes either way."""
+    from twin.schedule import JobTimeline
+
+    _fabric, index, wiring = small
+    router = Router(wiring, "pxn", group_gpus=8)
+
+    def phases(report: bool) -> list:  # type: ignore[type-arg]
+        tl = JobTimeline(MoeTraffic(MoeConfig(layers=2, ep_size=8), wiring.n_gpus, seed=4), router,
+                         index.speed_bps, index.host_facing, 0)
+        seen: list[int] = []
+        if report:
+            tl.on_phase = lambda ph, blocks: seen.append(blocks.shape[0])
+        tl.ensure(1_000_000_000)
+        assert seen == ([2] * len(tl.phases) if report else [])
+        return list(tl.phases)
+
+    for a, b in zip(phases(report=True), phases(report=False), strict=True):
+        assert (a.start_ns, a.end_ns) == pytest.approx((b.start_ns, b.end_ns), abs=1)
+        np.testing.assert_allclose(a.out_bytes, b.out_bytes, rtol=1e-12)
+        np.testing.assert_allclose(a.in_bytes, b.in_bytes, rtol=1e-12)
