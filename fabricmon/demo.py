@@ -338,6 +338,8 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         # and the one web process keeps its pages answering (1 in 4 cost views.json its 1 s)
         "report_every_steps": str(max(1, gpus // 16)),
         "report_block_steps": "4",
+        # SNMP stays for inventory and fills in while a gNMI stream is down
+        "collector": "both",
         **(overrides or {}),
     }
     twin_url = f"http://127.0.0.1:{values['twin_control_port']}"
@@ -345,7 +347,8 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
     print("demo: starting the fabric twin …")
     sup.start("twin", [*fill(SERVICE_COMMANDS["twin"], values), *(twin_extra or [])])
     wait_for_file(topology_file, sup, "twin", twin_wait_s)
-    sup.run("load_topology", [*manage, "load_topology", str(topology_file), "--collector", "both"])
+    sup.run("load_topology",
+            [*manage, "load_topology", str(topology_file), "--collector", values["collector"]])
     fabric = fabric_name(topology_file)
     forget_live_state(env["REDIS_URL"], fabric)
     for name in services:
