@@ -166,6 +166,7 @@ class RunPhaseState:
         self.rank_hash = ""
         self.results: dict[Routing, _Result] = {}
         self.version = 0
+        self.compute_s = 0.0  # how long the last recompute took (wall s)
         self.attribution: OrderedDict[Routing, LiveAttribution] = OrderedDict()
         self.stats = {"blocks_read": 0, "matrices_read": 0, "columns_projected": 0, "recomputes": 0,
                       "attribution_rebuilds": 0, "intervals_folded": 0, "intervals_provisional": 0}
@@ -281,7 +282,10 @@ class RunPhaseState:
         frames that streamed in meanwhile may be missing from it — else None. Lock-free: a request
         served this way never waits behind a computation."""
         hit = self.results.get(routing)
-        if hit is None or time.monotonic() - hit.at > max_stale_s:
+        # a run whose views take longer to compute than the bound (thousands of ranks on a busy
+        # box) is answered from its newest result up to two computations old: waiting for one in
+        # the request would give nothing fresher by the time it answers
+        if hit is None or time.monotonic() - hit.at > max(max_stale_s, 2 * self.compute_s):
             return None
         try:
             return hit.snap if hit.settled() == self.settled_fingerprint(run, routing) else None
@@ -310,12 +314,14 @@ class RunPhaseState:
                 return hit.snap
             self.version += 1
             self.stats["recomputes"] += 1
+            started = time.monotonic()
             try:
                 snap = self._compute(run, routing)
             except NoViewError as why:
                 snap = PhaseSnapshot(self.version, run.state, {}, {}, str(why))
             except Fabric.DoesNotExist:  # deleted between the fingerprint and the views
                 snap = PhaseSnapshot(self.version, run.state, {}, {}, unknown_fabric(run.fabric))
+            self.compute_s = time.monotonic() - started
             self.results[routing] = _Result(fp, snap, time.monotonic(), time.time_ns())
             while len(self.results) > 4:  # routings asked for recently (a seed per client at most)
                 del self.results[next(iter(self.results))]
