@@ -122,7 +122,7 @@ def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray) -> np.ndarray:
             cursor.execute(
                 f"INSERT INTO {table} AS t (run_id, key_hash, bits, added) "
                 f"SELECT %s, k, b, b FROM unnest(%b::bigint[], %b::bigint[]) AS v(k, b) {upsert}",
-                [run_id, PgArray(keys), PgArray(masks)], prepare=True,
+                [run_id, PgArray(keys), PgArray(masks)],
             )
             rows = cursor.fetchall()
     else:

@@ -19,7 +19,7 @@ from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
 )
-from fabricmon.jobs.sql import PG_TYPES, chunks, insert_columns, marks, pg_cursor, sql_cursor
+from fabricmon.jobs.sql import PG_TYPES, chunks, insert_columns, marks, pg_arrays, pg_cursor, sql_cursor
 
 DENSE_MATRIX_CELLS = 8_000_000  # a batch's matrices are summed in one dense array up to this size
 
@@ -109,7 +109,7 @@ def add_events(
     peers = _peer_bytes(cols, inverse)
     if peers is None:
         return
-    touched = np.unique(peers.kid)
+    touched = np.flatnonzero(np.bincount(peers.kid, minlength=len(keys)))  # (sorted, as np.unique's)
     local = np.full(len(keys), -1, dtype=np.int64)
     local[touched] = np.arange(len(touched))
     dense = len(touched) * 2 * peers.n * peers.n <= DENSE_MATRIX_CELLS
@@ -182,7 +182,7 @@ def _update(cursor: Any, table: str, updates: list[tuple[Any, ...]]) -> None:
                 f"UPDATE {table} SET n_ranks = v.n_ranks, sent = v.sent, received = v.received, "
                 f"calls = v.calls FROM unnest({', '.join(f'%b::{PG_TYPES[c]}[]' for c in cols_)}) "
                 f"AS v({', '.join(cols_)}) WHERE {table}.id = v.id",
-                [list(col) for col in zip(*updates, strict=True)],
+                pg_arrays(cols_, list(zip(*updates, strict=True))),
             )
         return
     for rows in chunks(updates):
