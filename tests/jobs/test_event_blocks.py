@@ -300,3 +300,21 @@ def test_plain_batches_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> No
         cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns=0, max_rank=3)
         assert (len(cols), errors, lines) == (50, [], 50)
         assert cols.send_bytes.tolist()[:3] == [0, 1, 2] and cols.send_n.tolist() == [3] * 50
+
+
+def test_a_batch_decoded_as_one_array_keeps_its_lines_apart() -> None:
+    """The fast path decodes a batch's lines as one JSON array; a line that would read as two
+    elements ("{…},{…}"), a blank line, a bracket or a trailing newline must still count lines
+    as the line-by-line reading does, and name the bad line."""
+    good = [json.dumps(_event(i)).encode() for i in range(4)]
+    cases = {
+        b"\n".join(good) + b"\n": (4, [], 5),
+        b"\n".join([good[0], good[1] + b"," + good[2], good[3]]): (2, [2], 3),
+        b"\n".join([good[0], b"", good[1]]): (2, [], 3),
+        b"\n".join([good[0], b"]", good[1], b"[" + good[2]]): (2, [2, 4], 4),
+        b"\n".join([good[0], good[1] + b"]"]): (1, [2], 2),
+        b"": (0, [], 1),
+    }
+    for body, (stored, bad_lines, lines) in cases.items():
+        cols, errors, n = parse_ndjson_columns(body, clock_offset_ns=0, max_rank=3)
+        assert (len(cols), [e.line for e in errors], n) == (stored, bad_lines, lines), body
