@@ -35,7 +35,7 @@ from fabricmon.jobs.models import (
     EventBlockKey,
     Run,
 )
-from fabricmon.jobs.sql import PG_TYPES, QmarkCursor, insert_columns, pg_arrays, pg_cursor
+from fabricmon.jobs.sql import PG_TYPES, Deferred, QmarkCursor, insert_columns, pg_arrays, pg_cursor
 
 NO_VALUE = -1  # a matrix's step/layer when the events had none (a real value keeps the unique key working)
 
@@ -44,12 +44,14 @@ _KEY_COLUMNS = ("source", "step", "layer", "phase", "events")
 
 
 def insert_block(
-    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray
+    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray,
+    deferred: Deferred | None = None,
 ) -> int:
     """One ``EventBlock`` row and its key-index rows (``keys`` with their event ``counts``), raw SQL
     in the caller's transaction (the ORM's create costs ~0.5 µs an event here). Returns its id.
-    PostgreSQL: both in one statement (one round trip), the blobs and the key columns as binary
-    parameters (not 200 KB of quoted hex)."""
+    PostgreSQL: both in one statement (one round trip) with the ``deferred`` statements (the
+    matrices' writes), the blobs and the key columns as binary parameters (not 200 KB of quoted
+    hex)."""
     blob, peers = encode_block(cols)
     start_min, start_max = int(cols.start_ns.min()), int(cols.start_ns.max())
     block_table = connection.ops.quote_name(EventBlock._meta.db_table)
@@ -65,12 +67,13 @@ def insert_block(
     key_values = [source, np.array(step, dtype=np.int64), np.array(layer, dtype=np.int64), phase, counts]
     if connection.vendor == "postgresql":
         arrays = ", ".join(f"%b::{PG_TYPES[c]}[]" for c in _KEY_COLUMNS)
+        more, more_params = deferred.ctes() if deferred is not None else ("", [])
         with pg_cursor() as cursor:
             cursor.execute(
                 f"WITH block AS ({head}), _ AS (INSERT INTO {key_table} "
                 f"(run_id, block_id, {', '.join(_KEY_COLUMNS)}) SELECT %s, block.id, k.* FROM block, "
-                f"unnest({arrays}) AS k) SELECT id FROM block",
-                [*row, run.pk, *pg_arrays(_KEY_COLUMNS, key_values)],
+                f"unnest({arrays}) AS k){more} SELECT id FROM block",
+                [*row, run.pk, *pg_arrays(_KEY_COLUMNS, key_values), *more_params],
             )
             return int(cursor.fetchone()[0])
     with QmarkCursor() as cursor:

@@ -32,7 +32,7 @@ from fabricmon.jobs.models import (
     Run,
 )
 from fabricmon.jobs.ndjson import parse_ndjson_columns
-from fabricmon.jobs.sql import PgArray, QmarkCursor, pg_cursor, sql_cursor
+from fabricmon.jobs.sql import Deferred, PgArray, QmarkCursor, pg_cursor, sql_cursor
 from fabricmon.jobs.validation import MAX_OFFSET_NS, InputError, LineError, ParsedBatch, validate_dicts
 
 IMPORT_BATCH = 5_000
@@ -117,14 +117,20 @@ def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray) -> np.ndarray:
     table = connection.ops.quote_name(EventIdSet._meta.db_table)
     upsert = ("ON CONFLICT (run_id, key_hash) DO UPDATE SET bits = t.bits | excluded.bits, "
               "added = excluded.bits & ~t.bits WHERE excluded.bits & ~t.bits <> 0 RETURNING key_hash, added")
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":  # with the run check (``_hold_run``): one round trip
+        runs = connection.ops.quote_name(Run._meta.db_table)
         with pg_cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {table} AS t (run_id, key_hash, bits, added) "
-                f"SELECT %s, k, b, b FROM unnest(%b::bigint[], %b::bigint[]) AS v(k, b) {upsert}",
+                f"WITH run AS (SELECT id FROM {runs} WHERE id = %s FOR KEY SHARE), "
+                f"won AS (INSERT INTO {table} AS t (run_id, key_hash, bits, added) SELECT run.id, k, b, b "
+                f"FROM run, unnest(%b::bigint[], %b::bigint[]) AS v(k, b) {upsert}) "
+                f"SELECT key_hash, added FROM won UNION ALL SELECT NULL, count(*) FROM run",
                 [run_id, PgArray(keys), PgArray(masks)],
             )
             rows = cursor.fetchall()
+        if not any(key is None and n for key, n in rows):
+            raise IntegrityError(f"run {run_id} does not exist (deleted while its events were stored?)")
+        rows = [r for r in rows if r[0] is not None]
     else:
         pairs = orjson.dumps(np.stack([keys, masks], axis=1), option=orjson.OPT_SERIALIZE_NUMPY).decode()
         with QmarkCursor() as cursor:
@@ -155,11 +161,13 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
         result.duplicates = len(cols) - result.stored
         if not result.stored:
             return result
-        _hold_run(run)
+        if connection.vendor != "postgresql":  # (PostgreSQL: checked with the claim)
+            _hold_run(run)
         new = cols if result.duplicates == 0 else cols.select(fresh)
         keys, inverse = _group_keys(new)
-        blocks.insert_block(run, new, keys, np.bincount(inverse, minlength=len(keys)))
-        matrices.add_events(run, new, keys, inverse)
+        deferred = Deferred()  # the matrices' writes go with the block's statement (PostgreSQL)
+        matrices.add_events(run, new, keys, inverse, deferred)
+        blocks.insert_block(run, new, keys, np.bincount(inverse, minlength=len(keys)), deferred)
     return result
 
 
@@ -168,7 +176,8 @@ def _hold_run(run: Run) -> None:
     index and matrices have no database foreign key (``models.EventBlock.run``), so this one
     check per batch is what their ~250 deferred per-row checks did. ``FOR KEY SHARE`` is the lock
     such a check takes: it blocks a delete of the run, not its updates or other batches. (SQLite:
-    the write transaction is ``BEGIN IMMEDIATE``, so no delete can come between.)"""
+    the write transaction is ``BEGIN IMMEDIATE``, so no delete can come between. PostgreSQL's
+    ingest makes the same check inside its claim statement: ``_claim``.)"""
     table = connection.ops.quote_name(Run._meta.db_table)
     lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
     with sql_cursor() as cursor:
