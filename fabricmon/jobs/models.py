@@ -5,7 +5,7 @@
     Run ──< RankMapEntry      rank → host, local GPU, NIC → switch port
      │
      ├──< EventBlock          one ingested batch of phase events as compact numpy columns
-     │     └──< EventBlockKey (source, step, layer, phase) held by the block: the lookup index
+     │     └──< EventBlockKey (source, step) held by the block, its layers and phases: the lookup index
      ├──< EventIdSet          stored event ids, 64 sequence numbers a row: the idempotency keys
      └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
 
@@ -154,8 +154,12 @@ class EventBlock(models.Model):
 
 
 class EventBlockKey(models.Model):
-    """How many events of one (source, step, layer, phase) a block holds: the index that finds
-    the blocks to read for a per-(step, layer, phase) question (step/layer -1 = none given)."""
+    """What one block holds of one (source, step): its events' layers (``layer_min`` …
+    ``layer_max``), phases (bit ``PHASES.index(phase)`` of ``phases``) and how many events — the
+    index that finds the blocks to read for a per-(step, layer, phase) question (step/layer -1 =
+    none given). It finds a superset when a block's layers or phases are mixed; readers keep only
+    the matching events (``blocks``). One row per step, not per (step, layer, phase): a batch of
+    1,000 events was 125 rows (~0.3 µs an event of PostgreSQL's CPU), now 2–3."""
 
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="event_block_keys", db_index=False, db_constraint=False
@@ -163,15 +167,17 @@ class EventBlockKey(models.Model):
     block = models.ForeignKey(EventBlock, on_delete=models.CASCADE, related_name="keys", db_constraint=False)
     source = models.CharField(max_length=16)
     step = models.BigIntegerField()
-    layer = models.IntegerField()
-    phase = models.CharField(max_length=16)
+    layer_min = models.IntegerField()
+    layer_max = models.IntegerField()
+    phases = models.PositiveIntegerField()  # a bit per phase code (collectors.traces.schema.PHASES)
     events = models.PositiveIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=("run", "step", "layer", "phase"))]
+        indexes = [models.Index(fields=("run", "step", "layer_max"), name="jobs_blockkey_step")]
 
     def __str__(self) -> str:
-        return f"{self.source} step {self.step} layer {self.layer} {self.phase} in block {self.block_id}"
+        layers = f"{self.layer_min}…{self.layer_max}"
+        return f"{self.source} step {self.step} layers {layers} in block {self.block_id}"
 
 
 class EventIdSet(models.Model):
