@@ -241,15 +241,17 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _prefix_hash(words: np.ndarray, prefix: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of the first ``prefix[i]`` code units of each column ``i`` of ``words``
-    (uint64 words of two UTF-32 code units, one id per column, zero past its end): a sum over its
-    words of mix(word + k_j) - mix(k_j) (zero for a zero word, so what lies past the prefix is
-    cut to zeros and drops out), mixed with the length. One pass over the batch, no loop per id
-    or word (columns: the sums run along rows, which numpy does fast)."""
+def _prefix_hash(words: np.ndarray, prefix: np.ndarray, unit_bits: int) -> np.ndarray:
+    """A 64-bit hash of the first ``prefix[i]`` code units (``unit_bits`` wide) of each column
+    ``i`` of ``words`` (uint64 words of the ids' code units, one id per column, zero past its
+    end): a sum over its words of mix(word + k_j) - mix(k_j) (zero for a zero word, so what lies
+    past the prefix is cut to zeros and drops out), mixed with the length. One pass over the
+    batch, no loop per id or word (columns: the sums run along rows, which numpy does fast)."""
+    per_word = 64 // unit_bits
     j = np.arange(words.shape[0])[:, None]
-    full, odd = prefix // 2, prefix % 2 == 1
-    keep = np.where(j < full, ~np.uint64(0), np.where((j == full) & odd, np.uint64(0xFFFFFFFF), np.uint64(0)))
+    full, part = prefix // per_word, (prefix % per_word).astype(np.uint64)
+    partial = np.left_shift(np.uint64(1), part * np.uint64(unit_bits)) - np.uint64(1)
+    keep = np.where(j < full, ~np.uint64(0), np.where(j == full, partial, np.uint64(0)))
     with np.errstate(over="ignore"):
         k = _WORD_KEYS[: words.shape[0], None]
         parts = _mix((words & keep) + k) - _mix(k.copy())
@@ -267,25 +269,47 @@ def id_keys(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     (1–18 of them, no leading zero unless it is "0": "b01" and "b1" are different ids, so "b01"
     is not numbered). An id without such a number is a key of its own (bit 0). Keys are 64-bit
     hashes of (prefix, s // 64) or of the whole id, in disjoint tagged domains; at 10 M keys a
-    run has ~3e-6 odds of one false duplicate."""
+    run has ~3e-6 odds of one false duplicate. An ASCII id is hashed by its bytes, any other by
+    its UTF-32 code units (4x the words to mix), whatever else its batch holds."""
     n = len(ids)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    units, lens = _code_units(ids)
+    lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    try:
+        return _keys(np.array(ids, dtype=f"S{-(-int(lens.max()) // 8) * 8 or 8}"), lens, 8)
+    except UnicodeEncodeError:  # (numpy's "S" takes ASCII only)
+        pass
+    wide = ~np.fromiter(map(str.isascii, ids), dtype=bool, count=n)
+    key, bit = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    narrow = np.flatnonzero(~wide)
+    if len(narrow):
+        key[narrow], bit[narrow] = id_keys([ids[i] for i in narrow.tolist()])
+    at = np.flatnonzero(wide)
+    width = -(-int(lens[at].max()) // 2) * 2
+    units = np.array([ids[i] for i in at.tolist()], dtype=f"<U{width}").view("<u4").reshape(len(at), width)
+    key[at], bit[at] = _keys(units, lens[at], 32)
+    return key, bit
+
+
+def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``id_keys`` of ids given as their code units (n rows of a multiple of 8 bytes, zero past
+    each id's end: numpy "S" bytes or "U" UTF-32) and their lengths."""
+    n = len(lens)
+    units = cells.view(f"<u{unit_bits // 8}").reshape(n, -1)
     cols = np.ascontiguousarray(units.T)  # (code unit, id): numpy's reductions run along rows
     width = len(cols)
     tail = min(width, MAX_SEQ_DIGITS + 1)  # enough to tell 18 digits from more
     back = np.arange(1, tail + 1)[:, None]  # 1 = an id's last code unit, 2 the one before, …
     at = lens - back
     last = cols.reshape(-1)[np.maximum(at, 0) * n + np.arange(n)] - ord("0")
-    digit = (at >= 0) & (last <= 9)  # (uint32: a code unit below "0" wraps high)
+    digit = (at >= 0) & (last <= 9)  # (unsigned: a code unit below "0" wraps high)
     run = np.where(digit.all(axis=0), tail, np.argmin(digit, axis=0))  # trailing digits
     first_digit = last[np.maximum(run, 1) - 1, np.arange(n)]
     numbered = (run >= 1) & (run <= MAX_SEQ_DIGITS) & ((run == 1) | (first_digit != 0))
     in_number = (back <= run) & numbered
     seq = (np.where(in_number, last, 0).astype(np.uint64) * _POW10[:tail, None]).sum(axis=0, dtype=np.uint64)
-    pairs = np.ascontiguousarray(units.view("<u8").T)  # (word, id)
-    h = _prefix_hash(pairs, np.where(numbered, lens - run, lens))
+    words = np.ascontiguousarray(units.view("<u8").T)  # (word, id)
+    h = _prefix_hash(words, np.where(numbered, lens - run, lens), unit_bits)
     with np.errstate(over="ignore"):
         key = _mix(np.where(numbered, h ^ _TAG_SEQ ^ (seq >> np.uint64(6)), h ^ _TAG_WHOLE))
     bit = np.where(numbered, seq & np.uint64(SEQ_BLOCK - 1), np.uint64(0)).astype(np.int64)

@@ -225,6 +225,10 @@ def test_id_keys_share_a_row_per_64_sequence_numbers() -> None:
     many += ["p1-007", "p1-7", "p1-", "é7", "7é", "x7\x00"]
     k, b = id_keys(many)
     assert len(set(zip(k.tolist(), b.tolist(), strict=True))) == len(many)  # distinct ids: distinct bits
+    # an id's key is its own, whatever its batch holds (ASCII ids are hashed by their bytes, others
+    # by their UTF-32 code units: a batch of both takes both ways)
+    for i in (0, 7, len(many) - 4, len(many) - 2, len(many) - 1):
+        assert id_keys([many[i]])[0][0] == k[i] and id_keys([many[i]])[1][0] == b[i], many[i]
 
 
 def test_duplicates_are_found_across_batches_and_key_rows(db) -> None:
