@@ -321,15 +321,20 @@ def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarr
 _INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
 
 
-def _narrow(a: np.ndarray) -> np.ndarray:
+def _narrow(a: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    """``a`` in the smallest int type that holds its values (``lo``/``hi``: its range, if known)."""
     if a.size == 0:
         return a.astype(np.int8)
-    lo, hi = int(a.min()), int(a.max())
+    if lo is None or hi is None:
+        lo, hi = int(a.min()), int(a.max())
     for t in _INT_TYPES:
-        info = np.iinfo(t)
+        info = _INT_INFO[t]
         if info.min <= lo and hi <= info.max:
             return a.astype(t, copy=False)
     return a
+
+
+_INT_INFO = {t: np.iinfo(t) for t in _INT_TYPES}
 
 
 def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
@@ -342,8 +347,14 @@ def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
 
 def _pack(arrays: list[tuple[str, np.ndarray]], extra: dict[str, Any]) -> bytes:
     spec, chunks = [], []
-    for name, a in arrays:
-        narrow = _narrow(a)
+    n = len(arrays[0][1])
+    if n and all(len(a) == n for _, a in arrays):  # the ranges of all columns in two calls, not 2 a column
+        stacked = np.stack([a for _, a in arrays])
+        ranges = zip(stacked.min(axis=1).tolist(), stacked.max(axis=1).tolist(), strict=True)
+    else:
+        ranges = ((None, None) for _ in arrays)
+    for (name, a), (lo, hi) in zip(arrays, ranges, strict=False):
+        narrow = _narrow(a, lo, hi)
         raw = narrow.astype(narrow.dtype.newbyteorder("<"), copy=False).tobytes()
         spec.append([name, narrow.dtype.newbyteorder("<").str, len(raw)])
         chunks.append(raw)
