@@ -260,7 +260,14 @@ def _prefix_hash(words: np.ndarray, prefix: np.ndarray, unit_bits: int) -> np.nd
 
 
 def id_keys(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(key, bit) of each event id: what a run's claim rows (``models.EventIdSet``) hold.
+    """(key, bit) of each event id: what a run's claim rows (``models.EventIdSet``) hold; see
+    ``id_claims``."""
+    key, bit, _ = id_claims(ids)
+    return key, bit
+
+
+def id_claims(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, bit, numbered) of each event id: what a run's claim rows (``models.EventIdSet``) hold.
 
     Ids nearly always end in a sequence number (the probe's ``{session}-{rank}-{pg}-{seq}``, the
     importers' ``fr{rank}-{pg}-c{seq}``), so an id is cut into its prefix and that number *s*:
@@ -273,25 +280,25 @@ def id_keys(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     its UTF-32 code units (4x the words to mix), whatever else its batch holds."""
     n = len(ids)
     if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
     try:
         return _keys(np.array(ids, dtype=f"S{-(-int(lens.max()) // 8) * 8 or 8}"), lens, 8)
     except UnicodeEncodeError:  # (numpy's "S" takes ASCII only)
         pass
     wide = ~np.fromiter(map(str.isascii, ids), dtype=bool, count=n)
-    key, bit = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    key, bit, numbered = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
     narrow = np.flatnonzero(~wide)
     if len(narrow):
-        key[narrow], bit[narrow] = id_keys([ids[i] for i in narrow.tolist()])
+        key[narrow], bit[narrow], numbered[narrow] = id_claims([ids[i] for i in narrow.tolist()])
     at = np.flatnonzero(wide)
     width = -(-int(lens[at].max()) // 2) * 2
     units = np.array([ids[i] for i in at.tolist()], dtype=f"<U{width}").view("<u4").reshape(len(at), width)
-    key[at], bit[at] = _keys(units, lens[at], 32)
-    return key, bit
+    key[at], bit[at], numbered[at] = _keys(units, lens[at], 32)
+    return key, bit, numbered
 
 
-def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray]:
+def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``id_keys`` of ids given as their code units (n rows of a multiple of 8 bytes, zero past
     each id's end: numpy "S" bytes or "U" UTF-32) and their lengths."""
     n = len(lens)
@@ -313,7 +320,7 @@ def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarr
     with np.errstate(over="ignore"):
         key = _mix(np.where(numbered, h ^ _TAG_SEQ ^ (seq >> np.uint64(6)), h ^ _TAG_WHOLE))
     bit = np.where(numbered, seq & np.uint64(SEQ_BLOCK - 1), np.uint64(0)).astype(np.int64)
-    return key.view(np.int64), bit
+    return key.view(np.int64), bit, numbered
 
 
 # --- stored blocks --------------------------------------------------------------------------------

@@ -100,21 +100,65 @@ def _fresh_mask(run: Run, ids: list[str]) -> np.ndarray:
     todo, inverse = np.unique(k_sorted[first], return_inverse=True)
     masks = np.zeros(len(todo), dtype=np.uint64)
     np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), bit[first_at].astype(np.uint64)))
-    added = _claim(int(run.pk), todo, masks.view(np.int64))
+    single = (masks & (masks - np.uint64(1))) == 0  # rows of one id: a UUID-like id, a sparse number
+    added = _claim(int(run.pk), todo, masks.view(np.int64), single)
     fresh = np.zeros(len(keys), dtype=bool)
     won = added.view(np.uint64)[inverse] >> bit[first_at].astype(np.uint64)
     fresh[first_at] = (won & np.uint64(1)) != 0
     return fresh
 
 
-def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray) -> np.ndarray:
+SINGLE_ID_INSERT_ROWS = 100  # PostgreSQL: this many rows of one id each try a plain INSERT first
+
+
+def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray, single: np.ndarray) -> np.ndarray:
     """OR ``masks`` into the run's ``EventIdSet`` rows ``keys`` (sorted, unique) in the caller's
     transaction; returns the bits each claim added (0 where all were there). ``ON CONFLICT DO
     UPDATE`` reads the row's newest committed version even under READ COMMITTED (it waits for a
     concurrent claim of the row, then sees its bits), so two posts of one batch cannot both win
     a bit; on SQLite the write transaction is ``BEGIN IMMEDIATE``. A row none of whose bits is new
-    is not rewritten (a re-post writes nothing) and is not returned."""
+    is not rewritten (a re-post writes nothing) and is not returned.
+
+    ``single``: the rows claiming one id. Many of them (UUID-like ids: each id a row of its
+    own) go first as a plain INSERT in a savepoint on PostgreSQL: such rows are nearly always
+    new, and the upsert's speculative insertion cost ~8.6 µs of backend CPU a row against ~4.8
+    for a plain INSERT; any taken row (a re-post, a concurrent post: the insert waits for it,
+    then fails) sends them back to the upsert."""
     table = connection.ops.quote_name(EventIdSet._meta.db_table)
+    added = np.zeros(len(keys), dtype=np.int64)
+    rest = np.arange(len(keys))
+    many_single = connection.vendor == "postgresql" and single.sum() >= SINGLE_ID_INSERT_ROWS
+    if many_single and _insert_new(run_id, keys[single], masks[single]):
+        added[single] = masks[single]
+        rest = np.flatnonzero(~single)
+    rows = _upsert(run_id, table, keys[rest], masks[rest])  # (also with no rows: the run check)
+    if rows:
+        got = np.array(rows, dtype=np.int64)
+        added[rest[np.searchsorted(keys[rest], got[:, 0])]] = got[:, 1]
+    return added
+
+
+def _insert_new(run_id: int, keys: np.ndarray, masks: np.ndarray) -> bool:
+    """PostgreSQL: ``EventIdSet`` rows with a plain INSERT in a savepoint; false (nothing
+    inserted) when any was taken."""
+    import psycopg  # noqa: PLC0415  (PostgreSQL only)
+
+    table = connection.ops.quote_name(EventIdSet._meta.db_table)
+    with pg_cursor() as cursor:  # (the driver's own savepoint statements: Django's cost ~1 ms a batch)
+        cursor.execute("SAVEPOINT fabricmon_claim")
+        try:
+            cursor.execute(f"INSERT INTO {table} (run_id, key_hash, bits, added) SELECT %s, k, b, b "
+                           f"FROM unnest(%b::bigint[], %b::bigint[]) AS v(k, b)",
+                           [run_id, PgArray(keys), PgArray(masks)])
+        except psycopg.errors.UniqueViolation:
+            cursor.execute("ROLLBACK TO SAVEPOINT fabricmon_claim")
+            return False
+        cursor.execute("RELEASE SAVEPOINT fabricmon_claim")
+    return True
+
+
+def _upsert(run_id: int, table: str, keys: np.ndarray, masks: np.ndarray) -> list[tuple[int, int]]:
+    """The claim's upsert (see ``_claim``): the (key, added bits) of the rows it changed."""
     upsert = ("ON CONFLICT (run_id, key_hash) DO UPDATE SET bits = t.bits | excluded.bits, "
               "added = excluded.bits & ~t.bits WHERE excluded.bits & ~t.bits <> 0 RETURNING key_hash, added")
     if connection.vendor == "postgresql":  # with the run check (``_hold_run``): one round trip
@@ -141,11 +185,7 @@ def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray) -> np.ndarray:
                 [run_id, pairs],
             )
             rows = cursor.fetchall()
-    added = np.zeros(len(keys), dtype=np.int64)
-    if rows:
-        got = np.array(rows, dtype=np.int64)
-        added[np.searchsorted(keys, got[:, 0])] = got[:, 1]
-    return added
+    return rows
 
 
 def store_columns(run: Run, cols: EventColumns) -> IngestResult:

@@ -25,6 +25,7 @@ import json, sys, django
 django.setup()
 from fabricmon.jobs import blocks, ingest
 from fabricmon.jobs.models import Run
+ingest.SINGLE_ID_INSERT_ROWS = 5  # PostgreSQL: the plain-INSERT claim of one-id rows races too
 run = Run.objects.get(name="shared")
 print("ready", flush=True)
 stored = duplicates = 0

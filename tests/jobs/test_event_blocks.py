@@ -265,6 +265,24 @@ def test_duplicates_are_found_across_batches_and_key_rows(db) -> None:
     assert blocks.event_count(other) == 40 and TrafficMatrix.objects.filter(run=other).exists()
 
 
+def test_ids_of_a_row_each_are_claimed_like_numbered_ones(db) -> None:
+    """UUID-like ids are a claim row each; on PostgreSQL a batch of many is inserted plainly
+    first, and a taken one (a re-post, part of the batch) falls back to the upsert."""
+    run = Run.objects.create(owner=get_user_model().objects.create_user("u"), name="u")
+    ids = [f"{i:032x}ab" for i in range(300)]
+
+    def post(part: list[str]) -> tuple[int, int]:
+        body = b"\n".join(json.dumps(_event(0) | {"id": i}).encode() for i in part)
+        res = ingest.ingest_ndjson(run, body)
+        return res.stored, res.duplicates
+
+    assert post(ids[:150]) == (150, 0)
+    assert post(ids[:150]) == (0, 150)
+    assert post(ids[100:300]) == (150, 50)
+    assert post([*ids[:10], "x64", "x65", *ids[:10]]) == (2, 20)
+    assert EventIdSet.objects.filter(run=run).count() == 301 and blocks.event_count(run) == 302
+
+
 def test_a_batch_for_a_deleted_run_stores_nothing(db) -> None:
     """Blocks and matrices have no database foreign key to their run: ingest checks the run row
     once per batch, so events of a run deleted meanwhile are refused, not left orphaned."""
