@@ -93,6 +93,9 @@ _COMPACT = [*(_skeleton(k, False) for k in range(1025)), b"null"]  # [-1]: an ab
 # of a batch's maps joined by "," read as one comma-separated list (numpy's text reader, in C)
 _COLON_TO_COMMA = bytes(44 if c == ord(":") else c for c in range(256))
 _NOT_NUMBERS = b'{"} \t\n\r'  # (bytes.translate deletes these before it maps the rest)
+# the same for the batch's maps back to back: each map's "}" ends its last number instead
+_END_TO_COMMA = bytes(44 if c in (ord(":"), ord("}")) else c for c in range(256))
+_NOT_NUMBERS_BUT_ENDS = b'{" \t\n\r'
 _BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
@@ -128,7 +131,7 @@ def _peer_columns(
             if not (null_list[j] or s in (_skeleton(k_list[j], False), _skeleton(k_list[j], True))):
                 map_ok[j] = False
     has = map_ok & ~is_null & (k > 0)
-    numbers = _numbers(texts, has, k)  # (an empty key or value is an empty field: not read)
+    numbers = _numbers(texts, has, k, joined)  # (an empty key or value is an empty field: not read)
     if numbers is None:
         map_ok[has] = False
         numbers = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(n, dtype=bool)
@@ -156,16 +159,20 @@ def _peer_columns(
 
 
 def _numbers(
-    texts: list[Any], has: np.ndarray, k: np.ndarray
+    texts: list[Any], has: np.ndarray, k: np.ndarray, joined: bytes | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(keys, values, read) of the maps where ``has`` is true, whose skeletons are already
     checked (so their text is digits between the structure); ``read`` is where the maps were
     read — a map with an empty field ({"": 5}) or one longer than 18 digits is left to the
-    careful path. None if the text reader disagrees (then the careful path reads them all)."""
+    careful path. None if the text reader disagrees (then the careful path reads them all).
+    ``joined``: the maps' texts back to back, read as they are when every map is to be read."""
     for _ in range(2):  # the second pass only without the maps the first found a bad field in
         if not has.any():
             return np.zeros(0, np.int64), np.zeros(0, np.int64), has
-        numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
+        if joined is not None and has.all():
+            numbers = joined.translate(_END_TO_COMMA, _NOT_NUMBERS_BUT_ENDS)[:-1]
+        else:
+            numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
         b = np.frombuffer(numbers, dtype=np.uint8)
         comma = b == ord(",")
         if not (np.less(b - ord("0"), 10) | comma).all():  # (uint8: "-" and the rest wrap high)
