@@ -227,7 +227,8 @@ SEQ_BLOCK = 64  # consecutive sequence numbers that share one claim row (one bit
 MAX_SEQ_DIGITS = 18  # a longer digit suffix is not read as a number (it could overflow int64)
 _TAG_SEQ, _TAG_WHOLE = np.uint64(0x5851F42D4C957F2D), np.uint64(0x2545F4914F6CDD1D)
 _POW10 = 10 ** np.arange(MAX_SEQ_DIGITS + 1, dtype=np.uint64)
-# one odd constant per 64-bit word of an id (at most MAX_ID_LEN = 80 code units: 40 words)
+# one odd constant per 64-bit word of an id (ingest caps ids at 80 code units: 40 words; longer
+# ones, from before the cap or elsewhere, get theirs made on the spot)
 _WORD_KEYS = (np.arange(1, 41, dtype=np.uint64) * _GOLD) | np.uint64(1)
 
 
@@ -253,21 +254,16 @@ def _prefix_hash(words: np.ndarray, prefix: np.ndarray, unit_bits: int) -> np.nd
     partial = np.left_shift(np.uint64(1), part * np.uint64(unit_bits)) - np.uint64(1)
     keep = np.where(j < full, ~np.uint64(0), np.where(j == full, partial, np.uint64(0)))
     with np.errstate(over="ignore"):
-        k = _WORD_KEYS[: words.shape[0], None]
+        n_words = words.shape[0]
+        k = (_WORD_KEYS if n_words <= len(_WORD_KEYS) else
+             (np.arange(1, n_words + 1, dtype=np.uint64) * _GOLD) | np.uint64(1))[:n_words, None]
         parts = _mix((words & keep) + k) - _mix(k.copy())
         h = parts.sum(axis=0, dtype=np.uint64) ^ (prefix.astype(np.uint64) * _GOLD)
     return _mix(h)
 
 
 def id_keys(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(key, bit) of each event id: what a run's claim rows (``models.EventIdSet``) hold; see
-    ``id_claims``."""
-    key, bit, _ = id_claims(ids)
-    return key, bit
-
-
-def id_claims(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(key, bit, numbered) of each event id: what a run's claim rows (``models.EventIdSet``) hold.
+    """(key, bit) of each event id: what a run's claim rows (``models.EventIdSet``) hold.
 
     Ids nearly always end in a sequence number (the probe's ``{session}-{rank}-{pg}-{seq}``, the
     importers' ``fr{rank}-{pg}-c{seq}``), so an id is cut into its prefix and that number *s*:
@@ -280,25 +276,25 @@ def id_claims(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     its UTF-32 code units (4x the words to mix), whatever else its batch holds."""
     n = len(ids)
     if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
     try:
         return _keys(np.array(ids, dtype=f"S{-(-int(lens.max()) // 8) * 8 or 8}"), lens, 8)
     except UnicodeEncodeError:  # (numpy's "S" takes ASCII only)
         pass
     wide = ~np.fromiter(map(str.isascii, ids), dtype=bool, count=n)
-    key, bit, numbered = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
+    key, bit = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     narrow = np.flatnonzero(~wide)
     if len(narrow):
-        key[narrow], bit[narrow], numbered[narrow] = id_claims([ids[i] for i in narrow.tolist()])
+        key[narrow], bit[narrow] = id_keys([ids[i] for i in narrow.tolist()])
     at = np.flatnonzero(wide)
     width = -(-int(lens[at].max()) // 2) * 2
     units = np.array([ids[i] for i in at.tolist()], dtype=f"<U{width}").view("<u4").reshape(len(at), width)
-    key[at], bit[at], numbered[at] = _keys(units, lens[at], 32)
-    return key, bit, numbered
+    key[at], bit[at] = _keys(units, lens[at], 32)
+    return key, bit
 
 
-def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray]:
     """``id_keys`` of ids given as their code units (n rows of a multiple of 8 bytes, zero past
     each id's end: numpy "S" bytes or "U" UTF-32) and their lengths."""
     n = len(lens)
@@ -320,7 +316,7 @@ def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarr
     with np.errstate(over="ignore"):
         key = _mix(np.where(numbered, h ^ _TAG_SEQ ^ (seq >> np.uint64(6)), h ^ _TAG_WHOLE))
     bit = np.where(numbered, seq & np.uint64(SEQ_BLOCK - 1), np.uint64(0)).astype(np.int64)
-    return key.view(np.int64), bit, numbered
+    return key.view(np.int64), bit
 
 
 # --- stored blocks --------------------------------------------------------------------------------
