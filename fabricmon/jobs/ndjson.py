@@ -45,6 +45,9 @@ _NonNeg = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 _Ns = Annotated[int, msgspec.Meta(ge=_MIN_NS, lt=_MAX_NS)]
 
 
+_RAW_NULL = msgspec.Raw(b"null")
+
+
 class _Line(msgspec.Struct, gc=False):
     """One event line as the fast path accepts it (unknown keys are ignored, as before)."""
 
@@ -64,10 +67,11 @@ class _Line(msgspec.Struct, gc=False):
     clock_offset_ns: Annotated[int, msgspec.Meta(ge=-MAX_OFFSET_NS, le=MAX_OFFSET_NS)] | None = None
     bytes_sent: _NonNeg | None = None
     bytes_recv: _NonNeg | None = None
-    # raw JSON text, parsed per batch below (msgspec would build a dict per map: the slow part)
-    pg_ranks: msgspec.Raw = None  # type: ignore[assignment]
-    send_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
-    recv_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
+    # raw JSON text, parsed per batch below (msgspec would build a dict per map: the slow part);
+    # absent reads as null, as a JSON null does, so every value is text (no None to replace)
+    pg_ranks: msgspec.Raw = _RAW_NULL
+    send_bytes_per_peer: msgspec.Raw = _RAW_NULL
+    recv_bytes_per_peer: msgspec.Raw = _RAW_NULL
 
 
 _DECODER = msgspec.json.Decoder(_Line)
@@ -102,14 +106,14 @@ _BIG = 10**18  # values from here up go to the careful path (the text reader sat
 def _peer_columns(
     raws: list[Any], max_rank: int = INT64_MAX
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Raw JSON peer maps (``None`` = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
+    """Raw JSON peer maps (JSON null = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
     absent map; ok[i] false sends line i to the careful path (anything but plain
     {"digits": digits} maps with distinct keys below ``max_rank`` and values below 10**18);
     peers/bytes are flat for the ok maps, in order. The maps' shape is checked on the batch's
     bytes at once (digits removed, what is left must be the compact or json.dumps skeleton of as
     many entries as the map has colons), then all their numbers are read in one C call."""
     n = len(raws)
-    texts = [_NULL if r is None else r for r in raws]
+    texts = raws
     joined, bounds, a = _joined(texts)
     first = a[bounds[:-1]]
     not_object = (first != ord("{")) & (first != ord("n"))  # a list, number, string… (n: null)
@@ -270,11 +274,7 @@ def _fast_columns(
         has_map = counts >= 0
         ok &= fits & ~(has_map & (given != NONE) & (given != sums))
         totals[key] = np.where(has_map, sums, given)
-    raw_pg = (
-        list(map(bytes, g["pg_ranks"]))
-        if None not in g["pg_ranks"]
-        else [_NULL if r is None else bytes(r) for r in g["pg_ranks"]]
-    )
+    raw_pg = list(map(bytes, g["pg_ranks"]))
     pg_text = {raw: _pg_ranks_text(raw) for raw in set(raw_pg)}  # few distinct groups per batch
     pg_ranks = list(map(pg_text.__getitem__, raw_pg))
     if None in pg_text.values():
