@@ -24,7 +24,8 @@ Last measured (2 shared cores; the figure moves with what else runs — see docs
   a batch on PostgreSQL), on a box whose speed swung within minutes (3288542 read 11-22k where
   it read ~29k that morning), --repeat 3, 200k events: load 1.0, SQLite median 77.4k
   (69.6k-84.3k) = 3.82x, PostgreSQL median 45.9k (44.4k-81.4k) = 3.95x; load 1.0 a few minutes
-  before, SQLite 70.0k (63.9k-80.0k) = 4.51x, PostgreSQL 51.9k (41.1k-52.1k) = 3.59x. Against
+  before, SQLite 70.0k (63.9k-80.0k) = 4.51x, PostgreSQL 51.9k (41.1k-52.1k) = 3.59x; load 3.8
+  (last), SQLite 56.3k (52.4k-58.6k) = 3.97x, PostgreSQL 43.7k (41.8k-44.0k) = 4.03x. Against
   this branch's start (--against 5edbda4, 100k events, interleaved): SQLite 1.11x-1.53x,
   PostgreSQL 1.29x-1.30x (backend CPU halved, client CPU ~10 % less). On the morning's box
   (5edbda4: SQLite 98.9k, PostgreSQL 62.7k-68.4k) that is ~110-150k and ~80-89k: 100k per core
