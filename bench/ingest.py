@@ -20,20 +20,20 @@ How "per core" is measured (honestly, on a shared machine):
   migrations' and batches' objects was 9 % of a run).
 
 Last measured (2 shared cores; the figure moves with what else runs — see docs/jobs.md):
-- 2026-12-02, after migration 0014 (no FKs on blocks/keys/matrices) and the PostgreSQL plain-INSERT
-  claim, on a box whose cores ran the reference path at half the speed of the runs below (3288542:
-  SQLite 11-13k, PostgreSQL 9-11k): load 4.6, 100k events: SQLite 33.5k (2.82x), PostgreSQL 24.4k
-  (2.62x, was 2.13x before these changes at load 2.5: SQLite 43.2k 3.29x, PostgreSQL 20.6k);
-  load ~10, --repeat 3: SQLite 34.8k (3.13x), PostgreSQL 28.9k (2.72x). Client-side parse is
-  10-13 us an event here: 100k/core needs the Python side cut first.
-- load 10-12 (a 60-minute soak and other suites), --repeat 3: SQLite median 79.9k events/s per
-  core (73.7k-83.8k) against 27.6k for 3288542 (2.89x); PostgreSQL incl. backend median 46.6k
-  (43.9k-46.7k) against 20.5k (2.28x).
-- load 6-7.5 (the soak), --repeat 3: SQLite median 86.8k (79.3k-91.7k) against 30.5k (2.85x);
-  PostgreSQL median 45.2k (41.7k-47.7k) against 22.9k (1.97x).
-- load ~3, single runs: SQLite 89.4k and 91.5k (3288542: 27.9k, 26.0k); PostgreSQL 49.9k and
-  41.1k (20.7k, 19.4k).
-- history: quiet-box figures of 73-80k (SQLite) and 36k (PostgreSQL) were measured before
+- 2026-12-02, issue 18 item 5 (EventIdSet claims 64 ids a row, block keys per step, 4 round trips
+  a batch on PostgreSQL), on a box whose speed swung within minutes (3288542 read 11-22k where
+  it read ~29k that morning), --repeat 3, 200k events: load 1.0, SQLite median 77.4k
+  (69.6k-84.3k) = 3.82x, PostgreSQL median 45.9k (44.4k-81.4k) = 3.95x; load 1.0 a few minutes
+  before, SQLite 70.0k (63.9k-80.0k) = 4.51x, PostgreSQL 51.9k (41.1k-52.1k) = 3.59x; load 3.8
+  (last), SQLite 56.3k (52.4k-58.6k) = 3.97x, PostgreSQL 43.7k (41.8k-44.0k) = 4.03x. Against
+  this branch's start (--against 5edbda4, 100k events, interleaved): SQLite 1.11x-1.53x,
+  PostgreSQL 1.29x-1.30x (backend CPU halved, client CPU ~10 % less). On the morning's box
+  (5edbda4: SQLite 98.9k, PostgreSQL 62.7k-68.4k) that is ~110-150k and ~80-89k: 100k per core
+  is not reached on PostgreSQL.
+- before it (5edbda4, quiet box): SQLite 95.4k-100.8k, median 98.9k (3.37x); PostgreSQL
+  62.7k-68.4k (client ~9 us + backend ~6 us an event).
+- history: load 10-12 (a soak), --repeat 3: SQLite median 79.9k (2.89x), PostgreSQL 46.6k
+  (2.28x); quiet-box figures of 73-80k (SQLite) and 36k (PostgreSQL) were measured before
   6d2996a, which sent every line to the careful validator (see docs/jobs.md); Kineto 200 MB at
   30.2 MB/s, peak RSS 35 MB; after the scanner's string-regex fix (load ~8) 40.2 MB/s, CPU 4.54 s
   against HTA's 19.27 s on the same file (4.2x), peak RSS 79 MB against HTA's 1,449 MB.

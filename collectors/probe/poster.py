@@ -10,7 +10,7 @@ an outage shorter than the spool.
                                                                            (retry.Backoff, Retry-After)
 
 * **Idempotent retries.** Every event carries its id (``A2AProbe``: session-rank-group-seq) and the
-  server claims ids per run (``jobs.ingest``: ``EventKey`` / ``RecentKeyBatch``), so a batch posted
+  server claims ids per run (``jobs.ingest``: ``EventIdSet``), so a batch posted
   again after a lost answer is stored once: the server counts the repeats as ``duplicates``.
 * **Dropped events are reported.** Once anything was dropped, every batch carries
   ``X-Probe-Session`` (this poster) and ``X-Probe-Dropped`` (its running total: a counter, as

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, F, Max, Min, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
@@ -35,20 +35,43 @@ from fabricmon.jobs.models import (
     EventBlockKey,
     Run,
 )
-from fabricmon.jobs.sql import PG_TYPES, QmarkCursor, insert_columns, pg_arrays, pg_cursor
+from fabricmon.jobs.sql import PG_TYPES, Deferred, QmarkCursor, insert_columns, pg_arrays, pg_cursor
 
 NO_VALUE = -1  # a matrix's step/layer when the events had none (a real value keeps the unique key working)
 
 
-_KEY_COLUMNS = ("source", "step", "layer", "phase", "events")
+_KEY_COLUMNS = ("source", "step", "layer_min", "layer_max", "phases", "events")
+
+
+def _step_keys(keys: list[tuple[str, int, int, str]], counts: np.ndarray) -> list[Any]:
+    """The block's (source, step, layer, phase) keys with their event counts → one index row per
+    (source, step): its layers' range, a bit per phase, its events (columns ``_KEY_COLUMNS``)."""
+    rows: dict[tuple[str, int], list[int]] = {}
+    for (source, step, layer, phase), n in zip(keys, counts.tolist(), strict=True):
+        row = rows.get((source, step))
+        bit = 1 << PHASE_BIT[phase]
+        if row is None:
+            rows[(source, step)] = [layer, layer, bit, n]
+        else:
+            row[0], row[1] = min(row[0], layer), max(row[1], layer)
+            row[2] |= bit
+            row[3] += n
+    sources = [k[0] for k in rows]
+    ints = np.array([[k[1], *v] for k, v in rows.items()], dtype=np.int64).reshape(-1, 5)
+    return [sources, *ints.T]
+
+
+PHASE_BIT = {p: i for i, p in enumerate(PHASES)}
 
 
 def insert_block(
-    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray
+    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], counts: np.ndarray,
+    deferred: Deferred | None = None,
 ) -> int:
-    """One ``EventBlock`` row and its key-index rows (``keys`` with their event ``counts``), raw SQL
-    in the caller's transaction (the ORM's create costs ~0.5 µs an event here). Returns its id.
-    PostgreSQL: both in one statement (one round trip), the blobs and the key columns as binary
+    """One ``EventBlock`` row and its key-index rows (from ``keys`` with their event ``counts``: one
+    per (source, step)), raw SQL in the caller's transaction (the ORM's create costs ~0.5 µs an
+    event here). Returns its id. PostgreSQL: both in one statement (one round trip) with the
+    ``deferred`` statements (the matrices' writes), the blobs and the key columns as binary
     parameters (not 200 KB of quoted hex)."""
     blob, peers = encode_block(cols)
     start_min, start_max = int(cols.start_ns.min()), int(cols.start_ns.max())
@@ -61,33 +84,51 @@ def insert_block(
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     row = [run.pk, len(cols), start_min, start_max, blob, peers, now]
-    source, step, layer, phase = (list(c) for c in zip(*keys, strict=True))
-    key_values = [source, np.array(step, dtype=np.int64), np.array(layer, dtype=np.int64), phase, counts]
+    key_values = _step_keys(keys, counts)
     if connection.vendor == "postgresql":
         arrays = ", ".join(f"%b::{PG_TYPES[c]}[]" for c in _KEY_COLUMNS)
+        more, more_params = deferred.ctes() if deferred is not None else ("", [])
         with pg_cursor() as cursor:
             cursor.execute(
                 f"WITH block AS ({head}), _ AS (INSERT INTO {key_table} "
                 f"(run_id, block_id, {', '.join(_KEY_COLUMNS)}) SELECT %s, block.id, k.* FROM block, "
-                f"unnest({arrays}) AS k) SELECT id FROM block",
-                [*row, run.pk, *pg_arrays(_KEY_COLUMNS, key_values)],
+                f"unnest({arrays}) AS k){more} SELECT id FROM block",
+                [*row, run.pk, *pg_arrays(_KEY_COLUMNS, key_values), *more_params],
             )
             return int(cursor.fetchone()[0])
     with QmarkCursor() as cursor:
         cursor.execute(head, row)
         block_id = int(cursor.fetchone()[0])
-        n = len(keys)
+        n = len(key_values[0])
         insert_columns(cursor, key_table, ("run_id", "block_id", *_KEY_COLUMNS),
                        [np.full(n, run.pk), np.full(n, block_id), *key_values])
     return block_id
 
 
+def _keys_matching(run: Run, where: dict[str, Any]) -> Any:
+    """The run's index rows whose block may hold events matching ``where`` (source/step/layer/phase,
+    all given): a superset when a block's layers or phases are mixed (readers mask the events)."""
+    keys = EventBlockKey.objects.filter(run=run)
+    if "source" in where:
+        keys = keys.filter(source=where["source"])
+    if "step" in where:
+        keys = keys.filter(step=where["step"])
+    if "layer" in where:
+        keys = keys.filter(layer_min__lte=where["layer"], layer_max__gte=where["layer"])
+    if "phase" in where:
+        if where["phase"] not in PHASE_BIT:
+            return keys.none()
+        bit = 1 << PHASE_BIT[where["phase"]]
+        keys = keys.annotate(has_phase=F("phases").bitand(bit)).filter(has_phase__gt=0)
+    return keys
+
+
 def _block_filter(run: Run, **where: Any) -> Any:
-    """Blocks of the run holding events that match ``where`` (source/step/layer/phase), by time."""
+    """Blocks of the run that may hold events matching ``where`` (source/step/layer/phase), by time."""
     blocks = EventBlock.objects.filter(run=run)
     where = {k: v for k, v in where.items() if v is not None}
     if where:
-        blocks = blocks.filter(pk__in=EventBlockKey.objects.filter(run=run, **where).values("block_id"))
+        blocks = blocks.filter(pk__in=_keys_matching(run, where).values("block_id"))
     return blocks.order_by("start_ns_min", "id")
 
 
@@ -242,7 +283,7 @@ def block_ids(
 
 
 def _steps(run: Run, source: str | None) -> Any:
-    keys = EventBlockKey.objects.filter(run=run, step__gte=0, layer__gte=0)
+    keys = EventBlockKey.objects.filter(run=run, step__gte=0, layer_max__gte=0)
     return keys.filter(source=source) if source else keys
 
 

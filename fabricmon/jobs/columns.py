@@ -190,26 +190,133 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 def id_hashes(ids: Sequence[str]) -> np.ndarray:
     """A stable 64-bit hash of each event id (int64), computed for the whole batch at once:
-    the ids' UTF-32 code units as uint64 words folded with a splitmix64-style mix. The run's
-    unique key is (run, hash): at 10 M events a run has ~3e-6 odds of one false duplicate."""
+    the ids' UTF-32 code units as uint64 words folded with a splitmix64-style mix. (The keys of
+    migration 0016 and before; ``id_keys`` is what a claim uses now.)"""
     n = len(ids)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    units, lens = _code_units(ids)
+    return _fold(units, lens).view(np.int64)
+
+
+def _code_units(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(n, even width) uint32 code units of the ids, zero past each id's end, and their lengths."""
     width = max(2, *map(len, ids))
     width += width % 2  # two UTF-32 code units per uint64 word
-    words = np.array(ids, dtype=f"<U{width}").view("<u8").reshape(n, width // 2)
-    lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    units = np.array(ids, dtype=f"<U{width}").view("<u4").reshape(len(ids), width)
+    return units, np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+
+
+def _fold(units: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The hash (uint64) of each row's first ``lens`` code units (zero past them)."""
+    words = units.view("<u8")
     n_words = (lens + 1) // 2  # words past an id's end are padding: they must not change its hash
     with np.errstate(over="ignore"):
         h = lens.astype(np.uint64) * _GOLD
-        for j in range(width // 2):
+        for j in range(words.shape[1]):
             mixed = (h ^ words[:, j]) * _M1
             mixed ^= mixed >> np.uint64(31)
             h = np.where(n_words > j, mixed, h)
         h ^= h >> np.uint64(30)
         h *= _M2
         h ^= h >> np.uint64(27)
-    return h.view(np.int64)
+    return h
+
+
+SEQ_BLOCK = 64  # consecutive sequence numbers that share one claim row (one bit each)
+MAX_SEQ_DIGITS = 18  # a longer digit suffix is not read as a number (it could overflow int64)
+_TAG_SEQ, _TAG_WHOLE = np.uint64(0x5851F42D4C957F2D), np.uint64(0x2545F4914F6CDD1D)
+_POW10 = 10 ** np.arange(MAX_SEQ_DIGITS + 1, dtype=np.uint64)
+# one odd constant per 64-bit word of an id (ingest caps ids at 80 code units: 40 words; longer
+# ones, from before the cap or elsewhere, get theirs made on the spot)
+_WORD_KEYS = (np.arange(1, 41, dtype=np.uint64) * _GOLD) | np.uint64(1)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, in place (a bijection of uint64)."""
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _prefix_hash(words: np.ndarray, prefix: np.ndarray, unit_bits: int) -> np.ndarray:
+    """A 64-bit hash of the first ``prefix[i]`` code units (``unit_bits`` wide) of each column
+    ``i`` of ``words`` (uint64 words of the ids' code units, one id per column, zero past its
+    end): a sum over its words of mix(word + k_j) - mix(k_j) (zero for a zero word, so what lies
+    past the prefix is cut to zeros and drops out), mixed with the length. One pass over the
+    batch, no loop per id or word (columns: the sums run along rows, which numpy does fast)."""
+    per_word = 64 // unit_bits
+    j = np.arange(words.shape[0])[:, None]
+    full, part = prefix // per_word, (prefix % per_word).astype(np.uint64)
+    partial = np.left_shift(np.uint64(1), part * np.uint64(unit_bits)) - np.uint64(1)
+    keep = np.where(j < full, ~np.uint64(0), np.where(j == full, partial, np.uint64(0)))
+    with np.errstate(over="ignore"):
+        n_words = words.shape[0]
+        k = (_WORD_KEYS if n_words <= len(_WORD_KEYS) else
+             (np.arange(1, n_words + 1, dtype=np.uint64) * _GOLD) | np.uint64(1))[:n_words, None]
+        parts = _mix((words & keep) + k) - _mix(k.copy())
+        h = parts.sum(axis=0, dtype=np.uint64) ^ (prefix.astype(np.uint64) * _GOLD)
+    return _mix(h)
+
+
+def id_keys(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(key, bit) of each event id: what a run's claim rows (``models.EventIdSet``) hold.
+
+    Ids nearly always end in a sequence number (the probe's ``{session}-{rank}-{pg}-{seq}``, the
+    importers' ``fr{rank}-{pg}-c{seq}``), so an id is cut into its prefix and that number *s*:
+    ids with one prefix and one ``s // 64`` share a key, and ``s % 64`` is the id's bit in it —
+    a batch's 1,000 ids are ~20 keys, not 1,000. The number is the id's trailing ASCII digits
+    (1–18 of them, no leading zero unless it is "0": "b01" and "b1" are different ids, so "b01"
+    is not numbered). An id without such a number is a key of its own (bit 0). Keys are 64-bit
+    hashes of (prefix, s // 64) or of the whole id, in disjoint tagged domains; at 10 M keys a
+    run has ~3e-6 odds of one false duplicate. An ASCII id is hashed by its bytes, any other by
+    its UTF-32 code units (4x the words to mix), whatever else its batch holds."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lens = np.fromiter(map(len, ids), dtype=np.int64, count=n)
+    try:
+        return _keys(np.array(ids, dtype=f"S{-(-int(lens.max()) // 8) * 8 or 8}"), lens, 8)
+    except UnicodeEncodeError:  # (numpy's "S" takes ASCII only)
+        pass
+    wide = ~np.fromiter(map(str.isascii, ids), dtype=bool, count=n)
+    key, bit = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    narrow = np.flatnonzero(~wide)
+    if len(narrow):
+        key[narrow], bit[narrow] = id_keys([ids[i] for i in narrow.tolist()])
+    at = np.flatnonzero(wide)
+    width = -(-int(lens[at].max()) // 2) * 2
+    units = np.array([ids[i] for i in at.tolist()], dtype=f"<U{width}").view("<u4").reshape(len(at), width)
+    key[at], bit[at] = _keys(units, lens[at], 32)
+    return key, bit
+
+
+def _keys(cells: np.ndarray, lens: np.ndarray, unit_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``id_keys`` of ids given as their code units (n rows of a multiple of 8 bytes, zero past
+    each id's end: numpy "S" bytes or "U" UTF-32) and their lengths."""
+    n = len(lens)
+    units = cells.view(f"<u{unit_bits // 8}").reshape(n, -1)
+    cols = np.ascontiguousarray(units.T)  # (code unit, id): numpy's reductions run along rows
+    width = len(cols)
+    tail = min(width, MAX_SEQ_DIGITS + 1)  # enough to tell 18 digits from more
+    back = np.arange(1, tail + 1)[:, None]  # 1 = an id's last code unit, 2 the one before, …
+    at = lens - back
+    last = cols.reshape(-1)[np.maximum(at, 0) * n + np.arange(n)] - ord("0")
+    digit = (at >= 0) & (last <= 9)  # (unsigned: a code unit below "0" wraps high)
+    run = np.where(digit.all(axis=0), tail, np.argmin(digit, axis=0))  # trailing digits
+    first_digit = last[np.maximum(run, 1) - 1, np.arange(n)]
+    numbered = (run >= 1) & (run <= MAX_SEQ_DIGITS) & ((run == 1) | (first_digit != 0))
+    in_number = (back <= run) & numbered
+    seq = (np.where(in_number, last, 0).astype(np.uint64) * _POW10[:tail, None]).sum(axis=0, dtype=np.uint64)
+    words = np.ascontiguousarray(units.view("<u8").T)  # (word, id)
+    h = _prefix_hash(words, np.where(numbered, lens - run, lens), unit_bits)
+    with np.errstate(over="ignore"):
+        key = _mix(np.where(numbered, h ^ _TAG_SEQ ^ (seq >> np.uint64(6)), h ^ _TAG_WHOLE))
+    bit = np.where(numbered, seq & np.uint64(SEQ_BLOCK - 1), np.uint64(0)).astype(np.int64)
+    return key.view(np.int64), bit
 
 
 # --- stored blocks --------------------------------------------------------------------------------
@@ -217,15 +324,20 @@ def id_hashes(ids: Sequence[str]) -> np.ndarray:
 _INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
 
 
-def _narrow(a: np.ndarray) -> np.ndarray:
+def _narrow(a: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.ndarray:
+    """``a`` in the smallest int type that holds its values (``lo``/``hi``: its range, if known)."""
     if a.size == 0:
         return a.astype(np.int8)
-    lo, hi = int(a.min()), int(a.max())
+    if lo is None or hi is None:
+        lo, hi = int(a.min()), int(a.max())
     for t in _INT_TYPES:
-        info = np.iinfo(t)
+        info = _INT_INFO[t]
         if info.min <= lo and hi <= info.max:
             return a.astype(t, copy=False)
     return a
+
+
+_INT_INFO = {t: np.iinfo(t) for t in _INT_TYPES}
 
 
 def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
@@ -238,8 +350,14 @@ def _string_table(values: list[str]) -> tuple[list[str], np.ndarray]:
 
 def _pack(arrays: list[tuple[str, np.ndarray]], extra: dict[str, Any]) -> bytes:
     spec, chunks = [], []
-    for name, a in arrays:
-        narrow = _narrow(a)
+    n = len(arrays[0][1])
+    if n and all(len(a) == n for _, a in arrays):  # the ranges of all columns in two calls, not 2 a column
+        stacked = np.stack([a for _, a in arrays])
+        ranges = zip(stacked.min(axis=1).tolist(), stacked.max(axis=1).tolist(), strict=True)
+    else:
+        ranges = ((None, None) for _ in arrays)
+    for (name, a), (lo, hi) in zip(arrays, ranges, strict=False):
+        narrow = _narrow(a, lo, hi)
         raw = narrow.astype(narrow.dtype.newbyteorder("<"), copy=False).tobytes()
         spec.append([name, narrow.dtype.newbyteorder("<").str, len(raw)])
         chunks.append(raw)

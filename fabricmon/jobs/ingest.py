@@ -1,12 +1,11 @@
 """Ingest of phase events: NDJSON batches and importer output, stored idempotently by event id.
 
-Ingest speed matters (millions of events per run, ≥ 50,000 events/s per core): a batch is parsed
-into numpy columns (``ndjson``), its event ids are claimed as 64-bit hashes (PostgreSQL: a plain
-``INSERT`` in a savepoint, ``INSERT … ON CONFLICT DO NOTHING RETURNING`` when some id was
-taken; SQLite: a read-only lookup in the big key table and one sorted blob per batch in front of
-it, merged in bulk — see ``models.RecentKeyBatch``), the new events are stored as one compact
-``EventBlock`` row (``blocks``), and the matrices are updated once per (source, step, layer,
-phase) touched, from one vectorized scatter-add (``matrices``).
+Ingest speed matters (millions of events per run, ≥ 100,000 events/s per core): a batch is parsed
+into numpy columns (``ndjson``), its event ids are claimed 64 sequence numbers at a time (one
+upsert of ~20 ``EventIdSet`` rows that returns the bits it added — see ``columns.id_keys``), the
+new events are stored as one compact ``EventBlock`` row (``blocks``), and the matrices are
+updated once per (source, step, layer, phase) touched, from one vectorized scatter-add
+(``matrices``).
 """
 
 from __future__ import annotations
@@ -26,15 +25,14 @@ from fabricmon.jobs import blocks, matrices
 from fabricmon.jobs.columns import (
     EventColumns,
     columns_from_rows,
-    id_hashes,
+    id_keys,
 )
 from fabricmon.jobs.models import (
-    EventKey,
-    RecentKeyBatch,
+    EventIdSet,
     Run,
 )
 from fabricmon.jobs.ndjson import parse_ndjson_columns
-from fabricmon.jobs.sql import PgArray, QmarkCursor, pg_cursor, sql_cursor
+from fabricmon.jobs.sql import Deferred, PgArray, QmarkCursor, pg_cursor, sql_cursor
 from fabricmon.jobs.validation import MAX_OFFSET_NS, InputError, LineError, ParsedBatch, validate_dicts
 
 IMPORT_BATCH = 5_000
@@ -88,51 +86,70 @@ def count(result: IngestResult, path: str) -> None:
                   f"ingest_batches:{path}": 1})
 
 
-def _fresh_mask(run: Run, hashes: np.ndarray) -> np.ndarray:
-    """Claim each event's id hash for the run; true where the claim is new. The database decides
-    (so concurrent posts of one batch store it once), and a repeat inside the batch keeps its
-    first occurrence. Keys go in sorted (``np.unique``'s order): neighbouring inserts land on the
-    same B-tree pages. (PostgreSQL: a read-only lookup and recent blobs as on SQLite measured
-    ~1.8 µs of backend CPU a key for the lookup plus ~2 for the later merge, against ~4.7 for
-    ``ON CONFLICT``: not worth a per-run lock.)"""
-    todo, first = np.unique(hashes, return_index=True)
-    table = connection.ops.quote_name(EventKey._meta.db_table)
-    run_id = int(run.pk)
-    if connection.vendor == "postgresql" and _claim_all_pg(run_id, table, todo):
-        won = todo
-    elif connection.vendor == "postgresql":  # one array parameter: no 1,000-row VALUES list to parse
-        with pg_cursor() as cursor:  # the won keys only when some claim was lost (a re-post)
-            cursor.execute(
-                f"WITH won AS (INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[]) "
-                "ON CONFLICT DO NOTHING RETURNING id_hash) "
-                "SELECT count(*), CASE WHEN count(*) < %s THEN array_agg(id_hash) END FROM won",
-                [run_id, PgArray(todo), len(todo)],
-            )
-            n_won, lost = cursor.fetchone()
-            won = todo if n_won == len(todo) else np.sort(np.array(lost or [], dtype=np.int64))
-    else:
-        won = _claim_sqlite(run_id, todo)
-    fresh = np.zeros(len(hashes), dtype=bool)
-    if len(won) == len(todo):  # the common case: every claim is new
-        fresh[first] = True
-    elif len(won):  # both sorted: place the won hashes by binary search
-        fresh[first[np.searchsorted(todo, won)]] = True
+def _fresh_mask(run: Run, ids: list[str]) -> np.ndarray:
+    """Claim each event id for the run; true where the claim is new. The database decides (so
+    concurrent posts of one batch store it once), and a repeat inside the batch keeps its first
+    occurrence. Ids go in as (key, bit) — ``columns.id_keys`` — ORed per key into one mask: one
+    upsert row per key, in key order (two posts lock their common rows in the same order)."""
+    keys, bit = id_keys(ids)
+    order = np.lexsort((bit, keys))  # stable: the first occurrence of a (key, bit) comes first
+    k_sorted, b_sorted = keys[order], bit[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = (k_sorted[1:] != k_sorted[:-1]) | (b_sorted[1:] != b_sorted[:-1])
+    first_at = order[first]
+    todo, inverse = np.unique(k_sorted[first], return_inverse=True)
+    masks = np.zeros(len(todo), dtype=np.uint64)
+    np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), bit[first_at].astype(np.uint64)))
+    single = (masks & (masks - np.uint64(1))) == 0  # rows of one id: a UUID-like id, a sparse number
+    added = _claim(int(run.pk), todo, masks.view(np.int64), single)
+    fresh = np.zeros(len(keys), dtype=bool)
+    won = added.view(np.uint64)[inverse] >> bit[first_at].astype(np.uint64)
+    fresh[first_at] = (won & np.uint64(1)) != 0
     return fresh
 
 
-def _claim_all_pg(run_id: int, table: str, todo: np.ndarray) -> bool:
-    """PostgreSQL: claim every key with a plain INSERT in a savepoint; false (nothing claimed)
-    if any was taken — a re-post, or a concurrent post of the same ids (the insert waits for
-    that transaction, then fails): the caller then claims with ``ON CONFLICT``. A batch of new
-    ids is the usual case, and ``ON CONFLICT``'s speculative insertion measured ~11 µs of backend
-    CPU a key against ~6.5 for the plain insert; the unique index still decides."""
+SINGLE_ID_INSERT_ROWS = 100  # PostgreSQL: this many rows of one id each try a plain INSERT first
+
+
+def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray, single: np.ndarray) -> np.ndarray:
+    """OR ``masks`` into the run's ``EventIdSet`` rows ``keys`` (sorted, unique) in the caller's
+    transaction; returns the bits each claim added (0 where all were there). ``ON CONFLICT DO
+    UPDATE`` reads the row's newest committed version even under READ COMMITTED (it waits for a
+    concurrent claim of the row, then sees its bits), so two posts of one batch cannot both win
+    a bit; on SQLite the write transaction is ``BEGIN IMMEDIATE``. A row none of whose bits is new
+    is not rewritten (a re-post writes nothing) and is not returned.
+
+    ``single``: the rows claiming one id. Many of them (UUID-like ids: each id a row of its
+    own) go first as a plain INSERT in a savepoint on PostgreSQL: such rows are nearly always
+    new, and the upsert's speculative insertion cost ~8.6 µs of backend CPU a row against ~4.8
+    for a plain INSERT; any taken row (a re-post, a concurrent post: the insert waits for it,
+    then fails) sends them back to the upsert."""
+    table = connection.ops.quote_name(EventIdSet._meta.db_table)
+    added = np.zeros(len(keys), dtype=np.int64)
+    rest = np.arange(len(keys))
+    many_single = connection.vendor == "postgresql" and single.sum() >= SINGLE_ID_INSERT_ROWS
+    if many_single and _insert_new(run_id, keys[single], masks[single]):
+        added[single] = masks[single]
+        rest = np.flatnonzero(~single)
+    rows = _upsert(run_id, table, keys[rest], masks[rest])  # (also with no rows: the run check)
+    if rows:
+        got = np.array(rows, dtype=np.int64)
+        added[rest[np.searchsorted(keys[rest], got[:, 0])]] = got[:, 1]
+    return added
+
+
+def _insert_new(run_id: int, keys: np.ndarray, masks: np.ndarray) -> bool:
+    """PostgreSQL: ``EventIdSet`` rows with a plain INSERT in a savepoint; false (nothing
+    inserted) when any was taken."""
     import psycopg  # noqa: PLC0415  (PostgreSQL only)
 
+    table = connection.ops.quote_name(EventIdSet._meta.db_table)
     with pg_cursor() as cursor:  # (the driver's own savepoint statements: Django's cost ~1 ms a batch)
         cursor.execute("SAVEPOINT fabricmon_claim")
         try:
-            cursor.execute(f"INSERT INTO {table} (run_id, id_hash) SELECT %s, unnest(%b::bigint[])",
-                           [run_id, PgArray(todo)])
+            cursor.execute(f"INSERT INTO {table} (run_id, key_hash, bits, added) SELECT %s, k, b, b "
+                           f"FROM unnest(%b::bigint[], %b::bigint[]) AS v(k, b)",
+                           [run_id, PgArray(keys), PgArray(masks)])
         except psycopg.errors.UniqueViolation:
             cursor.execute("ROLLBACK TO SAVEPOINT fabricmon_claim")
             return False
@@ -140,56 +157,35 @@ def _claim_all_pg(run_id: int, table: str, todo: np.ndarray) -> bool:
     return True
 
 
-KEY_MERGE_BLOCKS = 32  # SQLite: recent key blobs move into EventKey every this many blocks
-
-
-def _claim_sqlite(run_id: int, todo: np.ndarray) -> np.ndarray:
-    """Claim sorted unique hashes on SQLite; returns the new ones (sorted). Runs inside the
-    caller's write transaction (``BEGIN IMMEDIATE``: no other writer between the checks and the
-    insert): keys already in the big ``EventKey`` tree are found with a read-only lookup (a JSON
-    array parameter read by json_each: SQLite parses a 1,000-row VALUES list at ~2 µs a row, the
-    JSON at ~0.3 µs), keys in the run's recent blobs by binary search, and the rest are appended
-    as one ``RecentKeyBatch`` blob."""
-    big = connection.ops.quote_name(EventKey._meta.db_table)
-    recent = connection.ops.quote_name(RecentKeyBatch._meta.db_table)
-    ids = orjson.dumps(todo, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    with QmarkCursor() as cursor:
-        cursor.execute(
-            f"SELECT id_hash FROM {big} WHERE run_id = %s AND id_hash IN (SELECT value FROM json_each(%s))",
-            [run_id, ids],
-        )
-        seen = np.isin(todo, np.array([r[0] for r in cursor.fetchall()], dtype=np.int64))
-        cursor.execute(f"SELECT hashes FROM {recent} WHERE run_id = %s", [run_id])
-        for (blob,) in cursor.fetchall():
-            keys = np.frombuffer(blob, dtype="<i8")
-            at = np.minimum(np.searchsorted(keys, todo), len(keys) - 1)
-            seen |= keys[at] == todo
-        new = todo[~seen] if seen.any() else todo
-        if len(new):
+def _upsert(run_id: int, table: str, keys: np.ndarray, masks: np.ndarray) -> list[tuple[int, int]]:
+    """The claim's upsert (see ``_claim``): the (key, added bits) of the rows it changed."""
+    upsert = ("ON CONFLICT (run_id, key_hash) DO UPDATE SET bits = t.bits | excluded.bits, "
+              "added = excluded.bits & ~t.bits WHERE excluded.bits & ~t.bits <> 0 RETURNING key_hash, added")
+    if connection.vendor == "postgresql":  # with the run check (``_hold_run``): one round trip
+        runs = connection.ops.quote_name(Run._meta.db_table)
+        with pg_cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {recent} (run_id, hashes) VALUES (%s, %s)",
-                [run_id, new.astype("<i8", copy=False).tobytes()],
+                f"WITH run AS (SELECT id FROM {runs} WHERE id = %s FOR KEY SHARE), "
+                f"won AS (INSERT INTO {table} AS t (run_id, key_hash, bits, added) SELECT run.id, k, b, b "
+                f"FROM run, unnest(%b::bigint[], %b::bigint[]) AS v(k, b) {upsert}) "
+                f"SELECT key_hash, added FROM won UNION ALL SELECT NULL, count(*) FROM run",
+                [run_id, PgArray(keys), PgArray(masks)],
             )
-    return new
-
-
-def _merge_recent_keys() -> None:
-    """Move every recent key (all runs) into ``EventKey``, in key order, in the caller's
-    transaction (the recent blobs and the big tree are disjoint: a plain INSERT)."""
-    big = connection.ops.quote_name(EventKey._meta.db_table)
-    recent = connection.ops.quote_name(RecentKeyBatch._meta.db_table)
-    with QmarkCursor() as cursor:
-        cursor.execute(f"SELECT run_id, hashes FROM {recent} ORDER BY run_id")
-        by_run: dict[int, list[np.ndarray]] = {}
-        for run_id, blob in cursor.fetchall():
-            by_run.setdefault(run_id, []).append(np.frombuffer(blob, dtype="<i8"))
-        for run_id, parts in by_run.items():
-            keys = np.sort(np.concatenate(parts))
+            rows = cursor.fetchall()
+        if not any(key is None and n for key, n in rows):
+            raise IntegrityError(f"run {run_id} does not exist (deleted while its events were stored?)")
+        rows = [r for r in rows if r[0] is not None]
+    else:
+        pairs = orjson.dumps(np.stack([keys, masks], axis=1), option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        with QmarkCursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {big} (run_id, id_hash) SELECT %s, value FROM json_each(%s)",
-                [run_id, orjson.dumps(keys, option=orjson.OPT_SERIALIZE_NUMPY).decode()],
+                f"INSERT INTO {table} AS t (run_id, key_hash, bits, added) SELECT %s, "
+                f"json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[1]') "
+                f"FROM json_each(%s) WHERE true {upsert}",
+                [run_id, pairs],
             )
-        cursor.execute(f"DELETE FROM {recent}")
+            rows = cursor.fetchall()
+    return rows
 
 
 def store_columns(run: Run, cols: EventColumns) -> IngestResult:
@@ -200,18 +196,18 @@ def store_columns(run: Run, cols: EventColumns) -> IngestResult:
     if not len(cols):
         return result
     with transaction.atomic():
-        fresh = _fresh_mask(run, id_hashes(cols.event_id))
+        fresh = _fresh_mask(run, cols.event_id)
         result.stored = int(fresh.sum())
         result.duplicates = len(cols) - result.stored
         if not result.stored:
             return result
-        _hold_run(run)
+        if connection.vendor != "postgresql":  # (PostgreSQL: checked with the claim)
+            _hold_run(run)
         new = cols if result.duplicates == 0 else cols.select(fresh)
         keys, inverse = _group_keys(new)
-        block_id = blocks.insert_block(run, new, keys, np.bincount(inverse, minlength=len(keys)))
-        if connection.vendor != "postgresql" and block_id % KEY_MERGE_BLOCKS == 0:
-            _merge_recent_keys()
-        matrices.add_events(run, new, keys, inverse)
+        deferred = Deferred()  # the matrices' writes go with the block's statement (PostgreSQL)
+        matrices.add_events(run, new, keys, inverse, deferred)
+        blocks.insert_block(run, new, keys, np.bincount(inverse, minlength=len(keys)), deferred)
     return result
 
 
@@ -220,7 +216,8 @@ def _hold_run(run: Run) -> None:
     index and matrices have no database foreign key (``models.EventBlock.run``), so this one
     check per batch is what their ~250 deferred per-row checks did. ``FOR KEY SHARE`` is the lock
     such a check takes: it blocks a delete of the run, not its updates or other batches. (SQLite:
-    the write transaction is ``BEGIN IMMEDIATE``, so no delete can come between.)"""
+    the write transaction is ``BEGIN IMMEDIATE``, so no delete can come between. PostgreSQL's
+    ingest makes the same check inside its claim statement: ``_claim``.)"""
     table = connection.ops.quote_name(Run._meta.db_table)
     lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
     with sql_cursor() as cursor:
@@ -288,29 +285,25 @@ def ingest_events(
     return total
 
 
-def forget_event_ids(run: Run, ids: list[str], chunk: int = 5000) -> int:
+def forget_event_ids(run: Run, ids: list[str]) -> int:
     """Let the idempotency keys of deleted events go (retention): a re-post of such an old event
-    would be stored again, which is what retention means. Returns how many keys were deleted."""
+    would be stored again, which is what retention means. Returns how many keys were cleared."""
     if not ids:
         return 0
-    hashes = np.unique(id_hashes(ids))
-    big = connection.ops.quote_name(EventKey._meta.db_table)
+    keys, bit = id_keys(ids)
+    todo, inverse = np.unique(keys, return_inverse=True)
+    masks = np.zeros(len(todo), dtype=np.uint64)
+    np.bitwise_or.at(masks, inverse, np.left_shift(np.uint64(1), bit.astype(np.uint64)))
+    wanted = dict(zip(todo.tolist(), masks.view(np.int64).tolist(), strict=True))
     gone = 0
-    with connection.cursor() as cursor:  # not a hot path: Django's own cursor (it has rowcount)
-        for at in range(0, len(hashes), chunk):
-            part = hashes[at : at + chunk].tolist()
-            places = ", ".join(["%s"] * len(part))
-            cursor.execute(f"DELETE FROM {big} WHERE run_id = %s AND id_hash IN ({places})", [run.pk, *part])
-            gone += max(cursor.rowcount, 0)
-    recent = RecentKeyBatch.objects.filter(run=run)
-    for row in recent:  # at most a few dozen rows; rewrite those holding a deleted key
-        keys = np.frombuffer(bytes(row.hashes), dtype="<i8")
-        keep = keys[~np.isin(keys, hashes)]
-        if len(keep) == len(keys):
-            continue
-        gone += len(keys) - len(keep)
-        if len(keep):
-            RecentKeyBatch.objects.filter(pk=row.pk).update(hashes=keep.astype("<i8").tobytes())
-        else:  # a claim's binary search needs at least one key per blob
-            RecentKeyBatch.objects.filter(pk=row.pk).delete()
+    rows = EventIdSet.objects.filter(run=run)
+    for at in range(0, len(todo), 5000):  # not a hot path: the ORM
+        part = todo[at : at + 5000].tolist()
+        for key, bits in rows.filter(key_hash__in=part).values_list("key_hash", "bits"):
+            clear = bits & wanted[key]
+            gone += (clear & (2**64 - 1)).bit_count()
+            if clear == bits:
+                rows.filter(key_hash=key).delete()
+            elif clear:
+                rows.filter(key_hash=key).update(bits=bits & ~clear)
     return gone

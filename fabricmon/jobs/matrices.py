@@ -19,7 +19,7 @@ from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
 )
-from fabricmon.jobs.sql import PG_TYPES, chunks, insert_columns, marks, pg_cursor, sql_cursor
+from fabricmon.jobs.sql import PG_TYPES, Deferred, chunks, insert_columns, marks, pg_arrays, sql_cursor
 
 DENSE_MATRIX_CELLS = 8_000_000  # a batch's matrices are summed in one dense array up to this size
 
@@ -101,26 +101,28 @@ def _blobs(sent: np.ndarray, received: np.ndarray) -> tuple[bytes, bytes]:
 
 
 def add_events(
-    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], inverse: np.ndarray
+    run: Run, cols: EventColumns, keys: list[tuple[str, int, int, str]], inverse: np.ndarray,
+    deferred: Deferred | None = None,
 ) -> None:
     """Fold the new events' per-peer bytes into their (source, step, layer, phase) matrices: one
     scatter-add for the whole batch, one SELECT of the touched matrices, one multi-row statement each
-    for UPDATE and INSERT."""
+    for UPDATE and INSERT (into ``deferred`` when given: sent with the block insert on PostgreSQL)."""
     peers = _peer_bytes(cols, inverse)
     if peers is None:
         return
-    touched = np.unique(peers.kid)
+    touched = np.flatnonzero(np.bincount(peers.kid, minlength=len(keys)))  # (sorted, as np.unique's)
     local = np.full(len(keys), -1, dtype=np.int64)
     local[touched] = np.arange(len(touched))
     dense = len(touched) * 2 * peers.n * peers.n <= DENSE_MATRIX_CELLS
     sums = (_DenseSums if dense else _SortedSums)(peers, local, len(touched))
     calls = np.bincount(inverse[(cols.send_n > 0) | (cols.recv_n > 0)], minlength=len(keys))
-    _write(run, [keys[k] for k in touched.tolist()], calls[touched].tolist(), peers.n, sums)
+    _write(run, [keys[k] for k in touched.tolist()], calls[touched].tolist(), peers.n, sums,
+           deferred=deferred if deferred is not None else Deferred())
 
 
 def _write(
     run: Run, wanted: list[tuple[str, int, int, str]], calls: list[int], n: int,
-    sums: _DenseSums | _SortedSums,
+    sums: _DenseSums | _SortedSums, *, deferred: Deferred,
 ) -> None:
     """Matrix ``j`` of ``wanted`` gets ``sums.part(j)`` and ``calls[j]`` more calls: added to the
     stored row (grown to ``n`` ranks) or inserted."""
@@ -142,7 +144,7 @@ def _write(
             m_sent[:n, :n] += part_sent
             m_recv[:n, :n] += part_recv
             updates.append((m, *_blobs(m_sent, m_recv), old[8] + calls[j], old[0]))
-        _update(cursor, table, updates)
+        _update(cursor, table, updates, deferred)
         if not new:
             return
         blobs = matrix_blobs.encode_pairs(*sums.stack(new))
@@ -154,6 +156,7 @@ def _write(
             [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
              np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in blobs],
              [b[1] for b in blobs], np.array(calls, dtype=np.int64)[new]],
+            deferred,
         )
 
 
@@ -172,18 +175,18 @@ def _existing(cursor: Any, table: str, run: Run, wanted: list[tuple[str, int, in
     return {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in wanted_set}
 
 
-def _update(cursor: Any, table: str, updates: list[tuple[Any, ...]]) -> None:
-    """(n_ranks, sent, received, calls, id) rows: on PostgreSQL one ``unnest`` of binary arrays, on
-    SQLite one statement per 500 rows (per-row statements cost ~50 µs on PG)."""
+def _update(cursor: Any, table: str, updates: list[tuple[Any, ...]], deferred: Deferred) -> None:
+    """(n_ranks, sent, received, calls, id) rows: on PostgreSQL one ``unnest`` of binary arrays
+    (deferred: sent with the block insert), on SQLite one statement per 500 rows (per-row
+    statements cost ~50 µs on PG)."""
     if updates and connection.vendor == "postgresql":
         cols_ = ("n_ranks", "sent", "received", "calls", "id")
-        with pg_cursor() as pg:
-            pg.execute(
-                f"UPDATE {table} SET n_ranks = v.n_ranks, sent = v.sent, received = v.received, "
-                f"calls = v.calls FROM unnest({', '.join(f'%b::{PG_TYPES[c]}[]' for c in cols_)}) "
-                f"AS v({', '.join(cols_)}) WHERE {table}.id = v.id",
-                [list(col) for col in zip(*updates, strict=True)],
-            )
+        deferred.execute(
+            f"UPDATE {table} SET n_ranks = v.n_ranks, sent = v.sent, received = v.received, "
+            f"calls = v.calls FROM unnest({', '.join(f'%b::{PG_TYPES[c]}[]' for c in cols_)}) "
+            f"AS v({', '.join(cols_)}) WHERE {table}.id = v.id",
+            pg_arrays(cols_, list(zip(*updates, strict=True))),
+        )
         return
     for rows in chunks(updates):
         cursor.execute(

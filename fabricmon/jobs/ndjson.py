@@ -45,6 +45,9 @@ _NonNeg = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 _Ns = Annotated[int, msgspec.Meta(ge=_MIN_NS, lt=_MAX_NS)]
 
 
+_RAW_NULL = msgspec.Raw(b"null")
+
+
 class _Line(msgspec.Struct, gc=False):
     """One event line as the fast path accepts it (unknown keys are ignored, as before)."""
 
@@ -64,13 +67,15 @@ class _Line(msgspec.Struct, gc=False):
     clock_offset_ns: Annotated[int, msgspec.Meta(ge=-MAX_OFFSET_NS, le=MAX_OFFSET_NS)] | None = None
     bytes_sent: _NonNeg | None = None
     bytes_recv: _NonNeg | None = None
-    # raw JSON text, parsed per batch below (msgspec would build a dict per map: the slow part)
-    pg_ranks: msgspec.Raw = None  # type: ignore[assignment]
-    send_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
-    recv_bytes_per_peer: msgspec.Raw = None  # type: ignore[assignment]
+    # raw JSON text, parsed per batch below (msgspec would build a dict per map: the slow part);
+    # absent reads as null, as a JSON null does, so every value is text (no None to replace)
+    pg_ranks: msgspec.Raw = _RAW_NULL
+    send_bytes_per_peer: msgspec.Raw = _RAW_NULL
+    recv_bytes_per_peer: msgspec.Raw = _RAW_NULL
 
 
 _DECODER = msgspec.json.Decoder(_Line)
+_BATCH_DECODER = msgspec.json.Decoder(list[_Line])
 _NULL = b"null"
 _DIGITS = b"0123456789"
 # msgspec raises RecursionError past ~1,000 levels of nesting (a hostile peer map); orjson stops at
@@ -92,20 +97,23 @@ _COMPACT = [*(_skeleton(k, False) for k in range(1025)), b"null"]  # [-1]: an ab
 # of a batch's maps joined by "," read as one comma-separated list (numpy's text reader, in C)
 _COLON_TO_COMMA = bytes(44 if c == ord(":") else c for c in range(256))
 _NOT_NUMBERS = b'{"} \t\n\r'  # (bytes.translate deletes these before it maps the rest)
+# the same for the batch's maps back to back: each map's "}" ends its last number instead
+_END_TO_COMMA = bytes(44 if c in (ord(":"), ord("}")) else c for c in range(256))
+_NOT_NUMBERS_BUT_ENDS = b'{" \t\n\r'
 _BIG = 10**18  # values from here up go to the careful path (the text reader saturates at int64)
 
 
 def _peer_columns(
     raws: list[Any], max_rank: int = INT64_MAX
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Raw JSON peer maps (``None`` = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
+    """Raw JSON peer maps (JSON null = absent) → (counts, ok, peers, bytes): counts[i] is -1 for an
     absent map; ok[i] false sends line i to the careful path (anything but plain
     {"digits": digits} maps with distinct keys below ``max_rank`` and values below 10**18);
     peers/bytes are flat for the ok maps, in order. The maps' shape is checked on the batch's
     bytes at once (digits removed, what is left must be the compact or json.dumps skeleton of as
     many entries as the map has colons), then all their numbers are read in one C call."""
     n = len(raws)
-    texts = [_NULL if r is None else r for r in raws]
+    texts = raws
     joined, bounds, a = _joined(texts)
     first = a[bounds[:-1]]
     not_object = (first != ord("{")) & (first != ord("n"))  # a list, number, string… (n: null)
@@ -127,7 +135,7 @@ def _peer_columns(
             if not (null_list[j] or s in (_skeleton(k_list[j], False), _skeleton(k_list[j], True))):
                 map_ok[j] = False
     has = map_ok & ~is_null & (k > 0)
-    numbers = _numbers(texts, has, k)  # (an empty key or value is an empty field: not read)
+    numbers = _numbers(texts, has, k, joined)  # (an empty key or value is an empty field: not read)
     if numbers is None:
         map_ok[has] = False
         numbers = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(n, dtype=bool)
@@ -155,16 +163,20 @@ def _peer_columns(
 
 
 def _numbers(
-    texts: list[Any], has: np.ndarray, k: np.ndarray
+    texts: list[Any], has: np.ndarray, k: np.ndarray, joined: bytes | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(keys, values, read) of the maps where ``has`` is true, whose skeletons are already
     checked (so their text is digits between the structure); ``read`` is where the maps were
     read — a map with an empty field ({"": 5}) or one longer than 18 digits is left to the
-    careful path. None if the text reader disagrees (then the careful path reads them all)."""
+    careful path. None if the text reader disagrees (then the careful path reads them all).
+    ``joined``: the maps' texts back to back, read as they are when every map is to be read."""
     for _ in range(2):  # the second pass only without the maps the first found a bad field in
         if not has.any():
             return np.zeros(0, np.int64), np.zeros(0, np.int64), has
-        numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
+        if joined is not None and has.all():
+            numbers = joined.translate(_END_TO_COMMA, _NOT_NUMBERS_BUT_ENDS)[:-1]
+        else:
+            numbers = b",".join(compress(texts, has.tolist())).translate(_COLON_TO_COMMA, _NOT_NUMBERS)
         b = np.frombuffer(numbers, dtype=np.uint8)
         comma = b == ord(",")
         if not (np.less(b - ord("0"), 10) | comma).all():  # (uint8: "-" and the rest wrap high)
@@ -262,11 +274,7 @@ def _fast_columns(
         has_map = counts >= 0
         ok &= fits & ~(has_map & (given != NONE) & (given != sums))
         totals[key] = np.where(has_map, sums, given)
-    raw_pg = (
-        list(map(bytes, g["pg_ranks"]))
-        if None not in g["pg_ranks"]
-        else [_NULL if r is None else bytes(r) for r in g["pg_ranks"]]
-    )
+    raw_pg = list(map(bytes, g["pg_ranks"]))
     pg_text = {raw: _pg_ranks_text(raw) for raw in set(raw_pg)}  # few distinct groups per batch
     pg_ranks = list(map(pg_text.__getitem__, raw_pg))
     if None in pg_text.values():
@@ -325,16 +333,23 @@ def parse_ndjson_columns(
     struct_lines: list[int] = []
     slow: list[tuple[int, bytes]] = []
     errors: list[LineError] = []
-    lines_of = body.split(b"\n")
-    n = len(lines_of)
-    if lines_of and not lines_of[-1]:
-        lines_of.pop()  # a trailing newline ends the last line (still counted as before)
+    n = body.count(b"\n") + 1
+    whole = body[:-1] if body.endswith(b"\n") else body  # a trailing newline ends the last line
+    lines_of: list[bytes] = []
     try:  # the common batch: every line decodes, none blank, not too many
-        if len(lines_of) > max_lines:
+        if n - (whole is not body) > max_lines or not whole:
             raise ValueError
-        structs = list(map(decode, lines_of))
+        # the lines as one JSON array: one call into msgspec for the batch. A line holding two
+        # objects ("{…},{…}") would be two elements: the count must equal the lines'. (A blank
+        # line is ",," and a bracket ends or nests the array: decode errors, so line by line.)
+        structs = _BATCH_DECODER.decode(b"[" + whole.replace(b"\n", b",") + b"]")
+        if len(structs) != n - (whole is not body):
+            raise ValueError
         struct_lines = list(range(1, len(structs) + 1))
     except (*_DECODE_ERRORS, ValueError):
+        lines_of = body.split(b"\n")
+        if lines_of and not lines_of[-1]:
+            lines_of.pop()
         structs, n = [], 0
         for n, raw in enumerate(lines_of, start=1):
             if not raw or raw.isspace():
@@ -357,6 +372,7 @@ def parse_ndjson_columns(
         else:
             parts.append(fast.select(ok))
             bad = np.flatnonzero(~ok).tolist()
+            lines_of = lines_of or body.split(b"\n")
             raws = dict(slow)
             slow = sorted([*raws.items(), *((struct_lines[i], lines_of[struct_lines[i] - 1]) for i in bad)])
     if slow:

@@ -37,10 +37,10 @@ from django.db.models.functions import Length
 from django.utils import timezone
 
 from fabricmon.jobs import blocks, ingest
-from fabricmon.jobs.models import EventBlock, Run, TrafficMatrix
+from fabricmon.jobs.models import EventBlock, EventIdSet, Run, TrafficMatrix
 
 log = logging.getLogger(__name__)
-KEY_BYTES = 24  # an idempotency key on disk: 16 bytes of row and its share of the B-tree
+KEY_ROW_BYTES = 64  # an EventIdSet row on disk (up to 64 event ids): 40 bytes of row and its B-tree share
 BUDGET_TARGET = 0.9  # a run over its budget is cut to this share of it
 CHUNK_BYTES = 4_000_000  # at most about this much is deleted in one transaction (whole steps)
 CHUNK_BLOCKS = 200  # expired blocks deleted in one transaction
@@ -78,10 +78,11 @@ class Usage:
 
 
 def usage(run: Run) -> Usage:
-    """The run's bytes on disk now (three aggregate queries; no blob is read)."""
-    ev_bytes, n_events = blocks.stored_bytes(run)
+    """The run's bytes on disk now (four aggregate queries; no blob is read)."""
+    ev_bytes, _ = blocks.stored_bytes(run)
     agg = TrafficMatrix.objects.filter(run=run).aggregate(s=Sum(Length("sent")), r=Sum(Length("received")))
-    return Usage(ev_bytes, int(agg["s"] or 0) + int(agg["r"] or 0), n_events * KEY_BYTES)
+    keys = EventIdSet.objects.filter(run=run).count() * KEY_ROW_BYTES
+    return Usage(ev_bytes, int(agg["s"] or 0) + int(agg["r"] or 0), keys)
 
 
 def _note(run: Run, text: str) -> None:

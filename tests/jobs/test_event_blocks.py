@@ -9,11 +9,18 @@ from dataclasses import fields
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 
 from fabricmon.jobs import blocks, ingest, matrices
-from fabricmon.jobs.columns import EventColumns, columns_from_rows, decode_block, encode_block, id_hashes
-from fabricmon.jobs.models import EventBlock, EventBlockKey, EventKey, RecentKeyBatch, Run, TrafficMatrix
+from fabricmon.jobs.columns import (
+    EventColumns,
+    columns_from_rows,
+    decode_block,
+    encode_block,
+    id_hashes,
+    id_keys,
+)
+from fabricmon.jobs.models import EventBlock, EventBlockKey, EventIdSet, Run, TrafficMatrix
 from fabricmon.jobs.ndjson import parse_ndjson_columns
 from fabricmon.jobs.validation import parse_ndjson
 
@@ -204,47 +211,76 @@ def test_id_hash_does_not_depend_on_the_batch() -> None:
     assert len(set(id_hashes(["x7", "x7\x00", "x70", "7x", "é7"]).tolist())) == 5
 
 
-def test_duplicates_are_found_in_both_key_tables_across_merges(db, monkeypatch) -> None:
-    """SQLite keeps the newest keys as RecentKeyBatch blobs and moves them to EventKey every
-    KEY_MERGE_BLOCKS blocks: a re-post must be caught whichever table holds its keys, a run's
-    keys must not stop another run's identical ids, and deleting the run empties both."""
-    monkeypatch.setattr(ingest, "KEY_MERGE_BLOCKS", 2)
+def test_id_keys_share_a_row_per_64_sequence_numbers() -> None:
+    """An id's trailing number picks its bit; its prefix and the number's block of 64 its row.
+    "b01" is not "b1" (a leading zero: the whole id is the key), and 19 digits are no number."""
+    ids = ["b0", "b1", "b63", "b64", "b01", "b1", "c1", "0", "1", "00", "x", "b" + "9" * 18, "b" + "9" * 19]
+    keys, bits = id_keys(ids)
+    assert keys[0] == keys[1] == keys[2] == keys[5] and len({keys[0], keys[3], keys[4], keys[6]}) == 4
+    assert bits.tolist()[:4] == [0, 1, 63, 0] and bits[4] == 0 and bits[11] == (10**18 - 1) % 64
+    assert keys[7] == keys[8] and bits[7] != bits[8] and keys[9] != keys[7] and bits[12] == 0
+    assert (id_keys(["a-much-longer-event-id", "b1"])[0][1], id_keys(["b1"])[0][0]) == (keys[1], keys[1])
+    rng = np.random.default_rng(3)
+    many = list({f"p{a}-{b}" for a, b in rng.integers(0, 10**6, size=(50_000, 2)).tolist()})
+    many += ["p1-007", "p1-7", "p1-", "é7", "7é", "x7\x00"]
+    k, b = id_keys(many)
+    assert len(set(zip(k.tolist(), b.tolist(), strict=True))) == len(many)  # distinct ids: distinct bits
+    # an id's key is its own, whatever its batch holds (ASCII ids are hashed by their bytes, others
+    # by their UTF-32 code units: a batch of both takes both ways)
+    for i in (0, 7, len(many) - 4, len(many) - 2, len(many) - 1):
+        assert id_keys([many[i]])[0][0] == k[i] and id_keys([many[i]])[1][0] == b[i], many[i]
+
+
+def test_duplicates_are_found_across_batches_and_key_rows(db) -> None:
+    """A re-post is caught whichever batch claimed its ids (their 64-id rows are shared across
+    batches), a run's ids do not stop another run's identical ids, ids without a sequence number
+    work the same, and deleting the run deletes its rows."""
     owner = get_user_model().objects.create_user("k")
     run, other = Run.objects.create(owner=owner, name="r"), Run.objects.create(owner=owner, name="o")
-    batches = [b"\n".join(json.dumps(_event(i)).encode() for i in range(k * 4, k * 4 + 4)) for k in range(5)]
+    batches = [b"\n".join(json.dumps(_event(i)).encode() for i in range(k * 40, k * 40 + 40)) for k in range(5)]
     for body in batches:
-        assert ingest.ingest_ndjson(run, body).stored == 4
-    assert EventKey.objects.filter(run=run).exists()
-    # (PostgreSQL has one key table; this test also runs there with DATABASE_URL set)
-    assert RecentKeyBatch.objects.filter(run=run).exists() == (connection.vendor == "sqlite")
-    for body in batches:  # every batch again: keys now in either table
+        assert ingest.ingest_ndjson(run, body).stored == 40
+    assert EventIdSet.objects.filter(run=run).count() == 4  # x0…x199: 4 blocks of 64 numbers
+    for body in batches:
         again = ingest.ingest_ndjson(run, body)
-        assert (again.stored, again.duplicates) == (0, 4)
+        assert (again.stored, again.duplicates) == (0, 40)
     mixed = b"\n".join(
-        json.dumps(_event(i)).encode() for i in (0, 19, 20, 20, 21)
+        json.dumps(_event(i)).encode() for i in (0, 199, 200, 200, 201)
     )  # old, old, new twice, new
     res = ingest.ingest_ndjson(run, mixed)
     assert (res.stored, res.duplicates) == (2, 3)
-    assert ingest.ingest_ndjson(other, batches[0]).stored == 4  # same ids, another run
-    assert blocks.event_count(run) == 22 and sorted(blocks.event_ids(run)) == sorted(
-        f"x{i}" for i in range(22)
+    unnumbered = b"\n".join(json.dumps(_event(0) | {"id": i}).encode() for i in ("u-a", "u-b", "x01", "u-a"))
+    assert ingest.ingest_ndjson(run, unnumbered).stored == 3
+    assert ingest.ingest_ndjson(run, unnumbered).duplicates == 4
+    assert ingest.ingest_ndjson(other, batches[0]).stored == 40  # same ids, another run
+    assert blocks.event_count(run) == 205 and sorted(blocks.event_ids(run)) == sorted(
+        [f"x{i}" for i in range(202)] + ["u-a", "u-b", "x01"]
     )
-    recent = [
-        np.frombuffer(bytes(b), dtype="<i8")
-        for b in RecentKeyBatch.objects.filter(run=run).values_list("hashes", flat=True)
-    ]
-    big = list(EventKey.objects.filter(run=run).values_list("id_hash", flat=True))
-    keys = np.concatenate([np.array(big, dtype=np.int64), *recent])
-    assert len(keys) == len(np.unique(keys)) == 22  # each key in exactly one place
-    assert all((np.diff(r) > 0).all() for r in recent)
     run_id = run.pk
     run.delete()
-    assert not EventKey.objects.filter(run_id=run_id).exists()
-    assert not RecentKeyBatch.objects.filter(run_id=run_id).exists()
+    assert not EventIdSet.objects.filter(run_id=run_id).exists()
     # no database foreign keys on blocks, their key index or matrices: the ORM's cascade empties them
     for model in (EventBlock, EventBlockKey, TrafficMatrix):
         assert not model.objects.filter(run_id=run_id).exists(), model
-    assert blocks.event_count(other) == 4 and TrafficMatrix.objects.filter(run=other).exists()
+    assert blocks.event_count(other) == 40 and TrafficMatrix.objects.filter(run=other).exists()
+
+
+def test_ids_of_a_row_each_are_claimed_like_numbered_ones(db) -> None:
+    """UUID-like ids are a claim row each; on PostgreSQL a batch of many is inserted plainly
+    first, and a taken one (a re-post, part of the batch) falls back to the upsert."""
+    run = Run.objects.create(owner=get_user_model().objects.create_user("u"), name="u")
+    ids = [f"{i:032x}ab" for i in range(300)]
+
+    def post(part: list[str]) -> tuple[int, int]:
+        body = b"\n".join(json.dumps(_event(0) | {"id": i}).encode() for i in part)
+        res = ingest.ingest_ndjson(run, body)
+        return res.stored, res.duplicates
+
+    assert post(ids[:150]) == (150, 0)
+    assert post(ids[:150]) == (0, 150)
+    assert post(ids[100:300]) == (150, 50)
+    assert post([*ids[:10], "x64", "x65", *ids[:10]]) == (2, 20)
+    assert EventIdSet.objects.filter(run=run).count() == 301 and blocks.event_count(run) == 302
 
 
 def test_a_batch_for_a_deleted_run_stores_nothing(db) -> None:
@@ -255,7 +291,7 @@ def test_a_batch_for_a_deleted_run_stores_nothing(db) -> None:
     Run.objects.filter(pk=run.pk).delete()
     with pytest.raises(IntegrityError, match="does not exist"):
         ingest.ingest_ndjson(run, body)
-    for model in (EventBlock, EventBlockKey, TrafficMatrix, EventKey):
+    for model in (EventBlock, EventBlockKey, TrafficMatrix, EventIdSet):
         assert not model.objects.filter(run_id=run.pk).exists(), model
 
 
@@ -286,3 +322,21 @@ def test_plain_batches_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> No
         cols, errors, lines = parse_ndjson_columns(body, clock_offset_ns=0, max_rank=3)
         assert (len(cols), errors, lines) == (50, [], 50)
         assert cols.send_bytes.tolist()[:3] == [0, 1, 2] and cols.send_n.tolist() == [3] * 50
+
+
+def test_a_batch_decoded_as_one_array_keeps_its_lines_apart() -> None:
+    """The fast path decodes a batch's lines as one JSON array; a line that would read as two
+    elements ("{…},{…}"), a blank line, a bracket or a trailing newline must still count lines
+    as the line-by-line reading does, and name the bad line."""
+    good = [json.dumps(_event(i)).encode() for i in range(4)]
+    cases = {
+        b"\n".join(good) + b"\n": (4, [], 5),
+        b"\n".join([good[0], good[1] + b"," + good[2], good[3]]): (2, [2], 3),
+        b"\n".join([good[0], b"", good[1]]): (2, [], 3),
+        b"\n".join([good[0], b"]", good[1], b"[" + good[2]]): (2, [2, 4], 4),
+        b"\n".join([good[0], good[1] + b"]"]): (1, [2], 2),
+        b"": (0, [], 1),
+    }
+    for body, (stored, bad_lines, lines) in cases.items():
+        cols, errors, n = parse_ndjson_columns(body, clock_offset_ns=0, max_rank=3)
+        assert (len(cols), [e.line for e in errors], n) == (stored, bad_lines, lines), body

@@ -16,7 +16,7 @@ from django.test import Client
 from collectors.traces import TraceFormatError, read_events
 from collectors.traces.safe_pickle import ForbiddenPickle, loads_plain
 from fabricmon.jobs import blocks
-from fabricmon.jobs.models import EventBlock, EventKey, Run, TrafficMatrix
+from fabricmon.jobs.models import EventBlock, EventIdSet, Run, TrafficMatrix
 from fabricmon.jobs.tokens import issue_token, revoke_token
 
 T0 = 1_795_987_668_367_402_543
@@ -121,7 +121,7 @@ def test_missing_revoked_and_foreign_tokens_are_refused(api) -> None:
     revoke_token(api["bob_row"])
     resp = api["post"](f"/jobs/api/runs/{bob_run.pk}/events", _ndjson([_event(1)]), tok=api["bob_token"])
     assert resp.status_code == 401
-    assert EventKey.objects.count() == 0 and EventBlock.objects.count() == 0
+    assert EventIdSet.objects.count() == 0 and EventBlock.objects.count() == 0
 
 
 def test_runs_tags_end_and_rank_map(api) -> None:
@@ -312,4 +312,4 @@ def test_oversized_batch_is_refused_with_413(api, monkeypatch) -> None:
     monkeypatch.setattr(api_module, "MAX_BATCH_BYTES", 100)
     resp = api["post"](f"/jobs/api/runs/{api['run'].pk}/events", _ndjson([_event(i) for i in range(5)]))
     assert resp.status_code == 413 and resp.json()["field"] == "body"
-    assert EventKey.objects.count() == 0 and EventBlock.objects.count() == 0
+    assert EventIdSet.objects.count() == 0 and EventBlock.objects.count() == 0

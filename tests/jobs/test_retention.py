@@ -14,7 +14,7 @@ from django.utils import timezone
 from fabricmon.alerts import retention as alert_retention
 from fabricmon.alerts.models import Alert, AlertTransition, Episode, Outbox, Receiver
 from fabricmon.jobs import blocks, ingest, retention, runs
-from fabricmon.jobs.models import EventBlock, EventBlockKey, EventKey, Run, TrafficMatrix
+from fabricmon.jobs.models import EventBlock, EventBlockKey, EventIdSet, Run, TrafficMatrix
 from fabricmon.jobs.timeline import TimelineQuery, ranks_by_time
 from tests.jobs.long_runs import fill_run, moe_columns
 
@@ -40,7 +40,7 @@ def test_old_event_blocks_go_with_their_keys_and_a_repost_is_stored_again(owner,
     fill_run(run, 1000, RANKS, per_block=500, first=2000)  # stored now: kept
     report = retention.prune()
     assert (report.blocks, report.events) == (4, 2000) and report.keys == 2000
-    assert blocks.event_count(run) == 1000 and EventKey.objects.filter(run=run).count() + _recent(run) == 1000
+    assert blocks.event_count(run) == 1000 and _keys(run) == 1000
     assert not EventBlockKey.objects.filter(run=run, block__isnull=True).exists()
     run.refresh_from_db()
     assert "FABRICMON_EVENTS_RETENTION_DAYS=14" in run.pruned_note and run.stored_bytes > 0
@@ -48,10 +48,10 @@ def test_old_event_blocks_go_with_their_keys_and_a_repost_is_stored_again(owner,
     assert again.stored == 500
 
 
-def _recent(run: Run) -> int:
-    from fabricmon.jobs.models import RecentKeyBatch
-
-    return sum(len(bytes(r.hashes)) // 8 for r in RecentKeyBatch.objects.filter(run=run))
+def _keys(run: Run) -> int:
+    """Event ids the run's claim rows hold (one bit each)."""
+    return sum((bits & (2**64 - 1)).bit_count() for bits in EventIdSet.objects.filter(run=run).values_list(
+        "bits", flat=True))
 
 
 def test_an_ended_runs_matrices_go_after_their_days(owner, settings) -> None:
