@@ -124,7 +124,7 @@ class Scale(soak.Soak):
         self.sup.env["REDIS_URL"] = self.redis.url
         a = self.args
         extra = ["--regime-shift-prob", str(a.regime_shift_prob), "--balanced-cycle", a.balanced_cycle,
-                 "--ep-size", str(a.ep_size)]
+                 "--ep-size", str(a.ep_size), "--step-gap-ms", str(a.step_gap_ms)]
         queues = demo.queue_names(self.sup.env)
         self.stack = demo.start_stack(self.sup, self.var_dir, a, twin_extra=extra, services=SERVICES,
                                       overrides={"worker_queues": queues["collection_queue"],
@@ -308,6 +308,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report-every-steps", type=int, default=64,
                     help="the twin job reports 4 consecutive steps of every 4 x this many (the demo's "
                          "GPUs/16 would be one block in ~9 minutes at 5,632 GPUs)")
+    ap.add_argument("--step-gap-ms", type=float, default=2000.0,
+                    help="the twin job's backward + optimizer per step: a 5,632-GPU MoE step takes seconds; "
+                         "at the demo's 40 ms the twin simulates ~6 steps (~100 all-to-alls) a second, more "
+                         "than the one core its process can have beside the product")
     ap.add_argument("--collector", choices=("gnmi", "both", "snmp"), default="gnmi",
                     help="load_topology --collector: gnmi (default: SNMP at 1 s beside gNMI for 16,896 "
                          "ports does not fit on 2 cores with the twin answering both), or both as the demo")

@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ep-size", type=int, default=MoeConfig.ep_size,
                     help="GPUs per expert-parallel group: the all-to-alls run inside groups of this many "
                          "consecutive ranks (0: one group of every GPU); must divide the GPUs")
+    ap.add_argument("--step-gap-ms", type=float, default=MoeConfig.step_gap_ms,
+                    help="the job's backward pass and optimizer per step (no traffic modelled): a larger "
+                         "job's steps take seconds, and the twin simulates that many fewer phases a second")
     ap.add_argument("--balanced-cycle", metavar="SKEWED,BALANCED", type=_cycle, default=(0, 0),
                     help="alternate SKEWED steps of skewed popularity with BALANCED steps of uniform "
                          "routing (the 'no incast' truth a soak run checks), e.g. 900,300")
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                        args.v3_priv_protocol, args.v3_priv_key),
         seed=args.seed,
         job=MoeConfig(regime_shift_prob=args.regime_shift_prob, skewed_steps=args.balanced_cycle[0],
-                      balanced_steps=args.balanced_cycle[1], ep_size=args.ep_size),
+                      balanced_steps=args.balanced_cycle[1], ep_size=args.ep_size,
+                      step_gap_ms=args.step_gap_ms),
         lossy=args.lossy,
         gnmi=args.gnmi,
         gnmi_port_base=args.gnmi_port_base,
