@@ -122,11 +122,30 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port(preferred: int = 0, host: str = "127.0.0.1") -> int:
-    if preferred and port_is_free(preferred, host):
-        return preferred
-    with socket.socket() as s:
+    """``preferred`` or the next free port after it; with none preferred, a free port below the
+    kernel's ephemeral range. A port chosen here stays unbound until its service starts, and the
+    twin started meanwhile binds hundreds of ephemeral ports (an SNMP agent and a gNMI target per
+    switch): a 16,896-port bench's web port was taken by a gNMI target that way."""
+    if preferred:
+        for port in range(preferred, preferred + 100):
+            if port_is_free(port, host):
+                return port
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = secrets.randbelow(low - 20_000) + 20_000
+        if port_is_free(port, host):
+            return port
+    with socket.socket() as s:  # nothing free below it: what the kernel gives
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return max(low, 20_100)
 
 
 def redis_answers(url: str) -> bool:

@@ -161,3 +161,18 @@ def test_the_demo_processes_give_back_what_a_burst_freed() -> None:
     print(f"\nresident MB after three bursts: defaults {default}, demo settings {tuned}")
     assert max(tuned) < 120, tuned
     assert max(default) > 2 * max(tuned), (default, tuned)  # the settings are what makes the difference
+
+
+def test_a_chosen_port_is_the_preferred_or_the_next_else_outside_the_ephemeral_range() -> None:
+    """A port the demo or a bench picks stays unbound until its service starts, while the twin
+    binds hundreds of ephemeral ports (an agent and a target per switch): the web port of a
+    16,896-port bench was taken by a gNMI target. So: the preferred port or the next free one, and
+    without a preference a free one below the kernel's ephemeral range."""
+    from fabricmon.demo import _ephemeral_low, free_port
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        assert free_port(taken) not in (taken, 0) and taken < free_port(taken) < taken + 100
+    low = _ephemeral_low()
+    assert all(20_000 <= free_port() < low for _ in range(20))
