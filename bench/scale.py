@@ -36,14 +36,29 @@ What the runs showed (2 cores, shared with other work: figures are ratios within
 Before issue 18 item 3 the twin's job routed dense n_gpus x n_gpus matrices (5,376² ≈ 29 M
 entries, 16 a step, kept for the reporter: 11-13 GB) and never ticked in 7 minutes. The twin
 alone at 16,896 ports now ticks at 10 Hz in ~0.66 core with every switch's gNMI source read once a
-second, ~0.9 GB RSS (history bounded in bytes). Beside the whole product on this box it does not
-keep up yet: 3-minute runs (load average 8-11, another bench on the box) gave twin_tick_hz 0.27
-and twin_job_share 0.45 with the ticker on the agents' loop (every SNMP poll timed out, every
-frame empty), then with the ticker on its own thread the agents answered and about a third of
-the frames carried data; the twin's own CPU (~24 µs per port-second, ~0.4 core) goes to answering
-SNMP and gNMI for 16,896 ports a second and to the job. The product's stages at this size: see
-the figures and the BENCH line; the phase view (views.json p95 8-14 s) and port detail JSON
-(1.3-2 s) were over the 1 s page bound.
+second, ~0.9 GB RSS (history bounded in bytes). Beside the product, three things kept it from
+delivering: its gNMI servicer advanced the simulation for its own reads (58 % of its time) and
+rebuilt every re-subscription's ~1,000-path selection (48 %), so every stream went stale; and a
+job at the demo's 40 ms step gap is ~100 all-to-alls a second, more than the twin's one core beside
+the product. With reads at the simulated instant, selections built once and a 2 s step gap (a
+5,632-GPU step takes seconds), the 10-minute run (2026-12-02, quiet box, --collector gnmi):
+
+    BENCH scale ports=16896 collector=gnmi minutes=10.0 lost_ticks=0 no_data_ticks=159
+    frame_lag_s_max=4.33 twin_tick_hz=6.45 twin_job_share=0.99 pixel_p95_ms=1391.0
+    cpu_us_per_port_s_twin=39.38 cpu_us_per_port_s_detection=6.48 cpu_us_per_port_s_web=10.1
+    cpu_us_per_port_s_redis=4.01 cpu_us_per_port_s_other=1.78 cpu_us_per_port_s_framing=4.59
+    cpu_us_per_port_s_collection=40.14 box_share=0.9 peak_rss_mb_twin=1582 peak_rss_mb_worker=1432
+    peak_rss_mb_evaluation=360 peak_rss_mb_delivery=233 peak_rss_mb_beat=140 peak_rss_mb_web=2132
+    peak_rss_mb_redis=796
+
+Every tick framed, a quarter of them without data (the twin's streams still go stale at times on a
+box 90 % busy: 0.9 of the 2 cores are the product and the twin together), counter→pixel p95 1.4 s.
+Page p95s over 1 s: port detail JSON 16.8 s (it read the whole 600-frame window, ~480 MB at this
+size, for one port: since cut to the port's bytes inside Redis, live_window.port_window), the run
+page 1.55 s, the alerts page 1.16 s; views.json 1.0 s. Memory over the soak's bounds (stated for a
+256-GPU fabric): web 896 MB PSS (the port reads), Redis 796 MB (the 600 s live window of 16,896
+ports, as the README's FABRICMON_LIVE_WINDOW_S row says). No moving-incast migration was judged
+(recall/precision 0 of 0 in ten minutes at ~0.5 steps a second).
 
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """

@@ -44,16 +44,21 @@ def window_frames(frames: list[tuple[bytes, Frame]], window_s: float) -> list[Fr
 
 def port_series(r: redis.Redis, fabric: str, position: int, window_s: float) -> dict[str, Any]:
     """Every metric of one port over the window: ``{"ts_ms": [...], "metrics": {name: [...]}}``;
-    ``None`` marks no data (JSON has no NaN)."""
-    frames = window_frames(live_window.read_window(r, fabric), window_s)
-    frames = [f for f in frames if position < f.n_ports]
-    names = sorted({m for f in frames for m in f.metrics})
-    out: dict[str, list[float | None]] = {}
-    for name in names:
-        values = [float(f.metrics[name][position]) if name in f.metrics else float("nan") for f in frames]
-        out[name] = [None if math.isnan(v) else v for v in values]
+    ``None`` marks no data (JSON has no NaN). Only the window's frames are read, and of each only
+    this port's values (``live_window.port_window``): the answer and its cost follow one port, not
+    the fabric."""
+    newest = live_window.latest(r, fabric)
+    if newest is None:
+        return {"ts_ms": [], "metrics": {}, "units": {}}
+    since_ns = newest[1].ts_ns - int(window_s * 1e9)
+    since_ms = int(newest[0].split(b"-")[0]) - int(window_s * 1000) - 5_000  # ids: append time (ms)
+    samples = [(h, v) for h, v in live_window.port_window(r, fabric, position, since_ms)
+               if int(h["ts_ns"]) > since_ns and h["topo"] == newest[1].topology_version and v]
+    names = sorted({m for _, v in samples for m in v})
+    out = {name: [None if math.isnan(x := v.get(name, math.nan)) else x for _, v in samples]
+           for name in names}
     units = {m: wire.scale_of(m)["unit"] for m in names}
-    return {"ts_ms": [f.ts_ns / 1e6 for f in frames], "metrics": out, "units": units}
+    return {"ts_ms": [int(h["ts_ns"]) / 1e6 for h, _ in samples], "metrics": out, "units": units}
 
 
 # --- pages ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import redis
 import redis.asyncio as aioredis
 
@@ -28,8 +29,8 @@ from fabricmon.core.telemetry.frames import Frame, FrameFormatError
 FIELD = b"f"
 Entry = tuple[bytes, Frame]  # (stream id, frame)
 
-__all__ = ["FIELD", "append", "connect", "fabrics", "latest", "length", "newest_id", "read_health",
-           "read_window", "recent", "write_health"]
+__all__ = ["FIELD", "append", "connect", "fabrics", "latest", "length", "newest_id", "port_window",
+           "read_health", "read_window", "recent", "write_health"]
 
 
 def _decode(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
@@ -58,6 +59,67 @@ def read_window(
 ) -> list[Entry]:
     """Frames after ``after_id`` (exclusive unless ``-``), oldest first."""
     return _decode(r.xrange(keys.frames(fabric), min=_after(after_id), count=count))
+
+
+# One port's values out of each frame, cut in Redis: a port page needs 4 bytes a metric a frame,
+# not the whole window (600 frames of 16,896 ports are ~480 MB; the 16k-port bench's port JSON
+# answered in 16.8 s). Frame's wire form (core/telemetry/frames.py): b"FMF1", u32 header length,
+# JSON header (n ports, metric names), then each metric's n float32s back to back.
+_PORT_CUT = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[3])
+local pos = tonumber(ARGV[2])
+local out = {}
+for _, e in ipairs(entries) do
+  local fields, blob = e[2], nil
+  for j = 1, #fields, 2 do
+    if fields[j] == 'f' then blob = fields[j + 1] end
+  end
+  if blob and string.sub(blob, 1, 4) == 'FMF1' and #blob >= 8 then
+    local hlen = struct.unpack('<I4', blob, 5)
+    local header = string.sub(blob, 9, 8 + hlen)
+    local ok, h = pcall(cjson.decode, header)
+    local vals = {}
+    if ok and type(h) == 'table' and type(h['n']) == 'number' and pos < h['n'] then
+      local n = h['n']
+      for k = 1, #h['metrics'] do
+        local at = 8 + hlen + 4 * ((k - 1) * n + pos)
+        vals[k] = string.sub(blob, at + 1, at + 4)
+      end
+    end
+    out[#out + 1] = {e[1], header, table.concat(vals)}
+  else
+    out[#out + 1] = {e[1], '', ''}
+  end
+end
+return out
+"""
+PORT_CUT_CHUNK = 32  # entries a script call reads: Redis copies ≤ 32 frames into Lua at a time
+
+
+PortSample = tuple[dict[str, Any], dict[str, float]]  # (frame header, metric → the port's value)
+
+
+def port_window(r: redis.Redis, fabric: str, position: int, since_ms: int = 0) -> list[PortSample]:
+    """One port's values in every frame appended at or after ``since_ms``, oldest first: (the
+    frame's header — ``ts_ns``, ``topo``, ``interval_s``, ``n`` — and metric → value; empty for a
+    frame that has no such port). Unreadable entries are skipped. Read in chunks of
+    ``PORT_CUT_CHUNK`` entries, each cut down to 4 bytes a metric inside Redis."""
+    cut = r.register_script(_PORT_CUT)
+    out: list[PortSample] = []
+    start: bytes | str = f"{max(since_ms, 0)}-0"
+    while True:
+        rows = cut(keys=[keys.frames(fabric)], args=[start, position, PORT_CUT_CHUNK])
+        for _eid, header, values in rows:
+            try:
+                h = json.loads(header)
+                names = list(h["metrics"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            got = np.frombuffer(values, dtype="<f4") if len(values) == 4 * len(names) else ()
+            out.append((h, {m: float(v) for m, v in zip(names, got, strict=False)}))
+        if len(rows) < PORT_CUT_CHUNK:
+            return out
+        start = b"(" + bytes(rows[-1][0])
 
 
 def recent(r: redis.Redis, fabric: str, count: int) -> list[Frame]:
