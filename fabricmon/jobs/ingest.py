@@ -119,18 +119,19 @@ def _claim(run_id: int, keys: np.ndarray, masks: np.ndarray, single: np.ndarray)
     a bit; on SQLite the write transaction is ``BEGIN IMMEDIATE``. A row none of whose bits is new
     is not rewritten (a re-post writes nothing) and is not returned.
 
-    ``single``: the rows claiming one id. Many of them (UUID-like ids: each id a row of its
-    own) go first as a plain INSERT in a savepoint on PostgreSQL: such rows are nearly always
-    new, and the upsert's speculative insertion cost ~8.6 µs of backend CPU a row against ~4.8
-    for a plain INSERT; any taken row (a re-post, a concurrent post: the insert waits for it,
-    then fails) sends them back to the upsert."""
+    ``single``: the rows claiming one id. A batch all of whose rows are (UUID-like ids: each id
+    a row of its own) goes first as a plain INSERT in a savepoint on PostgreSQL: such rows are
+    nearly always new, and the upsert's speculative insertion cost ~8.6 µs of backend CPU a row
+    against ~4.8 for a plain INSERT; any taken row (a re-post, a concurrent post: the insert
+    waits for it, then fails) sends the batch back to the upsert. Only a whole batch: each
+    statement takes its rows in key order, and a batch split into two statements (its one-id
+    rows, then the rest) would lock out of order — two such posts deadlocked in CI."""
     table = connection.ops.quote_name(EventIdSet._meta.db_table)
     added = np.zeros(len(keys), dtype=np.int64)
     rest = np.arange(len(keys))
-    many_single = connection.vendor == "postgresql" and single.sum() >= SINGLE_ID_INSERT_ROWS
-    if many_single and _insert_new(run_id, keys[single], masks[single]):
-        added[single] = masks[single]
-        rest = np.flatnonzero(~single)
+    all_single = connection.vendor == "postgresql" and len(keys) >= SINGLE_ID_INSERT_ROWS and single.all()
+    if all_single and _insert_new(run_id, keys, masks):
+        added, rest = masks.copy(), rest[:0]
     rows = _upsert(run_id, table, keys[rest], masks[rest])  # (also with no rows: the run check)
     if rows:
         got = np.array(rows, dtype=np.int64)

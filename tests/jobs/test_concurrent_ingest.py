@@ -54,11 +54,12 @@ print(json.dumps({"ids": blocks.event_ids(run), "count": blocks.event_count(run)
 """
 
 
-def _batch(ids: list[int]) -> str:
+def _batch(ids: list[int], whole_only: bool = False) -> str:
     return "\n".join(
         json.dumps(
             {
-                "id": f"c{i}" if i % 3 else f"u{i}x",  # numbered ids share 64-id rows; others don't
+                # numbered ids share 64-id rows; others don't (a batch of only those: a plain INSERT)
+                "id": f"c{i}" if i % 3 and not whole_only else f"u{i}x",
                 "rank": i % 4,
                 "step": i // 16,
                 "phase": "dispatch",
@@ -89,14 +90,15 @@ def test_writer_processes_store_each_id_once(database_url: str) -> None:
     )
     subprocess.run([sys.executable, "-c", _SETUP], cwd=ROOT, env=env, check=True)
     # 4 writers, 30 batches each of 50 ids drawn from 0..299 with overlaps within and between
-    # writers (a batch also repeats ids inside itself)
+    # writers (a batch also repeats ids inside itself); every third batch's ids are all
+    # un-numbered, so its plain-INSERT claim races the other writers' upserts of the same rows
     plans = []
     for w in range(4):
         batches = []
         for b in range(30):
             start = (w * 37 + b * 23) % 250
             ids = list(range(start, start + 40)) + list(range(start, start + 10))
-            batches.append(_batch(ids))
+            batches.append(_batch(ids, whole_only=b % 3 == 2))
         plans.append(batches)
     writers = [
         subprocess.Popen(
