@@ -49,6 +49,29 @@ def _checked_token(token: str) -> bool:
         close_old_connections()
 
 
+class _Writable:
+    """A streaming (push) producer registered on one response: Twisted pauses it when the
+    connection's send buffer is full and resumes it when the buffer drains; ``ready`` is set while
+    the next chunk may go."""
+
+    def __init__(self, paused: bool) -> None:
+        self.ready = asyncio.Event()
+        if not paused:
+            self.ready.set()
+
+    def pauseProducing(self) -> None:  # noqa: N802  (Twisted's IPushProducer)
+        self.ready.clear()
+
+    def resumeProducing(self) -> None:  # noqa: N802
+        self.ready.set()
+
+    def stopProducing(self) -> None:  # noqa: N802  (the connection is going: stop waiting)
+        self.ready.set()
+
+
+DRAIN_CHECK_S = 1.0  # a paused wait looks this often whether the client went away
+
+
 class GuardedRequest(WebRequest):  # type: ignore[misc]
     """Daphne's request with ``body_guard``'s verdict applied before the body is read."""
 
@@ -59,6 +82,7 @@ class GuardedRequest(WebRequest):  # type: ignore[misc]
     _received = False
     _limit: int | None = None
     _seen = 0
+    _writable: _Writable | None = None  # a streamed response's producer (``drained``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -130,35 +154,31 @@ class GuardedRequest(WebRequest):  # type: ignore[misc]
         transport.loseConnection()
 
 
+    async def drained(self) -> None:
+        """Return once this response's send buffer has room for the next chunk of a streamed
+        body (``FlowControlledServer``), or the connection is gone."""
+        if self.finished or self.channel is None:
+            return
+        if self._writable is None:
+            self._writable = _Writable(paused=bool(getattr(self.channel, "_waitingForTransport", False)))
+            self.registerProducer(self._writable, True)
+        while not self._writable.ready.is_set() and not self.finished and self.channel is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._writable.ready.wait(), DRAIN_CHECK_S)
+
+    def stop_streaming(self) -> None:
+        """Before the last body: no producer is left registered when Twisted finishes."""
+        if self._writable is not None and self.channel is not None:
+            self.unregisterProducer()
+        self._writable = None
+
+
 class GuardedHTTPFactory(HTTPFactory):  # type: ignore[misc]
     def buildProtocol(self, addr: Any) -> Any:  # noqa: N802
         protocol = super().buildProtocol(addr)
         if protocol is not None:
             protocol.requestFactory = GuardedRequest
         return protocol
-
-
-class _Writable:
-    """A streaming (push) producer registered on one response: Twisted pauses it when the
-    connection's send buffer is full and resumes it when the buffer drains; ``wait`` is how the
-    application's ``send`` waits for that."""
-
-    def __init__(self, paused: bool) -> None:
-        self.ready = asyncio.Event()
-        if not paused:
-            self.ready.set()
-
-    def pauseProducing(self) -> None:  # noqa: N802  (Twisted's IPushProducer)
-        self.ready.clear()
-
-    def resumeProducing(self) -> None:  # noqa: N802
-        self.ready.set()
-
-    def stopProducing(self) -> None:  # noqa: N802  (the connection is going: stop waiting)
-        self.ready.set()
-
-
-DRAIN_CHECK_S = 1.0  # a paused wait looks this often whether the client went away
 
 
 class FlowControlledServer(daphne_server.Server):  # type: ignore[misc]
@@ -170,27 +190,13 @@ class FlowControlledServer(daphne_server.Server):  # type: ignore[misc]
     high-water mark, so the server holds about one chunk per slow client."""
 
     async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
-        streaming = message.get("type") == "http.response.body" and isinstance(protocol, WebRequest)
-        if streaming and not message.get("more_body", False):
-            _unregister(protocol)  # (the last body: Twisted finishes the request after it)
+        body = message.get("type") == "http.response.body" and isinstance(protocol, GuardedRequest)
+        more = body and message.get("more_body", False)
+        if body and not more:
+            protocol.stop_streaming()  # (the last body: Twisted finishes the request after it)
         await super().handle_reply(protocol, message)
-        more = streaming and message.get("more_body", False)
-        if not more or protocol.finished or protocol.channel is None:
-            return
-        writable = getattr(protocol, "_fabricmon_writable", None)
-        if writable is None:
-            writable = _Writable(paused=bool(getattr(protocol.channel, "_waitingForTransport", False)))
-            protocol.registerProducer(writable, True)
-            protocol._fabricmon_writable = writable
-        while not writable.ready.is_set() and not protocol.finished and protocol.channel is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(writable.ready.wait(), DRAIN_CHECK_S)
-
-
-def _unregister(request: Any) -> None:
-    if getattr(request, "_fabricmon_writable", None) is not None and request.channel is not None:
-        request.unregisterProducer()
-        request._fabricmon_writable = None
+        if more:
+            await protocol.drained()
 
 
 class FlowControlledCLI(CommandLineInterface):  # type: ignore[misc]
