@@ -164,7 +164,8 @@ class GuardedRequest(WebRequest):  # type: ignore[misc]
             self.registerProducer(self._writable, True)
         while not self._writable.ready.is_set() and not self.finished and self.channel is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._writable.ready.wait(), DRAIN_CHECK_S)
+                async with asyncio.timeout(DRAIN_CHECK_S):
+                    await self._writable.ready.wait()
 
     def stop_streaming(self) -> None:
         """Before the last body: no producer is left registered when Twisted finishes."""

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 COUNTER_KEYS = tuple(leaf.key for leaf in LEAVES if leaf.kind != "state")
 STATE_KEYS = ("oper_status", "port_speed")
 FIRST_SYNC_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0  # stop() gives up on a session after this (and logs it)
+STOP_RECANCEL_S = 0.5  # ... re-sending the cancel this often meanwhile
 
 
 @dataclass(frozen=True)
@@ -142,15 +144,21 @@ class GnmiSession:
                 # a big target may take seconds to build its first snapshot: staleness counts
                 # only once the stream has synced
                 limit = stale if synced else max(stale, FIRST_SYNC_TIMEOUT_S)
-                resp = await asyncio.wait_for(call.read(), timeout=limit)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that races a
+                # message (bpo-37658 family), and the session then outlives stop() forever
+                async with asyncio.timeout(limit):
+                    resp = await call.read()
                 if resp is grpc.aio.EOF:
                     return
                 synced = self._on_response(resp) or synced
         finally:
             self.active -= 1
-            # bounded: a close racing a cancel must never wedge the loop (seen under load)
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(channel.close(grace=None)), 2.0)
+            # bounded: a close racing a cancel must never wedge the loop (seen under load). A
+            # cancel that arrives here still propagates: swallowing it kept the session alive
+            # after stop() and hung the caller's loop shutdown (seen in CI).
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await asyncio.shield(channel.close(grace=None))
 
     def _on_response(self, resp: pb.SubscribeResponse) -> bool:
         t0 = time.perf_counter()
@@ -174,7 +182,8 @@ class GnmiSession:
 
     async def wait_synced(self, timeout_s: float) -> bool:
         try:
-            await asyncio.wait_for(self._synced.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._synced.wait()
         except TimeoutError:
             return False
         return True
@@ -218,12 +227,16 @@ class GnmiCollector:
                 self._tasks[name] = asyncio.get_running_loop().create_task(s.run(), name=f"gnmi:{name}")
 
     async def stop(self) -> None:
-        for t in self._tasks.values():
-            t.cancel()
-        if self._tasks:
-            _, stuck = await asyncio.wait(self._tasks.values(), timeout=5.0)
-            for t in stuck:
-                log.warning("gNMI session %s did not stop within 5 s", t.get_name())
+        """Cancel every session and wait for it; a cancel a session lost is sent again."""
+        pending = set(self._tasks.values())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_TIMEOUT_S
+        while pending and loop.time() < deadline:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=STOP_RECANCEL_S)
+        for t in pending:
+            log.warning("gNMI session %s did not stop within %.0f s", t.get_name(), STOP_TIMEOUT_S)
         self._tasks.clear()
 
     def health(self) -> dict[str, dict[str, Any]]:

@@ -215,7 +215,8 @@ class SnmpPoller:
         try:
             if self.deadline_s is None:
                 return await self._poll(target)
-            return await asyncio.wait_for(self._poll(target), self.deadline_s)
+            async with asyncio.timeout(self.deadline_s):  # not wait_for: it can lose a cancel on 3.11
+                return await self._poll(target)
         except SnmpPollError as exc:
             if exc.kind == "malformed":
                 PARSE_ERRORS["malformed_poll"] += 1

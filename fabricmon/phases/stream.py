@@ -79,7 +79,8 @@ class PhaseStream:
         last = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.tick_s)
+                async with asyncio.timeout(self.tick_s):
+                    await self.wake.wait()
             if (rest := self.min_gap_s - (loop.time() - last)) > 0:
                 await asyncio.sleep(rest)
             self.wake.clear()

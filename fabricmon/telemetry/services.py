@@ -246,7 +246,8 @@ def _snmp_fns() -> tuple[Callable[[SwitchSpec], Any], Callable[[SwitchSpec], Any
     async def names(sw: SwitchSpec) -> dict[int, str]:
         target = SnmpTarget(sw.name, sw.mgmt_address, sw.snmp.port, sw.snmp)
         try:
-            return await asyncio.wait_for(poller.names(target), sw.snmp.interval_s * MAX_WALK_INTERVALS)
+            async with asyncio.timeout(sw.snmp.interval_s * MAX_WALK_INTERVALS):
+                return await poller.names(target)
         except TimeoutError:
             raise SnmpPollError("timeout", f"{sw.name}: no complete ifName walk within "
                                            f"{MAX_WALK_INTERVALS} intervals") from None
@@ -256,7 +257,8 @@ def _snmp_fns() -> tuple[Callable[[SwitchSpec], Any], Callable[[SwitchSpec], Any
         try:
             # Belt and braces: whatever the client does, a walk never outlives MAX_WALK_INTERVALS
             # intervals. A slower walk than the interval is a late cell, not a failed poll.
-            return await asyncio.wait_for(poller.poll(target), sw.snmp.interval_s * MAX_WALK_INTERVALS)
+            async with asyncio.timeout(sw.snmp.interval_s * MAX_WALK_INTERVALS):
+                return await poller.poll(target)
         except TimeoutError:
             raise SnmpPollError(
                 "timeout", f"{sw.name}: no complete walk within {MAX_WALK_INTERVALS} intervals"
