@@ -16,7 +16,9 @@ full. The beat (``jobs.prune_storage``, every ``FABRICMON_PRUNE_EVERY_S``) appli
 Deletions go in chunks of at most ``CHUNK_BYTES`` (or ``CHUNK_BLOCKS`` blocks), one transaction
 each, oldest steps first, so that what is left is whole newest steps after every commit: on SQLite
 a transaction holds the one write lock, and the hour soak's single 30 MB cut held it for 6 s —
-ingest, history and alert evaluation waited behind it.
+ingest, history and alert evaluation waited behind it. Between two chunks the write lock is left
+free as long as the last chunk held it (``_let_others_write``): SQLite's busy wait is no queue, and
+back-to-back chunks starved the other writers past their 20 s timeout in the next hour soak.
 
 Every run touched, and every running run, gets its disk usage (``Run.stored_bytes``) refreshed:
 the figure on its page. What was let go is written on the run (``pruned_note``) so its pages say
@@ -26,6 +28,7 @@ so rather than showing a run that seems to start later.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -44,6 +47,8 @@ KEY_ROW_BYTES = 64  # an EventIdSet row on disk (up to 64 event ids): 40 bytes o
 BUDGET_TARGET = 0.9  # a run over its budget is cut to this share of it
 CHUNK_BYTES = 4_000_000  # at most about this much is deleted in one transaction (whole steps)
 CHUNK_BLOCKS = 200  # expired blocks deleted in one transaction
+GAP_MIN_S = 0.2  # SQLite: the write lock is left free this long at least between two chunks ...
+GAP_MAX_S = 1.0  # ... and at most this long (the pass must keep up with ingest)
 
 
 @dataclass
@@ -57,11 +62,14 @@ class PruneReport:
     runs_cut: list[str] = field(default_factory=list)
     usage_refreshed: int = 0
     transactions: int = 0  # deleting transactions (each one short: CHUNK_BYTES, CHUNK_BLOCKS)
+    paused_s: float = 0.0  # SQLite: time the write lock was left to others between them
+    last_took_s: float = 0.0  # how long the last deleting transaction took
 
     def line(self) -> str:
         cut = f"; over budget: {', '.join(self.runs_cut)}" if self.runs_cut else ""
         return (f"pruned {self.blocks} blocks ({self.events} events, {self.keys} keys), "
-                f"{self.matrices} matrices; usage of {self.usage_refreshed} runs refreshed{cut}")
+                f"{self.matrices} matrices in {self.transactions} transactions; usage of "
+                f"{self.usage_refreshed} runs refreshed{cut}")
 
 
 @dataclass(frozen=True)
@@ -105,10 +113,14 @@ def _expire_events(now: datetime, report: PruneReport, touched: set[int]) -> Non
     for run_id, ids in by_run.items():
         run = Run.objects.get(pk=run_id)
         for at in range(0, len(ids), CHUNK_BLOCKS):
+            if report.transactions:
+                _let_others_write(report)
+            t0 = time.monotonic()
             with transaction.atomic():
                 _delete_blocks(run, ids[at: at + CHUNK_BLOCKS], report)
                 _note(run, f"events stored before {cutoff:%Y-%m-%d %H:%M} were deleted "
                            f"(FABRICMON_EVENTS_RETENTION_DAYS={settings.FABRICMON_EVENTS_RETENTION_DAYS})")
+            report.last_took_s = time.monotonic() - t0
             report.transactions += 1
         touched.add(run_id)
 
@@ -122,6 +134,20 @@ def _expire_matrices(now: datetime, report: PruneReport, touched: set[int]) -> N
         days = settings.FABRICMON_MATRICES_RETENTION_DAYS
         _note(run, f"traffic matrices deleted {days:g} days after the run ended")
         touched.add(run.pk)
+
+
+def _let_others_write(report: PruneReport) -> None:
+    """SQLite: leave the one write lock free between two deleting transactions. Its busy wait is
+    not a queue — a waiting writer polls every 100 ms at most — so back-to-back chunks from one
+    thread starved everyone else: in the hour soak a 20-60 s budget cut (each chunk ~1 s on the
+    loaded box) made history, alert flushes, deliveries and ingest posts fail with "database is
+    locked" after the 20 s timeout. The pause is as long as the last chunk took (the pruner takes
+    at most half the write time), at least two busy-wait polls, at most GAP_MAX_S."""
+    if connection.vendor != "sqlite":
+        return  # PostgreSQL locks rows, not the database
+    pause = min(max(report.last_took_s, GAP_MIN_S), GAP_MAX_S)
+    report.paused_s += pause
+    time.sleep(pause)
 
 
 def cut_step(step_bytes: dict[int, int], total: int, target: int) -> int | None:
@@ -174,6 +200,9 @@ def _enforce_budget(run: Run, now: datetime, report: PruneReport) -> bool:
     if keep_from is None:
         return False
     for lo, hi in chunk_steps({s: b for s, b in per_step.items() if s < keep_from}, CHUNK_BYTES):
+        if report.transactions:
+            _let_others_write(report)
+        t0 = time.monotonic()
         with transaction.atomic():  # oldest steps first: whole newest steps are left after each
             _delete_blocks(run, [b for b, step, _ in block_rows if lo <= step < hi], report)
             n = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lt=hi).delete()[1]
@@ -181,6 +210,7 @@ def _enforce_budget(run: Run, now: datetime, report: PruneReport) -> bool:
             Run.objects.filter(pk=run.pk).update(pruned_below_step=hi)
             _note(run, f"steps below {hi} deleted at {now:%Y-%m-%d %H:%M}: the run exceeded its "
                        f"budget of {settings.FABRICMON_RUN_BUDGET_MB:g} MB (FABRICMON_RUN_BUDGET_MB)")
+        report.last_took_s = time.monotonic() - t0
         report.transactions += 1
     report.runs_cut.append(run.name)
     return True

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import redis
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import OperationalError, close_old_connections
 
 from collectors.snmp import SnmpPoller, SnmpPollError, SnmpTarget
 from fabricmon.base import keys
@@ -311,12 +311,28 @@ def shard_started(shard_id: str, redis_url: str | None = None) -> None:
 # --- history --------------------------------------------------------------------------------------
 
 
+# A busy database (SQLite's one write lock held past its 20 s timeout by other writers) is tried
+# again after these pauses: the step's frames stay in the live window for minutes, so a late row
+# is still a whole one. It runs on the collector's executor thread, never in the poll loop.
+HISTORY_RETRY_PAUSES_S = (5.0, 15.0, 30.0)
+
+
 def _history_sink(redis_url: str | None) -> Callable[[FabricFramer, int, int], None]:
     def sink(framer: FabricFramer, start_ns: int, end_ns: int) -> None:
-        try:
-            write_history(framer.fabric, start_ns, end_ns, max_frames=framer.max_frames, redis_url=redis_url)
-        except Exception:  # history must never take the collector down
-            log.exception("history for %s at %d failed", framer.fabric, start_ns)
+        for attempt, pause in enumerate((*HISTORY_RETRY_PAUSES_S, None), start=1):
+            try:
+                write_history(framer.fabric, start_ns, end_ns, max_frames=framer.max_frames,
+                              redis_url=redis_url)
+                return
+            except OperationalError as exc:  # busy or unreachable: expected, said in one line
+                if pause is None:
+                    log.warning("history for %s at %d not written after %d tries: %s",
+                                framer.fabric, start_ns, attempt, exc)
+                    return
+                time.sleep(pause)
+            except Exception:  # our bug: history must never take the collector down
+                log.exception("history for %s at %d failed", framer.fabric, start_ns)
+                return
 
     return sink
 
