@@ -145,7 +145,7 @@ class GnmiSession:
                 # only once the stream has synced
                 limit = stale if synced else max(stale, FIRST_SYNC_TIMEOUT_S)
                 # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that races a
-                # message (bpo-37658 family), and the session then outlives stop() forever
+                # message (cpython gh-86296), and the session then outlives stop() forever
                 async with asyncio.timeout(limit):
                     resp = await call.read()
                 if resp is grpc.aio.EOF:

@@ -68,7 +68,8 @@ class PruneReport:
     def line(self) -> str:
         cut = f"; over budget: {', '.join(self.runs_cut)}" if self.runs_cut else ""
         return (f"pruned {self.blocks} blocks ({self.events} events, {self.keys} keys), "
-                f"{self.matrices} matrices in {self.transactions} transactions; usage of "
+                f"{self.matrices} matrices in {self.transactions} transactions "
+                f"(the write lock left to others {self.paused_s:.1f} s between them); usage of "
                 f"{self.usage_refreshed} runs refreshed{cut}")
 
 
