@@ -285,6 +285,9 @@ if FABRICMON_SNMP_ENGINE not in ("fast", "pysnmp"):
 FABRICMON_SHARD_SIZE = env_int("FABRICMON_SHARD_SIZE", 16)
 # Downsampled history kept in the database: one row per port per this many seconds.
 FABRICMON_HISTORY_STEP_S = env_int("FABRICMON_HISTORY_STEP_S", 60)
+# A SQLite write transaction that waited for, or held, the one write lock longer than this is logged
+# with the code that ran it (fabricmon.base.sqlite.base)
+FABRICMON_SQLITE_SLOW_WRITE_S = env_float("FABRICMON_SQLITE_SLOW_WRITE_S", 2.0)
 # History rows older than this are pruned (default 30 days).
 FABRICMON_HISTORY_RETENTION_S = env_float("FABRICMON_HISTORY_RETENTION_S", 30 * 86400.0)
 # --- Celery queues: collection, evaluation, imports, delivery (docs/deploy.md) ---------------------

@@ -113,12 +113,19 @@ class PipelineCollector(_FromState):
                                      labels=["path", "outcome"])
         batches = CounterMetricFamily("fabricmon_ingest_batches", "Event batches received, by path.",
                                       labels=["path"])
+        slow = CounterMetricFamily(
+            "fabricmon_sqlite_slow_writes",
+            "SQLite write transactions that waited for (kind=waited) or held (kind=held) the database's one "
+            "write lock longer than FABRICMON_SQLITE_SLOW_WRITE_S; each is logged with the code that ran it.",
+            labels=["kind"])
         for name, total in sorted(self.state.counters.items()):
             parts = name.split(":")
             if parts[0] == "ingest_events" and len(parts) == 3:
                 events.add_metric(parts[1:], total)
             elif parts[0] == "ingest_batches" and len(parts) == 2:
                 batches.add_metric(parts[1:], total)
+            elif parts[0] == "sqlite_slow_writes" and len(parts) == 2:
+                slow.add_metric(parts[1:], total)
         outbox = GaugeMetricFamily(
             "fabricmon_notifications",
             "Notification outbox rows by receiver kind and status (sent and failed rows are kept for "
@@ -129,7 +136,7 @@ class PipelineCollector(_FromState):
                                    "Messages waiting in a Celery queue of the broker.", labels=["queue"])
         for q, n in sorted(self.state.queues.items()):
             queues.add_metric([q], n)
-        yield from (events, batches, outbox, queues)
+        yield from (events, batches, slow, outbox, queues)
 
 
 def registry_for(state: ScrapeState) -> CollectorRegistry:

@@ -7,17 +7,32 @@ so there is no moment at which it is readable by others; after each connect the 
 ``-wal``/``-shm``/``-journal`` beside it are set to 0600 (SQLite gives those the main file's mode
 when it creates them, and files left by an older version are fixed here). In-memory databases and
 files owned by someone else (a read-only mount) are left alone.
+
+It also says who keeps SQLite's one write lock. Every write transaction is ``BEGIN IMMEDIATE``
+(settings.SQLITE_OPTIONS), so from BEGIN to COMMIT/ROLLBACK the connection holds the lock and every
+other writer of every process waits (up to the 20 s timeout, then "database is locked"). A
+transaction that waited or held longer than ``FABRICMON_SQLITE_SLOW_WRITE_S`` is logged with the
+code that ran it, and counted (``/metrics``: ``fabricmon_sqlite_slow_writes_total``): in the hour
+soak, writers were locked out in minute-long episodes whose holder no log named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import stat
+import sys
+import sysconfig
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db.backends.sqlite3 import base
+
+log = logging.getLogger(__name__)
 
 OWNER_ONLY = 0o600
 COMPANIONS = ("", "-wal", "-shm", "-journal")
@@ -51,6 +66,10 @@ def restrict(path: Path) -> None:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.write_lock = TimedWriteLock()
+
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         path = database_path(conn_params.get("database", ""))
         if path is not None and path.parent.is_dir():
@@ -59,3 +78,60 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if path is not None:
             restrict(path)
         return conn
+
+    def _start_transaction_under_autocommit(self) -> None:
+        asked = time.monotonic()
+        super()._start_transaction_under_autocommit()  # BEGIN IMMEDIATE: returns holding the lock
+        self.write_lock.begun(asked)
+
+    def _commit(self) -> None:
+        try:
+            super()._commit()
+        finally:
+            self.write_lock.ended()
+
+    def _rollback(self) -> None:
+        try:
+            super()._rollback()
+        finally:
+            self.write_lock.ended()
+
+
+_PATHS = sysconfig.get_paths()
+_NOT_OURS = (_PATHS["stdlib"], _PATHS["purelib"], _PATHS["platlib"], str(Path(__file__).parent), "<frozen ")
+
+
+def _where() -> str:
+    """The innermost frames of the current stack outside the standard library, the installed
+    packages (the ORM, Celery) and this module: ``jobs/ingest.py:201 store_columns <
+    jobs/api.py:120 post_events`` — the code whose transaction it is."""
+    ours = [f for f in traceback.extract_stack() if not f.filename.startswith(_NOT_OURS)]
+    return " < ".join(f"{f.filename.rsplit('/fabricmon/', 1)[-1]}:{f.lineno} {f.name}"
+                      for f in reversed(ours[-3:])) or " ".join(sys.argv[:2])
+
+
+def _slow(kind: str, seconds: float) -> None:
+    from fabricmon.base import counters  # noqa: PLC0415  (only on the rare slow path)
+
+    log.warning("SQLite write lock %s %.1f s: %s", kind, seconds, _where())
+    counters.add({f"sqlite_slow_writes:{kind}": 1})
+
+
+class TimedWriteLock:
+    """BEGIN IMMEDIATE … COMMIT/ROLLBACK timed on one connection (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def begun(self, asked: float) -> None:
+        self.since = time.monotonic()
+        waited = self.since - asked
+        if waited > settings.FABRICMON_SQLITE_SLOW_WRITE_S:
+            _slow("waited", waited)
+
+    def ended(self) -> None:
+        if self.since is None:
+            return
+        held, self.since = time.monotonic() - self.since, None
+        if held > settings.FABRICMON_SQLITE_SLOW_WRITE_S:
+            _slow("held", held)
