@@ -6,6 +6,7 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     load ρ_p      = out_bps / speed_bps          (util when out_bps is absent)
     pressure_p    = WM_p ≥ Kmax  ∨  ECN_p ≥ ecn_min  ∨  PFC_p ≥ pfc_min
     incast(p)     = F_p ≥ F_min ∧ pressure_p ∧ (ρ_p ≥ load_min ∨ ρ_p ≥ rel_load · mean ρ of its peers)
+                    (peers: the host-facing ports of p's leaf, or the ports of p's spine)
     H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
     J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|
     migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
@@ -111,11 +112,25 @@ def _load(metrics: Mapping[str, FloatArray], geo: FabricGeometry) -> FloatArray:
     return _metric(metrics, "util", n)
 
 
-def _mean_where(values: FloatArray, mask: BoolArray) -> float:
-    sel = values[mask]
-    ok = np.isfinite(sel)
-    count = int(ok.sum())
-    return float(sel[ok].sum() / count) if count else float("nan")
+def _peer_mean(load: FloatArray, geo: FabricGeometry) -> FloatArray:
+    """Per port, the mean load of its peers: the other host-facing ports of its own leaf, or the
+    other ports of its own spine (NaN where none has data). Peers on the same switch, not the fabric: each
+    switch's counters are read at its own instants, so when a job's traffic comes in bursts of
+    the poll's length (a large job's step: seconds of all-to-alls, then seconds of backward pass)
+    one switch's 1 s rates can be twice another's. Against a fabric-wide mean every port of the
+    leaf whose sample caught the burst looked 1.6x hot (the 16,896-port run's hot set jumped to a
+    whole leaf every other second); within one switch the hot port still stands out."""
+    peers = geo.is_leaf_host | geo.is_spine
+    ok = peers & np.isfinite(load)
+    sw = geo.index.switch_of
+    n_sw = len(geo.index.switch_names)
+    total = np.bincount(sw[ok], weights=load[ok], minlength=n_sw)
+    count = np.bincount(sw[ok], minlength=n_sw)
+    # leave-one-out: the port itself is not its own peer (at 32 ports a leaf, a hot port in its
+    # own mean cut its ratio by a tenth, and dropped hot ports near the threshold)
+    own = np.where(ok, load, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((total[sw] - own) / (count[sw] - ok)).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -158,8 +173,7 @@ def _hot_set(
             fan = fan_in.astype(np.float32, copy=False)
         fan_unknown = np.isnan(fan)
         fan_ok = (fan >= cfg.fan_in_min) | (fan_unknown & cfg.assume_fan_in_when_unknown)
-        # Peers: host-facing ports compare with host-facing ports, spine ports with spine ports.
-        ref = np.where(geo.is_spine, _mean_where(load, geo.is_spine), _mean_where(load, geo.is_leaf_host))
+        ref = _peer_mean(load, geo)
         # an idle port is never "far above" idle peers: without the floor, 0 ≥ 1.6 × 0 made every
         # port of an unused spine hot whenever its queue telemetry was missing for a tick
         loaded = (load >= cfg.load_min) | ((load >= rel_min * ref) & (load >= cfg.rel_load_floor))

@@ -60,6 +60,23 @@ def test_hot_port_needs_fan_in_pressure_and_load(geo) -> None:
     assert not found.incast
 
 
+def test_a_port_is_judged_against_its_own_switch_not_the_fabric(geo) -> None:
+    """Each switch's rates cover its own poll instants: with a job's traffic in bursts as long as
+    the poll, one leaf can read twice another's load. That leaf is not an incast (every port of
+    it looked 1.6x hot against the fabric's mean at 16,896 ports); a port twice its own leaf's
+    peers is, though the other leaf's load makes it no hotter than the fabric's mean."""
+    r0, r1 = (np.flatnonzero(geo.is_leaf_host & (geo.index.rail == r)) for r in (0, 1))
+    m, fan = frame(geo, load=0.2)
+    m["util"][r1] = 0.9  # leaf-r1's sample caught the burst; leaf-r0's mostly the gap
+    m["watermark_bytes"][:] = 3 * KMAX  # the all-to-all fills every queue: pressure everywhere
+    _, found = detect_window(m, geo, MovingState.initial(geo.n_ports), DetectConfig(), fan_in=fan)
+    assert not found.incast, found.hot_ports
+    hot = int(r0[1])
+    m["util"][hot] = 0.45  # 2.25x its leaf's others, below the fabric's mean (0.58)
+    _, found = detect_window(m, geo, MovingState.initial(geo.n_ports), DetectConfig(), fan_in=fan)
+    assert found.hot_ports.tolist() == [hot]
+
+
 def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
     host = np.flatnonzero(geo.is_leaf_host)
     a, b = int(host[0]), int(host[-1])  # leaf-r0 → leaf-r1: a rail and leaf jump
