@@ -331,6 +331,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="load_topology --collector: gnmi (default: SNMP at 1 s beside gNMI for 16,896 "
                          "ports does not fit on 2 cores with the twin answering both), or both as the demo")
     soak.add_watch_args(ap)
+    # The soak's 0.01 jumps a step and 900,300-step cycle are ~1 migration a minute at the demo's
+    # ~10 steps a second; at this job's ~0.3-0.5 steps a second they were ~3 migrations and no
+    # balanced stretch in ten minutes, nothing to score. A jump every ~10 steps (20-40 s) and 60
+    # skewed, 20 balanced steps give tens of migrations and balanced stretches in the run.
+    ap.set_defaults(regime_shift_prob=0.1, balanced_cycle="60,20")
     args = ap.parse_args(argv)
     args.kills, args.redis_outage_s = 0, 0.0  # soak.verdict's: no faults here
     return args

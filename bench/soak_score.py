@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 NS = 1_000_000_000
 
@@ -57,16 +57,19 @@ class Stretch:
     end_ns: int
     hot_gpu: int
     port: str
+    # every EP group's port facing its hot GPU (a job of several groups has the same hot expert in
+    # each: twin/truth.py), group 0's first; empty: ``port`` alone
+    ports: tuple[str, ...] = ()
 
 
 def merge_stretches(raw: Iterable[dict[str, object]]) -> list[Stretch]:
     """Hotspot stretches from repeated /hotspots answers (overlapping windows), merged in time."""
     out: list[Stretch] = []
     for s in sorted(raw, key=lambda d: int(d["start_ns"])):  # type: ignore[call-overload]
-        cur = Stretch(int(s["start_ns"]), int(s["end_ns"]), int(s["hot_gpu"]), str(s["port"]))  # type: ignore[call-overload]
+        cur = Stretch(int(s["start_ns"]), int(s["end_ns"]), int(s["hot_gpu"]), str(s["port"]),  # type: ignore[call-overload]
+                      tuple(map(str, s.get("ports") or ())))  # type: ignore[call-overload]
         if out and out[-1].hot_gpu == cur.hot_gpu and cur.start_ns <= out[-1].end_ns + NS // 2:
-            last = out[-1]
-            out[-1] = Stretch(last.start_ns, max(last.end_ns, cur.end_ns), last.hot_gpu, last.port)
+            out[-1] = replace(out[-1], end_ns=max(out[-1].end_ns, cur.end_ns))
         else:
             out.append(cur)
     return out
@@ -77,6 +80,11 @@ class Migration:
     ts_ns: int
     from_port: str
     to_port: str
+    to_ports: tuple[str, ...] = ()  # every group's new hot port (``Stretch.ports``); empty: to_port
+
+    def lands_in(self, ports: tuple[str, ...]) -> bool:
+        """A detection naming ``ports`` found this migration: its new hot port, in any group."""
+        return any(p in ports for p in (self.to_ports or (self.to_port,)))
 
 
 def true_migrations(stretches: Sequence[Stretch], min_dwell_ns: int) -> list[Migration]:
@@ -87,7 +95,7 @@ def true_migrations(stretches: Sequence[Stretch], min_dwell_ns: int) -> list[Mig
         if a.hot_gpu < 0 or b.hot_gpu < 0 or a.hot_gpu == b.hot_gpu:
             continue
         if a.end_ns - a.start_ns >= min_dwell_ns and b.end_ns - b.start_ns >= min_dwell_ns:
-            out.append(Migration(b.start_ns, a.port, b.port))
+            out.append(Migration(b.start_ns, a.port, b.port, b.ports))
     return out
 
 
@@ -125,9 +133,9 @@ def score_migrations(
 
     truth = [m for m in truth if inside(m.ts_ns)]
     dets = [d for d in detections if inside(d.ts_ns)]
-    detected = sum(any(m.to_port in d.ports and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for d in dets)
+    detected = sum(any(m.lands_in(d.ports) and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for d in dets)
                    for m in truth)
-    correct = sum(any(m.to_port in d.ports and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for m in truth)
+    correct = sum(any(m.lands_in(d.ports) and 0 <= d.ts_ns - m.ts_ns <= tolerance_ns for m in truth)
                   for d in dets)
     return Recall(len(truth), detected, len(dets), correct)
 

@@ -64,6 +64,18 @@ def test_recall_and_precision_match_ports_within_the_tolerance() -> None:
     assert math.isnan(score_migrations([], [], NS).recall)
 
 
+def test_a_job_of_several_groups_migrates_to_every_groups_port() -> None:
+    """One hot expert in each of several EP groups: the hot set names any of the groups' ports
+    (capped to its top 16 of 22 at 16,896 ports), and any of them is the migration's port."""
+    raw = [{"start_ns": 0, "end_ns": 10 * NS, "hot_gpu": 1, "port": "a0", "ports": ["a0", "a1"]},
+           {"start_ns": 10 * NS, "end_ns": 20 * NS, "hot_gpu": 2, "port": "b0", "ports": ["b0", "b1"]}]
+    [move] = true_migrations(merge_stretches(raw), 2 * NS)
+    assert move.to_ports == ("b0", "b1")
+    r = score_migrations([move], [Detection(11 * NS, ("b1", "x"))], 2 * NS)
+    assert (r.detected, r.correct) == (1, 1)
+    assert score_migrations([move], [Detection(11 * NS, ("a1",))], 2 * NS).detected == 0
+
+
 def test_an_alert_firing_in_a_balanced_stretch_after_its_grace_is_false() -> None:
     spans = balanced_spans([Stretch(0, 10 * NS, 1, "a"), Stretch(10 * NS, 60 * NS, -1, "")], 20 * NS)
     assert spans == [(30 * NS, 60 * NS)]
