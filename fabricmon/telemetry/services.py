@@ -344,7 +344,7 @@ def write_history(fabric: str, start_ns: int, end_ns: int, *, max_frames: int = 
     close_old_connections()
     r = connect(redis_url)
     try:
-        frames = [f for f in live_window.recent(r, fabric, max_frames) if start_ns < f.ts_ns <= end_ns]
+        frames = [f for f in live_window.frames_after(r, fabric, start_ns, max_frames) if f.ts_ns <= end_ns]
     finally:
         r.close()
     row = Fabric.objects.filter(name=fabric).first()
