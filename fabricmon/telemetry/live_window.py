@@ -16,6 +16,7 @@ framing, history, alerts and the phase views; ``async_*`` ones for the WebSocket
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -182,9 +183,68 @@ def read_health(r: redis.Redis, fabric: str) -> dict[str, dict[str, Any]]:
 # --- async (WebSocket consumers) --------------------------------------------------------------
 
 
-async def async_since(r: aioredis.Redis, fabric: str, since_ms: int) -> list[Entry]:
-    """Frames appended at or after ``since_ms`` (stream IDs are insertion times in ms)."""
-    return _decode(await r.xrange(keys.frames(fabric), min=f"{max(since_ms, 0)}-0"))
+# One metric of every port out of each frame, cut in Redis: a heatmap's opening window needs one
+# metric, not the frames' eleven (300 whole frames of 16,896 ports were ~220 MB in the web process
+# at every WebSocket connect). Same wire form as ``_PORT_CUT`` reads.
+_METRIC_CUT = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[3])
+local out = {}
+for _, e in ipairs(entries) do
+  local fields, blob = e[2], nil
+  for j = 1, #fields, 2 do
+    if fields[j] == 'f' then blob = fields[j + 1] end
+  end
+  local header, cut = '', ''
+  if blob and string.sub(blob, 1, 4) == 'FMF1' and #blob >= 8 then
+    local hlen = struct.unpack('<I4', blob, 5)
+    header = string.sub(blob, 9, 8 + hlen)
+    local ok, h = pcall(cjson.decode, header)
+    if ok and type(h) == 'table' and type(h['n']) == 'number' and type(h['metrics']) == 'table' then
+      for k = 1, #h['metrics'] do
+        if h['metrics'][k] == ARGV[2] then
+          local at = 8 + hlen + 4 * (k - 1) * h['n']
+          cut = string.sub(blob, at + 1, at + 4 * h['n'])
+        end
+      end
+    end
+  end
+  out[#out + 1] = {e[1], header, cut}
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class MetricCut:
+    """A frame as ``async_metric_since`` reads it: its time, layout and one metric."""
+
+    eid: bytes
+    frame: Frame  # metrics: {metric: values}, or {} where the frame has no such metric
+    n_ports: int
+    metrics: tuple[str, ...]  # every metric the whole frame holds
+
+
+async def async_metric_since(r: aioredis.Redis, fabric: str, since_ms: int, metric: str) -> list[MetricCut]:
+    """Frames appended at or after ``since_ms`` (stream IDs are insertion times in ms), oldest
+    first, each with only ``metric``'s values, cut inside Redis ``PORT_CUT_CHUNK`` entries at a
+    time. Unreadable entries are skipped."""
+    cut = r.register_script(_METRIC_CUT)
+    out: list[MetricCut] = []
+    start: bytes | str = f"{max(since_ms, 0)}-0"
+    while True:
+        rows = await cut(keys=[keys.frames(fabric)], args=[start, metric, PORT_CUT_CHUNK])
+        for eid, header, values in rows:
+            try:
+                h = json.loads(header)
+                n, names = int(h["n"]), tuple(map(str, h["metrics"]))
+                got = {metric: np.frombuffer(values, dtype="<f4").copy()} if len(values) == 4 * n else {}
+                frame = Frame(str(h["fabric"]), str(h["topo"]), int(h["ts_ns"]), float(h["interval_s"]), got)
+            except (ValueError, KeyError, TypeError):
+                continue
+            out.append(MetricCut(bytes(eid), frame, n, names))
+        if len(rows) < PORT_CUT_CHUNK:
+            return out
+        start = b"(" + bytes(rows[-1][0])
 
 
 async def async_latest(r: aioredis.Redis, fabric: str) -> Entry | None:
