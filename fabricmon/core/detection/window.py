@@ -10,6 +10,7 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
     J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|
     migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
+                    ∧ most of H(w) not in H within the last ``recent_windows`` windows
                     (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back)
     moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
 
@@ -37,6 +38,7 @@ FloatArray = npt.NDArray[np.float32]
 PRESSURE_METRICS = ("watermark_bytes", "ecn_marked_ps", "pfc_pause_ps")  # queue telemetry (gNMI)
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+NEVER = 1 << 30  # MovingState.hot_age of a port not hot in memory
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class MovingState:
     # while this is below ``migration_gap_windows``: a hotspot that moves through a window or two
     # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
     gap: int = 0
+    # per port: windows since it was last in H (0: in the last one); None: none was, that we know
+    hot_age: IntArray | None = None
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -218,7 +222,12 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
         else float("nan")
     )
     fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
-    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
+    age = state.hot_age
+    if age is None or len(age) != len(hot):
+        age = np.full(len(hot), NEVER, np.int64)
+    novel = int(np.count_nonzero(age[hot_idx] >= cfg.recent_windows))
+    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high
+                    and 2 * novel > len(hot_idx))
     sw = geo.index.switch_of
     leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
@@ -234,6 +243,8 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
         gap=state.gap + 1 if carrying else 0,
+        # (forgotten once past the memory: the state saved each window stays ≤ top_m × recent_windows ports)
+        hot_age=np.where(hot, 0, np.where(age + 1 >= cfg.recent_windows, NEVER, age + 1)),
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)

@@ -77,6 +77,31 @@ def test_a_port_is_judged_against_its_own_switch_not_the_fabric(geo) -> None:
     assert found.hot_ports.tolist() == [hot]
 
 
+def test_a_flickering_subset_of_one_hot_set_is_not_a_migration(geo) -> None:
+    """Many equivalent hot ports (one per EP group) with traffic in bursts as long as the poll: each
+    window catches another subset over the threshold. Two such subsets can have J = 0, but their
+    ports were hot a moment ago — that is one hot set, not a hotspot moving every window. A move to
+    ports not hot lately still is a migration."""
+    host = np.flatnonzero(geo.is_leaf_host)
+    subsets = [[host[0]], [host[4], host[5]], [host[1]], [host[4]], [host[0], host[5]], [host[1]]]
+    cfg = DetectConfig()
+    state, migrations = MovingState.initial(geo.n_ports), []
+    for w in range(18):
+        m, fan = frame(geo, subsets[w % len(subsets)])
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+        migrations.append(found.migrated)
+    # the first sight of the second subset is new (nothing in memory says otherwise); then no more
+    assert migrations.count(True) <= 2 and not any(migrations[6:]), migrations
+    m, fan = frame(geo, [host[7]])  # a port not hot for the last windows: the hotspot moved
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    assert found.migrated and found.hot_ports.tolist() == [host[7]]
+    # the memory is bounded: ports leave it recent_windows windows after they were last hot
+    for _ in range(cfg.recent_windows):
+        m, fan = frame(geo, [host[7]])
+        state, _found = detect_window(m, geo, state, cfg, fan_in=fan)
+    assert state.hot_age is not None and np.flatnonzero(state.hot_age < cfg.recent_windows).tolist() == [host[7]]
+
+
 def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
     host = np.flatnonzero(geo.is_leaf_host)
     a, b = int(host[0]), int(host[-1])  # leaf-r0 → leaf-r1: a rail and leaf jump
