@@ -20,6 +20,11 @@ How "per core" is measured (honestly, on a shared machine):
   migrations' and batches' objects was 9 % of a run).
 
 Last measured (2 shared cores; the figure moves with what else runs — see docs/jobs.md):
+- 2026-12-04, quiet box (load 0.7-0.9), --repeat 3 --ingest-only, 200k events, each run interleaved
+  with the pre-issue-18 path (3288542): SQLite median 167.2k (166.3k-169.1k) events/s per core =
+  3.96x (42.2k); PostgreSQL median 126.1k (124.2k-126.2k; client 1.21 s + backend 0.38 s) = 3.98x
+  (31.7k). Both above 100k per core on this box; the ratios match 2026-12-02's (3.8-4.5x), whose
+  box ran the same path at a third of today's speed.
 - 2026-12-02, issue 18 item 5 (EventIdSet claims 64 ids a row, block keys per step, 4 round trips
   a batch on PostgreSQL), on a box whose speed swung within minutes (3288542 read 11-22k where
   it read ~29k that morning), --repeat 3, 200k events: load 1.0, SQLite median 77.4k
