@@ -5,7 +5,7 @@ port → host / GPU for trajectories.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,11 @@ class FabricGeometry:
     host_of: IntArray  # per port: host number facing it, −1 if none
     gpu_of: IntArray  # per port: GPU index on that host, −1 if none
     host_names: tuple[str, ...] = ()
+    # per port: its place in its scalable unit — (rail, port name) for a leaf's host port, shared
+    # by the same port of every SU's leaf of that rail; every other port its own. The moving-incast
+    # rule remembers hot places, not ports (window.py: a job of many EP groups has its hot expert
+    # at the same place in each SU, and each window sees another subset of them)
+    place: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_ports(self) -> int:
@@ -63,6 +68,11 @@ def fabric_geometry(index: PortIndex, fabric: FabricSpec | None = None) -> Fabri
                 p = by_name.get((gpu.switch, gpu.port))
                 if p is not None:
                     host_of[p], gpu_of[p] = h_i, gpu.index
+    leaf_host = index.host_facing & ~is_spine
+    ids: dict[tuple[int, str] | int, int] = {}  # (once per topology version: a Python pass is fine)
+    rail, names = index.rail.tolist(), index.port_names
+    place = np.fromiter((ids.setdefault((rail[i], names[i]) if leaf_host[i] else i, len(ids))
+                         for i in range(n)), dtype=np.int64, count=n)
     return FabricGeometry(
         index=index,
         is_leaf_host=index.host_facing & ~is_spine,
@@ -76,4 +86,5 @@ def fabric_geometry(index: PortIndex, fabric: FabricSpec | None = None) -> Fabri
         host_of=host_of,
         gpu_of=gpu_of,
         host_names=host_names,
+        place=place,
     )

@@ -102,6 +102,30 @@ def test_a_flickering_subset_of_one_hot_set_is_not_a_migration(geo) -> None:
     assert state.hot_age is not None and np.flatnonzero(state.hot_age < cfg.recent_windows).tolist() == [host[7]]
 
 
+def test_subsets_of_one_place_in_every_su_are_one_hot_set() -> None:
+    """Three SUs, one EP group each, the hot expert at GPU 1 of the third server of every SU: the
+    same port of each SU's rail-1 leaf. Windows that catch different SUs' copies over the
+    threshold are one hotspot; the expert moving to GPU 0 (rail 0) is a migration."""
+    from fabricmon.core.topology.railgen import rail_optimized
+
+    fabric = rail_optimized("three-su", servers=12, gpus_per_server=2, spines=2, servers_per_su=4)
+    g = fabric_geometry(build_port_index(fabric), fabric)
+    host = np.flatnonzero(g.is_leaf_host)
+    place_of = {(g.host_names[g.host_of[p]], int(g.gpu_of[p])): p for p in host}
+    at_gpu1 = [place_of[(f"node{3 + 4 * su:03d}", 1)] for su in range(3)]
+    at_gpu0 = [place_of[(f"node{3 + 4 * su:03d}", 0)] for su in range(3)]
+    assert len({int(g.place[p]) for p in at_gpu1}) == 1 and g.place[at_gpu1[0]] != g.place[at_gpu0[0]]
+    cfg, state, migrations = DetectConfig(), MovingState.initial(g.n_ports), []
+    for w in range(12):
+        m, fan = frame(g, [at_gpu1[w % 3]])  # one SU's copy a window: J = 0 window to window
+        state, found = detect_window(m, g, state, cfg, fan_in=fan)
+        migrations.append(found.migrated)
+    assert not any(migrations), migrations
+    m, fan = frame(g, at_gpu0[:2])
+    state, found = detect_window(m, g, state, cfg, fan_in=fan)
+    assert found.migrated and found.rail_jump
+
+
 def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
     host = np.flatnonzero(geo.is_leaf_host)
     a, b = int(host[0]), int(host[-1])  # leaf-r0 → leaf-r1: a rail and leaf jump
