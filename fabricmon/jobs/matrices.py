@@ -22,6 +22,10 @@ from fabricmon.jobs.models import (
 from fabricmon.jobs.sql import PG_TYPES, Deferred, chunks, insert_columns, marks, pg_arrays, sql_cursor
 
 DENSE_MATRIX_CELLS = 8_000_000  # a batch's matrices are summed in one dense array up to this size
+# Matrices of more cells than this (above 2,048 ranks) are never made dense, on ingest: summed,
+# merged with the stored row and encoded as (cell, bytes) pairs. At 5,632 ranks a dense matrix is
+# 254 MB, and merging each batch through them held SQLite's write lock 2-4.5 s a batch.
+PAIRS_FROM_CELLS = 2048 * 2048
 
 
 @dataclass(frozen=True)
@@ -113,11 +117,17 @@ def add_events(
     touched = np.flatnonzero(np.bincount(peers.kid, minlength=len(keys)))  # (sorted, as np.unique's)
     local = np.full(len(keys), -1, dtype=np.int64)
     local[touched] = np.arange(len(touched))
+    calls = np.bincount(inverse[(cols.send_n > 0) | (cols.recv_n > 0)], minlength=len(keys))
+    wanted = [keys[k] for k in touched.tolist()]
+    deferred = deferred if deferred is not None else Deferred()
+    ranks = max(peers.n, int(run.world_size or 0))  # (stored rows of a run are at most its world size)
+    if ranks * ranks > PAIRS_FROM_CELLS:
+        pairs = _PairSums(peers, local, len(touched))
+        _write_pairs(run, wanted, calls[touched].tolist(), pairs, deferred=deferred)
+        return
     dense = len(touched) * 2 * peers.n * peers.n <= DENSE_MATRIX_CELLS
     sums = (_DenseSums if dense else _SortedSums)(peers, local, len(touched))
-    calls = np.bincount(inverse[(cols.send_n > 0) | (cols.recv_n > 0)], minlength=len(keys))
-    _write(run, [keys[k] for k in touched.tolist()], calls[touched].tolist(), peers.n, sums,
-           deferred=deferred if deferred is not None else Deferred())
+    _write(run, wanted, calls[touched].tolist(), peers.n, sums, deferred=deferred)
 
 
 def _write(
@@ -156,6 +166,83 @@ def _write(
             [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
              np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in blobs],
              [b[1] for b in blobs], np.array(calls, dtype=np.int64)[new]],
+            deferred,
+        )
+
+
+class _PairSums:
+    """A batch's matrices as sorted (cell, bytes) pairs, one run per (matrix, kind): no n×n array."""
+
+    def __init__(self, peers: _PeerBytes, local: np.ndarray, touched: int) -> None:
+        self.n = n = peers.n
+        part = local[peers.kid] * 2 + peers.kind
+        cell = peers.src * n + peers.dst
+        order = np.lexsort((cell, part))
+        part, cell, nbytes = part[order], cell[order], peers.nbytes[order]
+        starts = np.flatnonzero(np.r_[True, (part[1:] != part[:-1]) | (cell[1:] != cell[:-1])])
+        self.part_of = part[starts]
+        self.cells = cell[starts].astype(np.int64)
+        self.vals = np.add.reduceat(nbytes, starts) if len(starts) else np.zeros(0, np.int64)
+        self.bounds = np.searchsorted(self.part_of, np.arange(2 * touched + 1))
+
+    def pairs(self, j: int, kind: int) -> matrix_blobs.Pairs:
+        a, b = self.bounds[2 * j + kind], self.bounds[2 * j + kind + 1]
+        return self.cells[a:b], self.vals[a:b]
+
+
+def _merged(
+    old: matrix_blobs.Pairs, n_old: int, new: matrix_blobs.Pairs, n_new: int, m: int
+) -> matrix_blobs.Pairs:
+    """Two pair sets of n_old- and n_new-rank matrices added as one m-rank matrix's pairs."""
+    regrown = [(c // n * m + c % n, v) for (c, v), n in ((old, n_old), (new, n_new))]
+    cells = np.concatenate([c for c, _ in regrown])
+    vals = np.concatenate([v for _, v in regrown])
+    order = np.argsort(cells, kind="stable")
+    cells, vals = cells[order], vals[order]
+    if not len(cells):
+        return cells, vals
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    return cells[starts], np.add.reduceat(vals, starts)
+
+
+def _write_pairs(
+    run: Run, wanted: list[tuple[str, int, int, str]], calls: list[int], sums: _PairSums, *,
+    deferred: Deferred,
+) -> None:
+    """``_write`` for matrices of many ranks: merged and encoded from their nonzero cells."""
+    table = connection.ops.quote_name(TrafficMatrix._meta.db_table)
+    n = sums.n
+    with sql_cursor() as cursor:
+        existing = _existing(cursor, table, run, wanted)
+        updates, new, new_blobs = [], [], []
+        for j, key in enumerate(wanted):
+            sent, recv = sums.pairs(j, 0), sums.pairs(j, 1)
+            old = existing.get(key)
+            if old is None:
+                new.append(j)
+                new_blobs.append((matrix_blobs.encode_from_pairs(*sent, n),
+                                  matrix_blobs.encode_from_pairs(*recv, n, same_as=sent)))
+                continue
+            n_old = old[5]
+            m = max(n_old, n)
+            old_sent = matrix_blobs.decode_pairs(old[6], n_old)
+            old_recv = matrix_blobs.decode_pairs(old[7], n_old, sent=old_sent)
+            sent = _merged(old_sent, n_old, sent, n, m)
+            recv = _merged(old_recv, n_old, recv, n, m)
+            sent_blob = matrix_blobs.encode_from_pairs(*sent, m)
+            recv_blob = matrix_blobs.encode_from_pairs(*recv, m, same_as=sent)
+            updates.append((m, sent_blob, recv_blob, old[8] + calls[j], old[0]))
+        _update(cursor, table, updates, deferred)
+        if not new:
+            return
+        source, step, layer, phase = zip(*(wanted[j] for j in new), strict=True)
+        insert_columns(
+            cursor,
+            table,
+            ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
+            [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
+             np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in new_blobs],
+             [b[1] for b in new_blobs], np.array(calls, dtype=np.int64)[new]],
             deferred,
         )
 

@@ -134,3 +134,59 @@ def decode(blob: bytes | memoryview, n: int, *, sent: Matrix | None = None) -> M
         out[idx] = np.frombuffer(body[4 * k:], dtype=_UNSIGNED[width])
         return out.reshape(n, n)
     raise MatrixBlobError(f"unknown traffic matrix layout {layout}")
+
+
+# --- (cell, bytes) pairs: a matrix of many ranks, never made dense ---------------------------------
+# At 5,632 ranks one dense int64 matrix is 254 MB: a job of 22 EP groups fills 1 cell in 22 of it
+# (its groups' blocks), and ingest merged each batch into the stored rows through two of them per
+# key, holding SQLite's write lock for seconds. These give the same blobs as ``encode`` and
+# ``decode`` from the nonzero cells alone (flat index row·n + column, ascending).
+
+Pairs = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # (flat cell indices, values)
+
+
+def decode_pairs(blob: bytes | memoryview, n: int, *, sent: Pairs | None = None) -> Pairs:
+    """The nonzero cells of a stored n×n blob, ascending (``sent``: what "same as sent" means)."""
+    raw = bytes(blob)
+    if len(raw) >= _HEADER and raw[:4] == MAGIC and raw[4] == SPARSE and len(raw) != n * n * 8:
+        width = raw[5]
+        if width not in _UNSIGNED:
+            raise MatrixBlobError(f"traffic matrix blob of {len(raw)} bytes is not a {n}×{n} matrix")
+        k, rest = divmod(len(raw) - _HEADER, 4 + width)
+        if rest:
+            raise MatrixBlobError(f"sparse matrix blob of {len(raw) - _HEADER} bytes is not whole cells")
+        idx = np.frombuffer(raw, dtype="<u4", count=k, offset=_HEADER).astype(np.int64)
+        if k and (int(idx.max()) >= n * n or (np.diff(idx) <= 0).any()):
+            raise MatrixBlobError(f"sparse matrix blob's cells are not ascending cells of a {n}×{n} matrix")
+        vals = np.frombuffer(raw, dtype=_UNSIGNED[width], count=k, offset=_HEADER + 4 * k).astype(np.int64)
+        keep = vals != 0
+        return idx[keep], vals[keep]
+    if len(raw) >= _HEADER and raw[:4] == MAGIC and raw[4] == SAME and len(raw) != n * n * 8:
+        if sent is None:
+            raise MatrixBlobError("a 'same as sent' matrix read without its sent matrix")
+        return sent[0].copy(), sent[1].copy()
+    flat = decode(raw, n).reshape(-1)  # dense (or the raw form): only when that was the smaller
+    nz = np.flatnonzero(flat)
+    return nz.astype(np.int64), flat[nz]
+
+
+def encode_from_pairs(cells: npt.NDArray[np.int64], vals: npt.NDArray[np.int64], n: int, *,
+                      same_as: Pairs | None = None) -> bytes:
+    """``encode`` of the n×n matrix whose nonzero cells are ``cells`` (ascending, unique) with
+    ``vals``; it is built dense only when its dense blob is the smaller."""
+    keep = vals != 0
+    cells, vals = cells[keep], vals[keep]
+    if same_as is not None and np.array_equal(cells, same_as[0]) and np.array_equal(vals, same_as[1]):
+        return SAME_AS_SENT
+    total = n * n
+    if not len(vals):
+        width = 1
+    else:
+        lo, hi = int(vals.min()), int(vals.max())
+        width = 8 if lo < 0 or hi >= 1 << 32 else 1 if hi < 1 << 8 else 2 if hi < 1 << 16 else 4
+    if len(cells) * (4 + width) < total * width:
+        head = MAGIC + bytes([SPARSE, width])
+        return head + cells.astype("<u4").tobytes() + vals.astype(_UNSIGNED[width]).tobytes()
+    dense = np.zeros(total, dtype=np.int64)
+    dense[cells] = vals
+    return encode(dense.reshape(n, n))
