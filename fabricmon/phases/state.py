@@ -44,7 +44,8 @@ from fabricmon.core.phases.live_attribution import LiveAttribution
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.phases.timeline import grouped_median, instances
-from fabricmon.jobs import blocks
+from fabricmon.jobs import blocks, matrix_blobs
+from fabricmon.jobs.matrices import PAIRS_FROM_CELLS
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import counters
 from fabricmon.topology.fabric_view import fabric_view
@@ -239,15 +240,31 @@ class RunPhaseState:
         todo = [k for k, sig in newest.items() if k in wanted and cache.calls.get(k) != sig]
         if todo:
             by_id = {newest[k][0]: k for k in todo}
-            stack = np.zeros((len(todo), world, world), dtype=np.float32)  # half the bytes; ~6e-8 relative
-            pos = {k: i for i, k in enumerate(todo)}
-            for m in TrafficMatrix.objects.filter(pk__in=list(by_id)).only("id", "n_ranks", "sent"):
-                a = m.sent_array()
-                stack[pos[by_id[m.pk]], : a.shape[0], : a.shape[1]] = a[:world, :world]
-            pb = _PROJECTORS.get(layout, placement, routing).project(stack)
-            for i, k in enumerate(todo):
-                cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[i], pb.out_bytes[i]
-                cache.calls[k] = newest[k]
+            projector = _PROJECTORS.get(layout, placement, routing)
+            rows = TrafficMatrix.objects.filter(pk__in=list(by_id)).only("id", "n_ranks", "sent")
+            if world * world > PAIRS_FROM_CELLS and routing.mode == "pxn":
+                # many ranks: each matrix folded from its nonzero cells, one at a time — a (K, R, R)
+                # stack was 127 MB a key at 5,632 ranks, and the scale bench's views.json took 2.9 s
+                for m in rows:
+                    k = by_id[m.pk]
+                    cells, vals = matrix_blobs.decode_pairs(m.sent, m.n_ranks)
+                    src, dst = np.divmod(cells, m.n_ranks)
+                    keep = (src < world) & (dst < world)
+                    folded = projector.fold_cells(src[keep], dst[keep], vals[keep].astype(np.float64))
+                    pb = projector.project_folded(folded[None, :])
+                    cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[0], pb.out_bytes[0]
+                    cache.calls[k] = newest[k]
+            else:
+                # (float32: half the bytes; ~6e-8 relative)
+                stack = np.zeros((len(todo), world, world), dtype=np.float32)
+                pos = {k: i for i, k in enumerate(todo)}
+                for m in rows:
+                    a = m.sent_array()
+                    stack[pos[by_id[m.pk]], : a.shape[0], : a.shape[1]] = a[:world, :world]
+                pb = projector.project(stack)
+                for i, k in enumerate(todo):
+                    cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[i], pb.out_bytes[i]
+                    cache.calls[k] = newest[k]
             self.stats["matrices_read"] += len(todo)
             self.stats["columns_projected"] += len(todo)
         have = [k for k in keys if k in cache.rows_in]
