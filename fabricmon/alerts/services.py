@@ -229,11 +229,16 @@ def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
     found = culprit_of_ports(w.fabric, _port_names(w.geo, ch.condition.ports) or [alert.key],
                              alert.active_since, w.now)
     alert.attribution = {**found.as_json(), "checked_ns": _ns(w.now)}
+    dirty = []
     if found.known and (not episode.attribution.get("run_name") or
                         (found.phase and not attribution.phase_named(episode.attribution))):
         episode.attribution = alert.attribution
+        dirty.append("attribution")
     if ch.kind not in episode.kinds:
         episode.kinds = [*episode.kinds, ch.kind]
+        dirty.append("kinds")
+    if dirty:  # (only these: ``_follow_episode`` saves the trajectory when it changes)
+        episode.save(update_fields=dirty)
 
 
 def _follow_episode(
@@ -242,13 +247,18 @@ def _follow_episode(
 ) -> None:
     """Add the window's hot set to an incast episode's trajectory when it moved (or starts it); close
     the episode when none of its alerts fires any more."""
+    changed: list[str] = []
     if episode.family == "incast" and findings.incast and (findings.migrated or not episode.trajectory):
         step = dataclasses.asdict(trajectory_step(findings, geo, rank_of_port))
         episode.trajectory = [*episode.trajectory, step][-500:]
         episode.migrations += int(findings.migrated)
+        changed += ["trajectory", "migrations"]
     if not episode.alerts.filter(state=Alert.State.FIRING).exists():
         episode.closed_at = now
-    episode.save()
+        changed.append("closed_at")
+    if changed:  # not every window: the trajectory is up to 500 steps (~300 KB at 16,896 ports),
+        # and rewriting it each second held SQLite's write lock for seconds at that size
+        episode.save(update_fields=changed)
 
 
 def _port_names(geo: FabricGeometry, ports: tuple[int, ...]) -> list[str]:

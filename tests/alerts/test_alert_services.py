@@ -105,6 +105,23 @@ def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     assert not NotificationGroup.objects.filter(next_flush_at__isnull=False).exists()  # all emptied
 
 
+def test_an_episode_row_is_written_when_it_changes_not_every_window(geo) -> None:
+    """Its trajectory is up to 500 steps (~300 KB at 16,896 ports): rewritten every window, it held
+    SQLite's write lock for seconds in the scale bench. A hot port that stays put writes it once."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]]] * 30)  # the alert fires, its episode opens and starts its trajectory
+    table = Episode._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        windows(geo, [[host[0]]] * 10, start=30)
+    writes = [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{table}"')]
+    assert writes == [], writes
+    ep = Episode.objects.get(family="incast")
+    assert ep.closed_at is None and len(ep.trajectory) == 1
+
+
 def test_windows_without_data_hold_the_episode_and_a_move_across_them_is_a_migration(geo) -> None:
     # soak: the twin's agents missed every poll for 5-25 s at a time; each such stretch resolved the
     # incast, closed the episode and lost the migration that happened meanwhile
