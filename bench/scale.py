@@ -350,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     (sc.var_dir / "scale.json").write_text(json.dumps({"figures": fig, "soak": verdict_fig,
                                                        "problems": problems, "notes": sc.rec.notes,
                                                        "cpu": sc.cpu, "lag_s": sc.lag_s}, default=str))
+    # what recall and precision were scored from (the twin's hotspot stretches, the episodes'
+    # trajectories, the alerts), as the soak keeps it: the run's own stack is gone afterwards
+    (sc.var_dir / "scale-raw.json").write_text(json.dumps({"hotspots": sc.rec.hotspots, "facts": facts},
+                                                          default=str))
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")
