@@ -24,7 +24,7 @@ from fabricmon.alerts import services
 from fabricmon.base import keys
 from fabricmon.base.connections import connect
 from fabricmon.core.detection.geometry import FabricGeometry
-from fabricmon.core.detection.window import NEVER, MovingState, detect_window
+from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
 from fabricmon.topology.fabric_view import fabric_view
 from fabricmon.topology.models import Fabric
@@ -47,16 +47,12 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     hot[saved["hot"]] = True
     dwell[saved["hot"]] = saved["dwell"]
     no_data = np.asarray(saved["nodata"], dtype=np.int64) if "nodata" in saved else None
-    hot_age = np.full(geo.n_ports, NEVER, np.int64)  # (state saved before it was kept: none recent)
-    hot_age[saved.get("recent", [])] = saved.get("recent_age", [])
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
-                       no_data, int(saved.get("gap", 0)), hot_age)
+                       no_data, int(saved.get("gap", 0)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
     hot = np.flatnonzero(s.prev_hot)
-    # the ports hot lately (sparse: at most top_m a window), for the migration rule's memory
-    recent = np.flatnonzero(s.hot_age < NEVER) if s.hot_age is not None else np.zeros(0, np.int64)
     r.set(
         keys.alerts_state(fabric),
         json.dumps(
@@ -70,8 +66,6 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "dcount": s.completed_dwell_count,
                 "nodata": s.no_data.tolist() if s.no_data is not None else [],
                 "gap": s.gap,
-                "recent": recent.tolist(),
-                "recent_age": s.hot_age[recent].tolist() if s.hot_age is not None else [],
             }
         ),
     )

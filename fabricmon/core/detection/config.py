@@ -32,11 +32,6 @@ class DetectConfig:
     # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
     jaccard_max: float = 0.34
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
-    # A migration's hot set is mostly ports not hot within this many windows. A job of many EP
-    # groups has the hot expert in each (22 ports at 16,896): with traffic in bursts as long as
-    # the poll, each window catches a different subset of them over the threshold, and J of two
-    # such subsets fell below J_max ~every other window (~70 'migrations' a skewed stretch).
-    recent_windows: int = 10
     # the hot set a migration is judged against may be this many windows back (empty ones between)
     migration_gap_windows: int = 3
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window

@@ -36,8 +36,8 @@ class FabricGeometry:
     host_names: tuple[str, ...] = ()
     # per port: its place in its scalable unit — (rail, port name) for a leaf's host port, shared
     # by the same port of every SU's leaf of that rail; every other port its own. The moving-incast
-    # rule remembers hot places, not ports (window.py: a job of many EP groups has its hot expert
-    # at the same place in each SU, and each window sees another subset of them)
+    # rule compares hot sets by place, not port (window.py: a job of many EP groups has its hot
+    # expert at the same place in each SU, and each window sees another subset of them)
     place: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property

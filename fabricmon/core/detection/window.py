@@ -8,10 +8,9 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     incast(p)     = F_p ≥ F_min ∧ pressure_p ∧ (ρ_p ≥ load_min ∨ ρ_p ≥ rel_load · mean ρ of its peers)
                     (peers: the host-facing ports of p's leaf, or the ports of p's spine)
     H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
-    J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|
+    J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|  over places: a port, or that port of every SU
+                    (FabricGeometry.place; in one SU a place is a port)
     migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
-                    ∧ most of H(w) at places (a port, or that port of every SU) not in H within
-                      the last ``recent_windows`` windows
                     (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back)
     moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
 
@@ -39,7 +38,6 @@ FloatArray = npt.NDArray[np.float32]
 PRESSURE_METRICS = ("watermark_bytes", "ecn_marked_ps", "pfc_pause_ps")  # queue telemetry (gNMI)
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-NEVER = 1 << 30  # MovingState.hot_age of a port not hot in memory
 
 
 @dataclass(frozen=True)
@@ -57,8 +55,6 @@ class MovingState:
     # while this is below ``migration_gap_windows``: a hotspot that moves through a window or two
     # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
     gap: int = 0
-    # per port: windows since it was last in H (0: in the last one); None: none was, that we know
-    hot_age: IntArray | None = None
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -207,18 +203,19 @@ class _Movement:
     rail_jump: bool
 
 
-def _recent_places(age: IntArray, geo: FabricGeometry, cfg: DetectConfig) -> BoolArray:
-    """Per port: was it, or a port at its place in another SU (``FabricGeometry.place``), in H
-    within the last ``recent_windows`` windows. A job of many EP groups has its hot expert at one
-    place in every group's SU (22 ports at 16,896); with traffic in bursts as long as the poll each
-    window saw another subset of them over the threshold, and each subset not seen lately counted
-    as a migration (precision 0.49 in the scale bench). The cost: a hotspot that moves to the same
-    port of another SU's leaf within ``recent_windows`` windows is not counted as moving."""
-    if len(geo.place) != len(age):
-        return age < cfg.recent_windows
-    hot_places = np.zeros(int(geo.place.max()) + 1 if len(geo.place) else 0, np.bool_)
-    hot_places[geo.place[age < cfg.recent_windows]] = True
-    return hot_places[geo.place]
+def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -> tuple[float, IntArray]:
+    """J of two hot sets over their places (``FabricGeometry.place``: a port, or that port of every
+    SU's leaf of its rail), and the hot ports at places the previous set did not hold. A job of many
+    EP groups has its hot expert at one place in every SU (22 ports at 16,896); with traffic in
+    bursts as long as the poll, each window saw another subset of those ports over the threshold,
+    and over ports two subsets' J fell below J_max every other window (~70 'migrations' a skewed
+    stretch). Over places they are one hot set. The cost: a hotspot moving to the same port of
+    another SU's leaf is not a migration. In one SU a place is a port."""
+    place = geo.place if len(geo.place) == geo.n_ports else np.arange(geo.n_ports)
+    now, before = np.unique(place[hot_idx]), np.unique(place[prev_idx])
+    union = len(np.union1d(now, before))
+    jaccard = len(np.intersect1d(now, before, assume_unique=True)) / union if union else float("nan")
+    return jaccard, hot_idx[~np.isin(place[hot_idx], before)]
 
 
 def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectConfig) -> _Movement:
@@ -226,23 +223,16 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
     hot, hot_idx = hs.hot, hs.idx
     prev = state.prev_hot
     prev_idx = np.flatnonzero(prev)
-    inter = int(np.count_nonzero(hot & prev))
-    union = int(np.count_nonzero(hot | prev))
     both = len(hot_idx) > 0 and len(prev_idx) > 0
-    jaccard = inter / union if both else float("nan")
-    new_idx = hot_idx[~prev[hot_idx]]
+    jaccard, new_idx = _place_jaccard(hot_idx, prev_idx, geo)
+    jaccard = jaccard if both else float("nan")
     mean_fan = (
         float(np.nanmean(hs.fan[hot_idx]))
         if len(hot_idx) and not hs.fan_unknown[hot_idx].all()
         else float("nan")
     )
     fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
-    age = state.hot_age
-    if age is None or len(age) != len(hot):
-        age = np.full(len(hot), NEVER, np.int64)
-    novel = int(np.count_nonzero(~_recent_places(age, geo, cfg)[hot_idx]))
-    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high
-                    and 2 * novel > len(hot_idx))
+    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
     sw = geo.index.switch_of
     leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
@@ -258,8 +248,6 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
         gap=state.gap + 1 if carrying else 0,
-        # (forgotten once past the memory: the state saved each window stays ≤ top_m × recent_windows ports)
-        hot_age=np.where(hot, 0, np.where(age + 1 >= cfg.recent_windows, NEVER, age + 1)),
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)

@@ -77,35 +77,11 @@ def test_a_port_is_judged_against_its_own_switch_not_the_fabric(geo) -> None:
     assert found.hot_ports.tolist() == [hot]
 
 
-def test_a_flickering_subset_of_one_hot_set_is_not_a_migration(geo) -> None:
-    """Many equivalent hot ports (one per EP group) with traffic in bursts as long as the poll: each
-    window catches another subset over the threshold. Two such subsets can have J = 0, but their
-    ports were hot a moment ago — that is one hot set, not a hotspot moving every window. A move to
-    ports not hot lately still is a migration."""
-    host = np.flatnonzero(geo.is_leaf_host)
-    subsets = [[host[0]], [host[4], host[5]], [host[1]], [host[4]], [host[0], host[5]], [host[1]]]
-    cfg = DetectConfig()
-    state, migrations = MovingState.initial(geo.n_ports), []
-    for w in range(18):
-        m, fan = frame(geo, subsets[w % len(subsets)])
-        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
-        migrations.append(found.migrated)
-    # the first sight of the second subset is new (nothing in memory says otherwise); then no more
-    assert migrations.count(True) <= 2 and not any(migrations[6:]), migrations
-    m, fan = frame(geo, [host[7]])  # a port not hot for the last windows: the hotspot moved
-    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
-    assert found.migrated and found.hot_ports.tolist() == [host[7]]
-    # the memory is bounded: ports leave it recent_windows windows after they were last hot
-    for _ in range(cfg.recent_windows):
-        m, fan = frame(geo, [host[7]])
-        state, _found = detect_window(m, geo, state, cfg, fan_in=fan)
-    assert state.hot_age is not None and np.flatnonzero(state.hot_age < cfg.recent_windows).tolist() == [host[7]]
-
-
 def test_subsets_of_one_place_in_every_su_are_one_hot_set() -> None:
     """Three SUs, one EP group each, the hot expert at GPU 1 of the third server of every SU: the
     same port of each SU's rail-1 leaf. Windows that catch different SUs' copies over the
-    threshold are one hotspot; the expert moving to GPU 0 (rail 0) is a migration."""
+    threshold are one hotspot (J over ports: 0 window to window); the expert moving to GPU 0
+    (rail 0) is a migration."""
     from fabricmon.core.topology.railgen import rail_optimized
 
     fabric = rail_optimized("three-su", servers=12, gpus_per_server=2, spines=2, servers_per_su=4)
@@ -117,13 +93,26 @@ def test_subsets_of_one_place_in_every_su_are_one_hot_set() -> None:
     assert len({int(g.place[p]) for p in at_gpu1}) == 1 and g.place[at_gpu1[0]] != g.place[at_gpu0[0]]
     cfg, state, migrations = DetectConfig(), MovingState.initial(g.n_ports), []
     for w in range(12):
-        m, fan = frame(g, [at_gpu1[w % 3]])  # one SU's copy a window: J = 0 window to window
+        m, fan = frame(g, [at_gpu1[w % 3]] if w % 4 else at_gpu1[:2])  # one SU's copy, or two
         state, found = detect_window(m, g, state, cfg, fan_in=fan)
         migrations.append(found.migrated)
     assert not any(migrations), migrations
     m, fan = frame(g, at_gpu0[:2])
     state, found = detect_window(m, g, state, cfg, fan_in=fan)
-    assert found.migrated and found.rail_jump
+    assert found.migrated and found.rail_jump and found.jaccard == 0.0
+
+
+def test_a_hotspot_cycling_among_ports_migrates_at_every_hop(geo) -> None:
+    """In one SU a place is a port: a hot port that hops A → B → C → A … every two windows (the
+    live heatmap's e2e feeder) migrates at every hop, revisits included."""
+    host = np.flatnonzero(geo.is_leaf_host)
+    cycle = [host[0], host[5], host[2]]
+    cfg, state, migrations = DetectConfig(), MovingState.initial(geo.n_ports), []
+    for w in range(18):
+        m, fan = frame(geo, [cycle[(w // 2) % 3]])
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+        migrations.append(found.migrated)
+    assert migrations == [w > 0 and w % 2 == 0 for w in range(18)], migrations
 
 
 def test_moving_hot_set_reports_jaccard_jumps_dwell_and_trajectory(geo) -> None:
