@@ -60,6 +60,25 @@ page 1.55 s, the alerts page 1.16 s; views.json 1.0 s. Memory over the soak's bo
 ports, as the README's FABRICMON_LIVE_WINDOW_S row says). No moving-incast migration was judged
 (recall/precision 0 of 0 in ten minutes at ~0.5 steps a second).
 
+2026-12-04 (quiet box, --collector gnmi, the jump-every-10-steps job below): the first run found
+detection blind at this size (the hot set jumped to whole leaves: every switch is read at its own
+instants and a large job's traffic comes in bursts as long as the poll, so loads are now judged
+against the port's own switch, and hot sets compared by place, a port or that port of every SU),
+dense 5,632-rank matrices on ingest and in the phase views, and whole frames kept or read by the
+web and the history. After those:
+
+    BENCH scale ports=16896 collector=gnmi minutes=10.0 lost_ticks=0 no_data_ticks=0
+    frame_lag_s_max=1.69 twin_tick_hz=8.38 twin_job_share=1.0 pixel_p95_ms=317.0
+    cpu_us_per_port_s_twin=47.31 cpu_us_per_port_s_detection=8.1 cpu_us_per_port_s_web=3.69
+    cpu_us_per_port_s_redis=3.23 cpu_us_per_port_s_other=1.31 cpu_us_per_port_s_framing=1.39
+    cpu_us_per_port_s_collection=38.16 box_share=0.872 peak_rss_mb_twin=1517 peak_rss_mb_worker=1251
+    peak_rss_mb_evaluation=556 peak_rss_mb_delivery=234 peak_rss_mb_beat=141 peak_rss_mb_web=370
+    peak_rss_mb_redis=615
+
+Every page's p95 under 1 s (port JSON 677 ms, views.json 500 ms); moving incast recall 0.67 (10 of
+15 migrations), precision 0.47 (10 of 24 detections), no false alert; web peak RSS 370 MB (1,629
+before). What scored recall and precision is kept in scale-raw.json.
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
 
