@@ -5,7 +5,7 @@ port → host / GPU for trajectories.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -33,12 +33,12 @@ class FabricGeometry:
     speed_bps: FloatArray
     host_of: IntArray  # per port: host number facing it, −1 if none
     gpu_of: IntArray  # per port: GPU index on that host, −1 if none
-    host_names: tuple[str, ...] = ()
     # per port: its place in its scalable unit — (rail, port name) for a leaf's host port, shared
     # by the same port of every SU's leaf of that rail; every other port its own. The moving-incast
     # rule compares hot sets by place, not port (window.py: a job of many EP groups has its hot
     # expert at the same place in each SU, and each window sees another subset of them)
-    place: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    place: IntArray
+    host_names: tuple[str, ...] = ()
 
     @property
     def n_ports(self) -> int:

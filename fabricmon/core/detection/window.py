@@ -211,7 +211,7 @@ def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -
     and over ports two subsets' J fell below J_max every other window (~70 'migrations' a skewed
     stretch). Over places they are one hot set. The cost: a hotspot moving to the same port of
     another SU's leaf is not a migration. In one SU a place is a port."""
-    place = geo.place if len(geo.place) == geo.n_ports else np.arange(geo.n_ports)
+    place = geo.place  # (built with the geometry: one per port, whatever the fabric)
     now, before = np.unique(place[hot_idx]), np.unique(place[prev_idx])
     union = len(np.union1d(now, before))
     jaccard = len(np.intersect1d(now, before, assume_unique=True)) / union if union else float("nan")
