@@ -158,16 +158,25 @@ def _write(
         if not new:
             return
         blobs = matrix_blobs.encode_pairs(*sums.stack(new))
-        source, step, layer, phase = zip(*(wanted[j] for j in new), strict=True)
-        insert_columns(
-            cursor,
-            table,
-            ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
-            [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
-             np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in blobs],
-             [b[1] for b in blobs], np.array(calls, dtype=np.int64)[new]],
-            deferred,
-        )
+        _insert(cursor, table, run, [wanted[j] for j in new], n=n, blobs=blobs,
+                calls=np.array(calls, dtype=np.int64)[new], deferred=deferred)
+
+
+def _insert(
+    cursor: Any, table: str, run: Run, keys: list[tuple[str, int, int, str]], *, n: int,
+    blobs: list[tuple[bytes, bytes]], calls: np.ndarray, deferred: Deferred,
+) -> None:
+    """New rows: one per (source, step, layer, phase) key, ``n`` ranks, its (sent, received) blobs."""
+    source, step, layer, phase = zip(*keys, strict=True)
+    insert_columns(
+        cursor,
+        table,
+        ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
+        [np.full(len(keys), run.pk), list(source), np.array(step, dtype=np.int64),
+         np.array(layer, dtype=np.int64), list(phase), np.full(len(keys), n), [b[0] for b in blobs],
+         [b[1] for b in blobs], calls],
+        deferred,
+    )
 
 
 class _PairSums:
@@ -235,16 +244,8 @@ def _write_pairs(
         _update(cursor, table, updates, deferred)
         if not new:
             return
-        source, step, layer, phase = zip(*(wanted[j] for j in new), strict=True)
-        insert_columns(
-            cursor,
-            table,
-            ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
-            [np.full(len(new), run.pk), list(source), np.array(step, dtype=np.int64),
-             np.array(layer, dtype=np.int64), list(phase), np.full(len(new), n), [b[0] for b in new_blobs],
-             [b[1] for b in new_blobs], np.array(calls, dtype=np.int64)[new]],
-            deferred,
-        )
+        _insert(cursor, table, run, [wanted[j] for j in new], n=n, blobs=new_blobs,
+                calls=np.array(calls, dtype=np.int64)[new], deferred=deferred)
 
 
 def _existing(cursor: Any, table: str, run: Run, wanted: list[tuple[str, int, int, str]]) -> dict[Any, Any]:
