@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,14 @@ ADMIN_URL = os.environ.get("FABRICMON_TEST_PG_URL", "postgresql://postgres@127.0
 def pg_database_url() -> Iterator[str]:
     with fresh_database(os.environ.get("FABRICMON_TEST_PG_PREFIX", "fabricmon_test_")) as url:  # (a prefix of its own per checkout)
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test once on a fresh SQLite file and once on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    return str(request.getfixturevalue("pg_database_url"))
 
 
 @contextmanager

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.pg_database import pg_database_url  # noqa: F401  (fixture)
-
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_987_668_367_402_543
 
@@ -70,13 +68,6 @@ def _batch(ids: list[int], whole_only: bool = False) -> str:
         )
         for i in ids
     )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    return str(request.getfixturevalue("pg_database_url"))
 
 
 def test_writer_processes_store_each_id_once(database_url: str) -> None:

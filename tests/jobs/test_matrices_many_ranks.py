@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobs.pg_database import pg_database_url  # noqa: F401  (fixture)
-
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
@@ -70,13 +68,6 @@ for k in a:
     assert bytes(a[k].sent) == bytes(b[k].sent) and bytes(a[k].received) == bytes(b[k].received), k
 print("equal", len(a), max(m.n_ranks for m in a.values()))
 """
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    return str(request.getfixturevalue("pg_database_url"))
 
 
 def test_the_pairs_path_stores_what_the_dense_path_stores(database_url: str) -> None:
