@@ -43,12 +43,17 @@ def fold_layers(view: dict[str, Any]) -> dict[str, Any]:
     cols = [tuple(c[1:]) for c in view["columns"]]
     uniq = sorted(set(cols), key=lambda c: (c[0], c[1] != "dispatch", c[1]))
     idx = np.array([uniq.index(c) for c in cols])
-    vals = np.asarray(view["values"])
+    vals = np.asarray(view["values"], dtype=np.float64)  # (None, a port without data: NaN)
+    missing = np.isnan(vals)
     folded = np.zeros((len(uniq), vals.shape[1]))
-    np.add.at(folded, idx, vals)
+    np.add.at(folded, idx, np.where(missing, 0.0, vals))
+    # a sum over steps one of which had no data for the port is not that port's sum: no data
+    gaps = np.zeros(folded.shape, dtype=bool)
+    np.logical_or.at(gaps, idx, missing)
     return {
         **view,
         "columns": [[-1, *c] for c in uniq],
-        "values": folded.tolist(),
-        "hot_port": folded.argmax(axis=1).tolist(),
+        "values": [[None if g else v for v, g in zip(row, gap, strict=True)]
+                   for row, gap in zip(folded.tolist(), gaps.tolist(), strict=True)],
+        "hot_port": np.where(gaps, -np.inf, folded).argmax(axis=1).tolist(),
     }
