@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from fabricmon.alerts.culprit import culprit_of_ports
+from fabricmon.alerts.culprit import EventCache, culprit_of_ports
 from fabricmon.alerts.models import Alert, Episode, family_of
 
 REFRESH_S = 5.0  # how often an alert without a named phase looks again
@@ -49,7 +49,7 @@ def _visited(episode: Episode | None) -> list[str]:
 
 def refresh(
     fabric: str, run_name: str, firing: Iterable[Alert], *, hot_now: list[str], now: datetime,
-    episodes: Mapping[str, Episode],
+    episodes: Mapping[str, Episode], cache: EventCache | None = None,
 ) -> None:
     """Look again for the culprit of ``firing`` incast-family alerts and of those resolved in the
     last ``LATE_S`` whose culprit has no phase; store what is found on the alert and its episode."""
@@ -58,6 +58,7 @@ def refresh(
         kind__in=("incast", "moving_incast"), resolved_at__gte=now - timedelta(seconds=LATE_S),
     ).select_related("episode")
     now_ns = _ns(now)
+    cache = cache or EventCache()  # one decode of the job's events for every alert of the window
     for alert in [*firing, *late]:
         if family_of(alert.kind) != "incast" or phase_named(alert.attribution):
             continue
@@ -72,7 +73,7 @@ def refresh(
         else:
             ports = [alert.key]
         found = culprit_of_ports(fabric, ports or [alert.key], alert.active_since, alert.resolved_at or now,
-                                 lookback_ns=int(LOOKBACK_S * 1e9))
+                                 lookback_ns=int(LOOKBACK_S * 1e9), cache=cache)
         attribution = found.as_json() if found.known else dict(alert.attribution)
         attribution["checked_ns"] = now_ns
         Alert.objects.filter(pk=alert.pk).update(attribution=attribution)

@@ -104,13 +104,50 @@ def received_by_layer_phase(
     return keys // (len(PHASES) + 1), keys % (len(PHASES) + 1), total
 
 
-def _reported_window(run: Any, t1_ns: int, t2_ns: int, lookback_ns: int | None) -> tuple[int, int] | None:
+class EventCache:
+    """Each run's events decoded once for the culprit look-ups of one evaluation, not once per alert.
+
+    With tens of open alerts on a large job, every alert that looked again decoded the same blocks
+    and asked the same block-index aggregate. A look-up inside the decoded time range reuses it
+    (callers filter events by their own window); one outside it decodes the union of both ranges.
+    Lives for one evaluation: events stored meanwhile are seen by the next."""
+
+    def __init__(self) -> None:
+        self._spans: dict[int, tuple[int, int] | None] = {}
+        self._own: dict[int, tuple[int, int, dict[str, np.ndarray]]] = {}
+        self._cols: dict[int, tuple[int, int, EventColumns]] = {}
+
+    def time_span(self, run: Any) -> tuple[int, int] | None:
+        if run.pk not in self._spans:
+            self._spans[run.pk] = blocks.time_span(run)
+        return self._spans[run.pk]
+
+    def own_fields(self, run: Any, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """``OWN_FIELDS`` of the events that may overlap [lo, hi] (and maybe more around it)."""
+        got = self._own.get(run.pk)
+        if got is None or not got[0] <= lo <= hi <= got[1]:
+            lo, hi = (min(lo, got[0]), max(hi, got[1])) if got else (lo, hi)
+            got = self._own[run.pk] = (lo, hi, blocks.fields_near(run, lo, hi, OWN_FIELDS))
+        return got[2]
+
+    def columns(self, run: Any, lo: int, hi: int) -> EventColumns:
+        """Every column (per-peer counts too) of the events that may overlap [lo, hi]."""
+        got = self._cols.get(run.pk)
+        if got is None or not got[0] <= lo <= hi <= got[1]:
+            lo, hi = (min(lo, got[0]), max(hi, got[1])) if got else (lo, hi)
+            got = self._cols[run.pk] = (lo, hi, blocks.columns_near(run, lo, hi))
+        return got[2]
+
+
+def _reported_window(
+    run: Any, t1_ns: int, t2_ns: int, lookback_ns: int | None, cache: EventCache
+) -> tuple[int, int] | None:
     """The part of [t1, t2] the run has reported events for so far, at most its last ``lookback_ns``:
     a job posts late, so the newest seconds of a firing alert have no events yet while its earlier
     ones do. None when the run's events do not reach the window yet."""
     if lookback_ns is None:
         return t1_ns, t2_ns
-    span = blocks.time_span(run)
+    span = cache.time_span(run)
     if span is None or span[1] < t1_ns - blocks.MAX_PHASE_NS:
         return None
     hi = min(t2_ns, span[1] + 1_000_000_000)  # the newest event's start, and its phase after it
@@ -142,27 +179,25 @@ def own_received_by_layer_phase(
 
 
 def _received(
-    run: Any, rank: int, lo: int, hi: int, fields: dict[str, np.ndarray]
+    run: Any, rank: int, lo: int, hi: int, *, fields: dict[str, np.ndarray], any_then: bool, cache: EventCache
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     got = own_received_by_layer_phase(fields, rank, lo, hi)
-    if len(got[2]) or not len(fields["rank"]):  # named by its own totals, or nothing reported here
+    if len(got[2]) or not any_then:  # named by its own totals, or nothing reported here
         return got
     lo = max(lo, hi - PEER_FALLBACK_NS)
-    return received_by_layer_phase(blocks.columns_near(run, lo, hi), rank, lo, hi)
+    return received_by_layer_phase(cache.columns(run, lo, hi), rank, lo, hi)
 
 
 def culprit_of_port(
     fabric: str, switch: str, port: str, t1: datetime, t2: datetime, *,
-    decoded: dict[int, tuple[int, int, dict[str, np.ndarray]] | None] | None = None,
-    lookback_ns: int | None = None,
+    cache: EventCache | None = None, lookback_ns: int | None = None,
 ) -> Culprit:
     """The run/rank on ``switch:port`` during [t1, t2] and the (layer, phase) it received most in.
 
     Unknown (``Culprit()``) when no active run of the fabric maps a rank to that port. With
     ``lookback_ns``, only the newest ``lookback_ns`` of the window that each run has reported events
-    for is read (bounded work for a long alert whose job posts late). ``decoded`` keeps each run's
-    events across calls for the same window (a moving incast's hot set: several ports of one run,
-    decoded once)."""
+    for is read (bounded work for a long alert whose job posts late). ``cache`` keeps each run's
+    decoded events across calls (a moving incast's hot set, every alert of one evaluation)."""
     entries = (
         RankMapEntry.objects.select_related("run")
         .filter(run__fabric=fabric, switch=switch, switch_port=port, run__started_at__lte=t2)
@@ -180,20 +215,17 @@ def culprit_of_port(
             "host": entry.host,
             "gpu": entry.gpu,
         }
-        if decoded is None:
-            decoded = {}
-        if run.pk not in decoded:
-            window = _reported_window(run, t1_ns, t2_ns, lookback_ns)
-            decoded[run.pk] = None if window is None else (
-                *window, blocks.fields_near(run, *window, OWN_FIELDS))
-        got = decoded[run.pk]
-        if got is None:
+        cache = cache or EventCache()
+        window = _reported_window(run, t1_ns, t2_ns, lookback_ns, cache)
+        if window is None:
             first = first or Culprit(**base, unnamed=NO_EVENTS)
             continue
-        lo, hi, fields = got
-        layers, phases, nbytes = _received(run, entry.rank, lo, hi, fields)
+        lo, hi = window
+        fields = cache.own_fields(run, lo, hi)
+        any_then = bool(((fields["start_ns"] <= hi) & (fields["end_ns"] >= lo)).any())
+        layers, phases, nbytes = _received(run, entry.rank, lo, hi, fields=fields, any_then=any_then,
+                                           cache=cache)
         if not len(nbytes):
-            any_then = bool(((fields["start_ns"] <= hi) & (fields["end_ns"] >= lo)).any())
             first = first or Culprit(**base, unnamed=RANK_SILENT if any_then else NO_EVENTS)
             continue
         names = tuple(
@@ -211,16 +243,17 @@ def culprit_of_port(
 
 
 def culprit_of_ports(
-    fabric: str, ports: list[str], t1: datetime, t2: datetime, *, lookback_ns: int | None = None
+    fabric: str, ports: list[str], t1: datetime, t2: datetime, *, lookback_ns: int | None = None,
+    cache: EventCache | None = None,
 ) -> Culprit:
     """The first ``culprit_of_port`` among ``switch:port`` names (a moving incast's hot set) that
     names its phase, else the first that names a run, else unknown."""
-    decoded: dict[int, tuple[int, int, dict[str, np.ndarray]] | None] = {}
+    cache = cache or EventCache()
     known = Culprit()
     for name in ports[:4]:
         switch, sep, port = name.partition(":")
         if sep:
-            found = culprit_of_port(fabric, switch, port, t1, t2, decoded=decoded, lookback_ns=lookback_ns)
+            found = culprit_of_port(fabric, switch, port, t1, t2, cache=cache, lookback_ns=lookback_ns)
             if found.phase:
                 return found
             known = known if known.known else found

@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fabricmon.alerts import attribution, grouping
-from fabricmon.alerts.culprit import culprit_of_ports
+from fabricmon.alerts.culprit import EventCache, culprit_of_ports
 from fabricmon.alerts.models import (
     Alert,
     AlertTransition,
@@ -77,7 +77,6 @@ def _silenced(fabric: str, kind: str, key: str, now: datetime) -> bool:
     return any(s.key_contains in key for s in active)
 
 
-@transaction.atomic
 def record_window(
     fabric: str,
     findings: WindowFindings,
@@ -90,8 +89,25 @@ def record_window(
     link_base: str = "",
 ) -> list[AlertTransition]:
     """Evaluate one window's findings for one fabric (and run): store transitions, group them into
-    episodes, record the trajectory, and enqueue notifications. Returns the new transitions."""
-    now = now or timezone.now()
+    episodes, record the trajectory, and enqueue notifications. Returns the new transitions.
+
+    Then, after that transaction, look again for the culprits still unnamed: that only reads event
+    blocks (each alert's row is updated on its own), and inside the transaction it held SQLite's one
+    write lock — every ingest batch waiting — while tens of alerts decoded a large job's events."""
+    window = _Window(fabric, run_name, owner_id, geo, now or timezone.now(), link_base, EventCache())
+    with transaction.atomic():
+        stored, firing = _record(window, findings, rank_of_port)
+    attribution.refresh(fabric, run_name, firing,
+                        hot_now=_port_names(geo, tuple(int(p) for p in findings.hot_ports)), now=window.now,
+                        episodes=window.episodes, cache=window.cache)
+    return stored
+
+
+def _record(
+    window: _Window, findings: WindowFindings, rank_of_port: Mapping[int, int] | None,
+) -> tuple[list[AlertTransition], list[Alert]]:
+    """``record_window``'s transaction: returns the new transitions and the alerts firing now."""
+    fabric, run_name, geo, now = window.fabric, window.run_name, window.geo, window.now
     config, off = lifecycle_config(fabric)
     conds = [c for c in conditions(findings, geo) if c.kind not in off]
     rows = _open_alerts(fabric, run_name)
@@ -99,7 +115,6 @@ def record_window(
     held = _held_without_data(findings, slots, now)
     slots = {fp: s for fp, s in slots.items() if fp not in held}
     new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, run=run_name, config=config)
-    window = _Window(fabric, run_name, owner_id, geo, now, link_base)
     window.episodes = {e.family: e for e in Episode.objects.filter(fabric=fabric, run_name=run_name,
                                                                    closed_at=None)}
     stored = [_apply(window, rows, ch) for ch in changes]
@@ -108,10 +123,7 @@ def record_window(
     Alert.objects.filter(fingerprint__in=still).update(last_true=now)
     for episode in window.episodes.values():
         _follow_episode(episode, findings, geo, rank_of_port, now)
-    attribution.refresh(fabric, run_name, [a for a in rows.values() if a.state == Alert.State.FIRING],
-                        hot_now=_port_names(geo, tuple(int(p) for p in findings.hot_ports)), now=now,
-                        episodes=window.episodes)
-    return stored
+    return stored, [a for a in rows.values() if a.state == Alert.State.FIRING]
 
 
 @transaction.atomic
@@ -128,7 +140,7 @@ def record_check(
     rows = {fp: a for fp, a in _open_alerts(fabric, "").items() if a.kind == kind}
     slots = {fp: _slot(a) for fp, a in rows.items()}
     new_slots, changes = advance(slots, conds, _ns(now), fabric=fabric, config=config)
-    window = _Window(fabric, "", None, geo, now, link_base)
+    window = _Window(fabric, "", None, geo, now, link_base, EventCache())
     window.episodes = {e.family: e for e in Episode.objects.filter(fabric=fabric, run_name="", closed_at=None,
                                                                    family=family_of(kind))}
     stored = [_apply(window, rows, ch) for ch in changes]
@@ -166,6 +178,7 @@ class _Window:
     geo: FabricGeometry
     now: datetime
     link_base: str
+    cache: EventCache  # the job's events, decoded once for every culprit this window names
     episodes: dict[str, Episode] = dataclasses.field(default_factory=dict)  # open ones, by family
 
 
@@ -227,7 +240,7 @@ def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
     alert.fired_at = w.now
     alert.episode = episode
     found = culprit_of_ports(w.fabric, _port_names(w.geo, ch.condition.ports) or [alert.key],
-                             alert.active_since, w.now)
+                             alert.active_since, w.now, cache=w.cache)
     alert.attribution = {**found.as_json(), "checked_ns": _ns(w.now)}
     dirty = []
     if found.known and (not episode.attribution.get("run_name") or
