@@ -339,9 +339,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup-s", type=float, default=90.0)
     ap.add_argument("--replay-ticks", type=int, default=20)
     ap.add_argument("--ep-size", type=int, default=256, help="the twin job's expert-parallel group (GPUs)")
-    ap.add_argument("--report-every-steps", type=int, default=64,
-                    help="the twin job reports 4 consecutive steps of every 4 x this many (the demo's "
-                         "GPUs/16 would be one block in ~9 minutes at 5,632 GPUs)")
+    ap.add_argument("--report-every-steps", type=int, default=8,
+                    help="the twin job reports 4 consecutive steps of every 4 x this many: 8 is a block "
+                         "every ~80 s at ~0.4 steps a second, so alerts' culprits can be judged (64, the "
+                         "earlier default, was one block in ~10 minutes: no alert had events to name)")
     ap.add_argument("--step-gap-ms", type=float, default=2000.0,
                     help="the twin job's backward + optimizer per step: a 5,632-GPU MoE step takes seconds; "
                          "at the demo's 40 ms the twin simulates ~6 steps (~100 all-to-alls) a second, more "
@@ -371,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        "cpu": sc.cpu, "lag_s": sc.lag_s}, default=str))
     # what recall and precision were scored from (the twin's hotspot stretches, the episodes'
     # trajectories, the alerts), as the soak keeps it: the run's own stack is gone afterwards
-    (sc.var_dir / "scale-raw.json").write_text(json.dumps({"hotspots": sc.rec.hotspots, "facts": facts},
-                                                          default=str))
+    (sc.var_dir / "scale-raw.json").write_text(json.dumps({"hotspots": sc.rec.hotspots, "facts": facts,
+                                                           "rss": sc.rec.rss}, default=str))
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")

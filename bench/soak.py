@@ -454,21 +454,31 @@ from datetime import datetime, timezone
 from fabricmon.jobs.models import EventBlock, Run
 eps = [{"id": e.pk, "family": e.family, "opened": e.opened_at.timestamp(),
         "trajectory": [[s["ts_ns"], s["ports"]] for s in e.trajectory]} for e in Episode.objects.all()]
-# every time an alert fired (an alert row is one fingerprint: it keeps only its latest firing), with
-# the culprit its row names now
-def reported(alert):
-    # did the culprit's run store any phase event in the alert's time? Read from the event blocks
+# every time an alert fired, with the culprit its row names now. An alert row is one fingerprint: it
+# keeps only its latest firing's culprit, and its active_since / resolved_at are its latest pending's
+# (a row that goes pending again after resolving has resolved_at None), so a culprit is judged only on
+# the latest firing ("latest"), over that firing's own span read from its transitions
+def span_of(t):
+    ts = list(t.alert.transitions.order_by("at", "id").values_list("at", "to_state"))
+    start = max([at for at, s in ts if s == "pending" and at <= t.at] or [t.at])
+    end = next((at for at, s in ts if s == "resolved" and at >= t.at), datetime.now(timezone.utc))
+    return start, end
+def reported(t):
+    # did the culprit's run store any phase event in the firing's time? Read from the event blocks
     # themselves (their start range; the twin's phases last tens of ms, well under 1 s), not from the
     # culprit code
-    name = alert.attribution.get("run_name", "")
-    if not name or alert.active_since is None:
+    name = t.alert.attribution.get("run_name", "")
+    if not name:
         return False
-    t1 = int(alert.active_since.timestamp() * 1e9)
-    t2 = int((alert.resolved_at or datetime.now(timezone.utc)).timestamp() * 1e9)
-    return EventBlock.objects.filter(run__name=name, start_ns_min__lte=t2,
-                                     start_ns_max__gte=t1 - 1_000_000_000).exists()
+    start, end = span_of(t)
+    return EventBlock.objects.filter(run__name=name, start_ns_min__lte=int(end.timestamp() * 1e9),
+                                     start_ns_max__gte=int(start.timestamp() * 1e9) - 1_000_000_000).exists()
+latest = {}
+for t in AlertTransition.objects.filter(to_state="firing").order_by("at", "id"):
+    latest[t.alert_id] = t.pk
 alerts = [{"kind": t.alert.kind, "fired": t.at.timestamp(), "run": t.alert.attribution.get("run_name", ""),
-           "phase": t.alert.attribution.get("phase", ""), "reported": reported(t.alert)}
+           "phase": t.alert.attribution.get("phase", ""), "latest": latest[t.alert_id] == t.pk,
+           "reported": latest[t.alert_id] == t.pk and reported(t)}
           for t in AlertTransition.objects.filter(to_state="firing").select_related("alert")]
 runs = [{"name": r.name, "stored_bytes": r.stored_bytes, "pruned": r.pruned_note} for r in Run.objects.all()]
 print(json.dumps({"episodes": eps, "alerts": alerts, "runs": runs}))
@@ -555,7 +565,8 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     interval = int(WINDOW_S * NS)
     ticks = lost_ticks(rec.frames, interval, exclude=rec.outages)
     outage_ticks = sum(round((b - a) / interval) for a, b in rec.outages)
-    stretches = merge_stretches(rec.hotspots)
+    # the same hot GPU across the job's backward pass (no phase events then) is one stretch
+    stretches = merge_stretches(rec.hotspots, gap_ns=NS // 2 + int(getattr(args, "step_gap_ms", 0.0) * 1e6))
     truth = true_migrations(stretches, int(MIN_DWELL_S * NS))
     detections = [Detection(int(ts), tuple(ports)) for e in facts["episodes"]  # type: ignore[attr-defined]
                   if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
@@ -564,8 +575,9 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     run_span = (start_ns + int(WARMUP_S * NS), rec.frames[-1][0] if rec.frames else 0)
     # a migration just before or during a Redis outage cannot be seen in time (nothing is written
     # while Redis is down, collectors reconnect after it): neither it nor what is detected then counts
-    judged = without(run_span, [(a - tolerance, b + tolerance + int(OUTAGE_RECOVERY_S * NS))
-                                for a, b in rec.outages])
+    # … nor can one in the run's last two windows (no frame after it to show it)
+    judged = without((run_span[0], run_span[1] - tolerance),
+                     [(a - tolerance, b + tolerance + int(OUTAGE_RECOVERY_S * NS)) for a, b in rec.outages])
     score = score_migrations(truth, detections, tolerance, judged=judged)
     fired = [(a["kind"], int(a["fired"] * NS)) for a in facts["alerts"]]  # type: ignore[attr-defined]
     false = false_alerts([f for f in fired if f[0] in ("incast", "moving_incast")],
@@ -576,7 +588,7 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     # culprits: alerts fired after warm-up and long enough before the end for their events to post
     naming = culprit_naming([(a["kind"], int(a["fired"] * NS), a["run"], a["phase"],  # type: ignore[index]
                               bool(a["reported"]))  # type: ignore[index]
-                             for a in facts["alerts"]],  # type: ignore[attr-defined]
+                             for a in facts["alerts"] if a.get("latest", True)],  # type: ignore[attr-defined]
                             (run_span[0], run_span[1] - int(CULPRIT_LATE_S * NS)))
     named_share = naming.share
     takeovers = takeover_times(rec.kills, rec.frames)

@@ -62,13 +62,17 @@ class Stretch:
     ports: tuple[str, ...] = ()
 
 
-def merge_stretches(raw: Iterable[dict[str, object]]) -> list[Stretch]:
-    """Hotspot stretches from repeated /hotspots answers (overlapping windows), merged in time."""
+def merge_stretches(raw: Iterable[dict[str, object]], *, gap_ns: int = NS // 2) -> list[Stretch]:
+    """Hotspot stretches from repeated /hotspots answers (overlapping windows), merged in time:
+    the same hot GPU again within ``gap_ns`` of a stretch's end is that stretch going on. Pass at
+    least the job's step gap (its backward pass: no all-to-all, so no phase event): at the scale
+    bench's 2 s gap, two answers' pieces of one hotspot were left apart, and a hotspot hot for a
+    minute became per-step stretches of 0.4-3 s whose "migrations" the dwell rule then dropped."""
     out: list[Stretch] = []
     for s in sorted(raw, key=lambda d: int(d["start_ns"])):  # type: ignore[call-overload]
         cur = Stretch(int(s["start_ns"]), int(s["end_ns"]), int(s["hot_gpu"]), str(s["port"]),  # type: ignore[call-overload]
                       tuple(map(str, s.get("ports") or ())))  # type: ignore[call-overload]
-        if out and out[-1].hot_gpu == cur.hot_gpu and cur.start_ns <= out[-1].end_ns + NS // 2:
+        if out and out[-1].hot_gpu == cur.hot_gpu and cur.start_ns <= out[-1].end_ns + gap_ns:
             out[-1] = replace(out[-1], end_ns=max(out[-1].end_ns, cur.end_ns))
         else:
             out.append(cur)
@@ -89,12 +93,20 @@ class Migration:
 
 def true_migrations(stretches: Sequence[Stretch], min_dwell_ns: int) -> list[Migration]:
     """The hotspot moved from one hot GPU to another, each staying at least ``min_dwell_ns`` (a
-    1 s poll cannot see a hotspot that lived a fraction of a poll; those are not counted either way)."""
+    1 s poll cannot see a hotspot that lived a fraction of a poll; those are not counted either way).
+
+    A hotspot stays until the next stretch starts, not only while its phase events last: between a
+    step's all-to-alls and the next step's the fabric carries none of the job's traffic, so nothing
+    takes its place (a one-step hotspot of a job with a 2 s backward pass has 0.4 s of events and
+    owns every poll of the next 2.4 s); a hotspot replaced within a fraction of a poll still counts
+    as short. The last stretch stays until its end."""
+    held = [b.start_ns - a.start_ns for a, b in itertools.pairwise(stretches)]
+    held += [stretches[-1].end_ns - stretches[-1].start_ns] if stretches else []
     out = []
-    for a, b in itertools.pairwise(stretches):
+    for i, (a, b) in enumerate(itertools.pairwise(stretches)):
         if a.hot_gpu < 0 or b.hot_gpu < 0 or a.hot_gpu == b.hot_gpu:
             continue
-        if a.end_ns - a.start_ns >= min_dwell_ns and b.end_ns - b.start_ns >= min_dwell_ns:
+        if held[i] >= min_dwell_ns and held[i + 1] >= min_dwell_ns:
             out.append(Migration(b.start_ns, a.port, b.port, b.ports))
     return out
 

@@ -52,6 +52,22 @@ def test_stretches_merge_across_overlapping_answers_and_migrations_need_dwell() 
     assert true_migrations(st2, 2 * NS) == [Migration(10 * NS, "a", "b"), Migration(20 * NS, "b", "c")]
 
 
+def test_a_hotspot_across_the_jobs_backward_pass_is_one_stretch_and_owns_the_gap() -> None:
+    """A job with a 2 s backward pass (the scale bench's): each step's all-to-alls are a few seconds
+    of phase events, then 2 s with none. /hotspots answers for successive windows cut one hotspot
+    into per-step pieces; merged across the step gap it is one stretch. A one-step hotspot (0.4 s
+    of events, then the gap) held the fabric until the next step began, 2.4 s: a poll sees it."""
+    raw = [{"start_ns": 0, "end_ns": 3 * NS, "hot_gpu": 1, "port": "a"},
+           {"start_ns": 5 * NS, "end_ns": 8 * NS, "hot_gpu": 1, "port": "a"},  # next answer, next step
+           {"start_ns": 10 * NS, "end_ns": 10 * NS + 4 * NS // 10, "hot_gpu": 2, "port": "b"},  # one step
+           {"start_ns": 12 * NS + 4 * NS // 10, "end_ns": 20 * NS, "hot_gpu": 3, "port": "c"}]
+    assert len(merge_stretches(raw)) == 4  # the demo's default gap: a 2 s pause splits it
+    st = merge_stretches(raw, gap_ns=2 * NS + NS // 2)
+    assert [(s.hot_gpu, s.start_ns // NS, s.end_ns // NS) for s in st] == [(1, 0, 8), (2, 10, 10), (3, 12, 20)]
+    assert true_migrations(st, 2 * NS) == [Migration(10 * NS, "a", "b"),
+                                           Migration(12 * NS + 4 * NS // 10, "b", "c")]
+
+
 def test_recall_and_precision_match_ports_within_the_tolerance() -> None:
     truth = [Migration(10 * NS, "a", "b"), Migration(20 * NS, "b", "c"), Migration(30 * NS, "c", "d")]
     dets = [Detection(11 * NS, ("b",)), Detection(21 * NS, ("x", "c")), Detection(36 * NS, ("d",)),
