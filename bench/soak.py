@@ -451,7 +451,8 @@ FACTS = """
 import json
 from fabricmon.alerts.models import AlertTransition, Episode
 from datetime import datetime, timezone
-from fabricmon.jobs.models import EventBlock, Run
+from fabricmon.jobs import blocks
+from fabricmon.jobs.models import Run
 eps = [{"id": e.pk, "family": e.family, "opened": e.opened_at.timestamp(),
         "trajectory": [[s["ts_ns"], s["ports"]] for s in e.trajectory]} for e in Episode.objects.all()]
 # every time an alert fired, with the culprit its row names now. An alert row is one fingerprint: it
@@ -464,15 +465,17 @@ def span_of(t):
     end = next((at for at, s in ts if s == "resolved" and at >= t.at), datetime.now(timezone.utc))
     return start, end
 def reported(t):
-    # did the culprit's run store any phase event in the firing's time? Read from the event blocks
-    # themselves (their start range; the twin's phases last tens of ms, well under 1 s), not from the
-    # culprit code
+    # did the culprit's run store any phase event in the firing's time (1 s before it included)? Read
+    # from the events' own times, not from the culprit code: a block's start range can span steps the
+    # job did not report (a block of every 32 steps' 4 straddled alerts between them)
     name = t.alert.attribution.get("run_name", "")
-    if not name:
+    run = Run.objects.filter(name=name).first()
+    if run is None:
         return False
     start, end = span_of(t)
-    return EventBlock.objects.filter(run__name=name, start_ns_min__lte=int(end.timestamp() * 1e9),
-                                     start_ns_max__gte=int(start.timestamp() * 1e9) - 1_000_000_000).exists()
+    t1, t2 = int(start.timestamp() * 1e9) - 1_000_000_000, int(end.timestamp() * 1e9)
+    ev = blocks.fields_near(run, t1, t2, ("start_ns", "end_ns"))
+    return bool(((ev["start_ns"] <= t2) & (ev["end_ns"] >= t1)).any())
 latest = {}
 for t in AlertTransition.objects.filter(to_state="firing").order_by("at", "id"):
     latest[t.alert_id] = t.pk

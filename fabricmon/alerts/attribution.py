@@ -19,7 +19,7 @@ cost a worker gigabytes (the soak's worker grew to 3.2 GB with 180 s).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fabricmon.alerts.culprit import EventCache, culprit_of_ports
@@ -47,16 +47,27 @@ def _visited(episode: Episode | None) -> list[str]:
     return list(seen)
 
 
+def _span(alert: Alert, now: datetime) -> tuple[datetime, datetime]:
+    """The time a culprit is looked for over: a firing alert's span so far, else its last firing's
+    (kept at resolution: ``active_since`` moves on when the alert goes pending again)."""
+    if alert.state == Alert.State.FIRING:
+        return alert.active_since, now
+    lo, hi = alert.attribution.get("span_ns") or (_ns(alert.active_since), _ns(alert.resolved_at or now))
+    return datetime.fromtimestamp(lo / 1e9, tz=UTC), datetime.fromtimestamp(hi / 1e9, tz=UTC)
+
+
 def refresh(
     fabric: str, run_name: str, firing: Iterable[Alert], *, hot_now: list[str], now: datetime,
     episodes: Mapping[str, Episode], cache: EventCache | None = None,
 ) -> None:
     """Look again for the culprit of ``firing`` incast-family alerts and of those resolved in the
     last ``LATE_S`` whose culprit has no phase; store what is found on the alert and its episode."""
+    # resolved in the last LATE_S, whatever came after: a flapping port's alert is often pending
+    # or inactive again by the time its job's events for the firing arrive
     late = Alert.objects.filter(
-        fabric=fabric, run_name=run_name, state=Alert.State.RESOLVED,
-        kind__in=("incast", "moving_incast"), resolved_at__gte=now - timedelta(seconds=LATE_S),
-    ).select_related("episode")
+        fabric=fabric, run_name=run_name, kind__in=("incast", "moving_incast"),
+        resolved_at__gte=now - timedelta(seconds=LATE_S),
+    ).exclude(state=Alert.State.FIRING).select_related("episode")
     now_ns = _ns(now)
     cache = cache or EventCache()  # one decode of the job's events for every alert of the window
     for alert in [*firing, *late]:
@@ -72,10 +83,13 @@ def refresh(
                                         *_visited(episode)]))
         else:
             ports = [alert.key]
-        found = culprit_of_ports(fabric, ports or [alert.key], alert.active_since, alert.resolved_at or now,
-                                 lookback_ns=int(LOOKBACK_S * 1e9), cache=cache)
+        t1, t2 = _span(alert, now)
+        found = culprit_of_ports(fabric, ports or [alert.key], t1, t2, lookback_ns=int(LOOKBACK_S * 1e9),
+                                 cache=cache)
         attribution = found.as_json() if found.known else dict(alert.attribution)
         attribution["checked_ns"] = now_ns
+        if "span_ns" in alert.attribution:
+            attribution["span_ns"] = alert.attribution["span_ns"]
         Alert.objects.filter(pk=alert.pk).update(attribution=attribution)
         alert.attribution = attribution
         if episode is not None and found.known and not phase_named(episode.attribution):

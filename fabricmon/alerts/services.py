@@ -213,12 +213,17 @@ def _apply(w: _Window, rows: dict[str, Alert], ch: Transition) -> AlertTransitio
     alert.details = dict(ch.condition.details)
     if ch.to_state == "pending":
         alert.active_since, alert.last_true = w.now, w.now
-        alert.fired_at = alert.resolved_at = alert.acknowledged_at = None
+        # resolved_at stays: the last firing's end, which its culprit is still looked up over for a
+        # while (attribution.LATE_S) — at 16,896 ports hot ports flap, and a resolved alert going
+        # pending again lost the look-up and never named the phase its job's late events showed
+        alert.fired_at = alert.acknowledged_at = None
         alert.acknowledged_by = None
     elif ch.to_state == "firing":
         _fire(w, alert, ch)
     elif ch.to_state == "resolved":
         alert.resolved_at = w.now
+        # the firing's own span: active_since moves on if the alert goes pending again
+        alert.attribution = {**alert.attribution, "span_ns": [_ns(alert.active_since), _ns(w.now)]}
     alert.save()
     silenced = ch.to_state in ("firing", "resolved") and _silenced(w.fabric, ch.kind, ch.key, w.now)
     row = AlertTransition.objects.create(
@@ -237,7 +242,7 @@ def _fire(w: _Window, alert: Alert, ch: Transition) -> None:
     if episode is None:
         episode = w.episodes[family] = Episode.objects.create(
             fabric=w.fabric, run_name=w.run_name, owner_id=w.owner_id, opened_at=w.now, family=family)
-    alert.fired_at = w.now
+    alert.fired_at, alert.resolved_at = w.now, None
     alert.episode = episode
     found = culprit_of_ports(w.fabric, _port_names(w.geo, ch.condition.ports) or [alert.key],
                              alert.active_since, w.now, cache=w.cache)

@@ -260,3 +260,22 @@ def test_a_long_alert_whose_job_lags_is_named_from_what_the_job_reported(geo, ru
     alert = Alert.objects.get(kind="incast", fired_at__isnull=False)
     assert alert.state == "firing"
     assert (alert.attribution["layer"], alert.attribution["phase"]) == (3, "combine")
+
+
+def test_a_resolved_alert_that_flaps_pending_again_is_still_named_from_late_events(geo, run_on_port) -> None:  # noqa: F811
+    """At 16,896 ports a hot port's condition flaps with the job's bursts: the alert fires,
+    resolves, goes pending again for a window and back to inactive — all before the job's events
+    for the firing post. Within LATE_S of the resolution its culprit is still looked up, over the
+    firing's own span (not the later pending's), and names the phase."""
+    from fabricmon.alerts.attribution import REFRESH_S
+
+    run, port = run_on_port
+    windows(geo, [[port]] * 3 + [[]] * 8 + [[port]] + [[]], fabric="su1", start=500)
+    alert = Alert.objects.get(kind="incast", key=":".join(_port(geo, port)))
+    assert alert.state == "inactive" and alert.resolved_at is not None and not alert.attribution["phase"]
+    assert alert.active_since > alert.resolved_at  # the row moved on to a pending that never fired
+    ingest.ingest_events(run, [_ev(40, 5, 4, "combine_bwd", T0_NS + 501 * S, recv={"0": 9_000})])
+    windows(geo, [[]] * (int(REFRESH_S) + 2), fabric="su1", start=513)
+    alert.refresh_from_db()
+    assert (alert.attribution["layer"], alert.attribution["phase"]) == (4, "combine_bwd")
+    assert Episode.objects.get().attribution["phase"] == "combine_bwd"
