@@ -339,10 +339,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup-s", type=float, default=90.0)
     ap.add_argument("--replay-ticks", type=int, default=20)
     ap.add_argument("--ep-size", type=int, default=256, help="the twin job's expert-parallel group (GPUs)")
-    ap.add_argument("--report-every-steps", type=int, default=8,
-                    help="the twin job reports 4 consecutive steps of every 4 x this many: 8 is a block "
-                         "every ~80 s at ~0.4 steps a second, so alerts' culprits can be judged (64, the "
-                         "earlier default, was one block in ~10 minutes: no alert had events to name)")
+    ap.add_argument("--report-every-steps", type=int, default=16,
+                    help="the twin job reports 4 consecutive steps of every 4 x this many: 16 is a block "
+                         "every ~2.5 minutes at ~0.4 steps a second, so alerts' culprits can be judged (64 "
+                         "was one block in ~10 minutes: no alert had events to name; 8, a block every "
+                         "~80 s, kept the 2-core box so busy posting 5,632 ranks' events that the twin's "
+                         "streams went stale a third of the time)")
     ap.add_argument("--step-gap-ms", type=float, default=2000.0,
                     help="the twin job's backward + optimizer per step: a 5,632-GPU MoE step takes seconds; "
                          "at the demo's 40 ms the twin simulates ~6 steps (~100 all-to-alls) a second, more "
