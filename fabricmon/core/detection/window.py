@@ -10,9 +10,7 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     H(w)          = { p : incast(p) }            (capped to the top_m by WM·F)
     J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|  over places: a port, or that port of every SU
                     (FabricGeometry.place; in one SU a place is a port)
-    lead(w)       = the place of H(w) whose hot ports sum the highest WM·F + ρ
-    migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ lead(w) ∉ places of H(w−1)
-                    ∧ mean F over H(w) ≥ F_min
+    migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
                     (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back)
     moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
 
@@ -146,7 +144,6 @@ class _HotSet:
     fan: FloatArray  # NaN where unknown
     fan_unknown: BoolArray
     pressure_known: bool  # queue telemetry on every hot port (or, with none hot, anywhere)
-    score: FloatArray  # per port of ``idx``: WM·F + ρ, what ranks hot ports (top_m, lead)
 
 
 def _hot_set(
@@ -184,18 +181,13 @@ def _hot_set(
         hot = geo.incast_candidate & pressure & fan_ok & loaded
     hot_idx = np.flatnonzero(hot)
     if len(hot_idx) > cfg.top_m:
-        keep = hot_idx[np.argsort(-_score(hot_idx, wm, fan, load), kind="stable")[: cfg.top_m]]
+        score = np.nan_to_num(wm[hot_idx], nan=0.0) * np.nan_to_num(fan[hot_idx], nan=1.0) + load[hot_idx]
+        keep = hot_idx[np.argsort(-score, kind="stable")[: cfg.top_m]]
         hot = np.zeros(n, np.bool_)
         hot[keep] = True
         hot_idx = np.sort(keep)
     known = bool(measured[hot_idx].all()) if len(hot_idx) else pressure_known
-    score = _score(hot_idx, wm, fan, load)
-    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown, known, score)
-
-
-def _score(idx: IntArray, wm: FloatArray, fan: FloatArray, load: FloatArray) -> FloatArray:
-    """How hot each of ``idx`` is: queue watermark × fan-in, plus load (ties, no queue telemetry)."""
-    return np.nan_to_num(wm[idx], nan=0.0) * np.nan_to_num(fan[idx], nan=1.0) + load[idx]
+    return _HotSet(hot, hot_idx.astype(np.int64), load, fan, fan_unknown, known)
 
 
 @dataclass(frozen=True)
@@ -226,19 +218,6 @@ def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -
     return jaccard, hot_idx[~np.isin(place[hot_idx], before)]
 
 
-def _lead_is_new(hs: _HotSet, prev_idx: IntArray, geo: FabricGeometry) -> bool:
-    """Whether H(w)'s leading place — the one whose hot ports sum the highest score — is a place
-    H(w−1) did not hold: the hotspot itself moved, not the ports around it. At 16,896 ports a warm
-    expert's port or two of other places crossed the threshold beside a hot place that stayed
-    ({A} → {A, X, Y, Z}: J = 0.25), and each such window counted as a migration; the hot place
-    still leads them (its ports in every SU). In one SU a place is a port: the hottest port."""
-    if not len(hs.idx):
-        return False
-    places, inv = np.unique(geo.place[hs.idx], return_inverse=True)
-    lead = places[int(np.argmax(np.bincount(inv, weights=hs.score)))]
-    return not bool(np.isin(lead, geo.place[prev_idx]))
-
-
 def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectConfig) -> _Movement:
     """The moving-incast rule: Jaccard against the previous window, dwell, leaf / rail jumps."""
     hot, hot_idx = hs.hot, hs.idx
@@ -253,8 +232,7 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
         else float("nan")
     )
     fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
-    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high
-                    and _lead_is_new(hs, prev_idx, geo))
+    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
     sw = geo.index.switch_of
     leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
