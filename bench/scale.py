@@ -80,28 +80,21 @@ Every page's p95 under 1 s (port JSON 677 ms, views.json 500 ms); moving incast 
 before). What scored recall and precision is kept in scale-raw.json (with every process's PSS).
 
 2026-12-04, later (quiet box, --report-every-steps 64): scale-raw.json showed most "wrong" detections
-were right — the scorer had cut one hotspot into per-step pieces at this job's 2 s backward pass and
-dropped one-step hotspots that own the fabric until the next step (soak_score: merged across the
-step gap, held until the next stretch) — and the rest warm ports joining a hot place that stayed
-(detection: the leading place must be new). Culprits looked up again after the window's write
-transaction, one decode for every alert (alert evaluation held SQLite's lock over 2 s 20 times in
-the run above, 0 times here):
-
-    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=3
-    frame_lag_s_max=2.37 twin_tick_hz=7.77 twin_job_share=1.0 pixel_p95_ms=477.0
-    cpu_us_per_port_s_twin=46.83 cpu_us_per_port_s_detection=3.56 cpu_us_per_port_s_web=5.83
-    cpu_us_per_port_s_redis=3.95 cpu_us_per_port_s_other=1.26 cpu_us_per_port_s_framing=1.71
-    cpu_us_per_port_s_collection=41.27 box_share=0.882 peak_rss_mb_twin=1576 peak_rss_mb_worker=1162
-    peak_rss_mb_evaluation=392 peak_rss_mb_delivery=234 peak_rss_mb_beat=141 peak_rss_mb_web=481
-    peak_rss_mb_redis=625
-
-Moving incast recall 0.61 (14 of 23), precision 0.78 (14 of 18), first alert 1.1 s after the first
-migration, no false alert, every page's p95 under 0.6 s. Most misses are a migration that opened a
-new episode (per-port incast alerts flap with the bursts, so the episode had closed; an episode's
-first step is not scored as a migration) or came 3-4 s late. With --report-every-steps 16 (a block
-of 5,632 ranks' events every ~2.5 minutes, so culprits can be judged: 5 of 6 named) posting each
-block took the box ~50 s, the twin's streams went stale meanwhile (recall 0.57), web CPU rose to
-21.9 us per port-second and views.json's p95 to 6.7 s.
+were right — the scorer cut one hotspot into per-step pieces at this job's 2 s backward pass and
+dropped one-step hotspots, which own the fabric until the next step (soak_score now merges across
+the step gap and holds a stretch until the next one starts). Rescored so, the run with these fixes
+(culprits looked up after the window's write transaction, one decode for every alert: alert
+evaluation held SQLite's lock over 2 s 20 times in the run above, 0 times now) gave moving incast
+recall 0.74 (17 of 23), precision 0.77 (17 of 22), no false alert, 0 lost ticks, pixel p95 437 ms,
+detection 3.6 us per port-second (8.1 above). A rule that let only a new *leading* place migrate
+(warm ports joining a hot place that stays are not a move) was measured and reverted: precision
+0.78 (14 of 18) but recall 0.61 (14 of 23) — a new hotspot first seen as a minority beside new
+warm ports no longer migrated. Most misses left are a migration that opened a new episode
+(per-port incast alerts flap with the bursts, the episode had closed, and an episode's first step
+is not scored as a migration) or that came 3-4 s late. With --report-every-steps 16 (a block of
+5,632 ranks' events every ~2.5 minutes, so culprits can be judged: 5 of 6 named) posting each block
+took the box ~50 s and the twin's streams went stale meanwhile (recall 0.57), web CPU rose to 21.9
+us per port-second and views.json's p95 to 6.7 s.
 
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
