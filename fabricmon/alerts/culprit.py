@@ -16,9 +16,10 @@ are numpy over event columns (``np.unique`` + ``np.bincount``), no per-event Pyt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from django.db.models import Q
@@ -27,6 +28,7 @@ from fabricmon.jobs import blocks
 from fabricmon.jobs.columns import EventColumns
 from fabricmon.jobs.models import PHASES, RankMapEntry
 
+_T = TypeVar("_T")
 UNKNOWN = "unknown"
 # Why a known run's culprit names no (layer, phase): said on the alert, never left to a guess
 NO_EVENTS = "no_events"  # the run reported no phase events for the alert's time (yet): a sampling job
@@ -124,19 +126,23 @@ class EventCache:
 
     def own_fields(self, run: Any, lo: int, hi: int) -> dict[str, np.ndarray]:
         """``OWN_FIELDS`` of the events that may overlap [lo, hi] (and maybe more around it)."""
-        got = self._own.get(run.pk)
-        if got is None or not got[0] <= lo <= hi <= got[1]:
-            lo, hi = (min(lo, got[0]), max(hi, got[1])) if got else (lo, hi)
-            got = self._own[run.pk] = (lo, hi, blocks.fields_near(run, lo, hi, OWN_FIELDS))
-        return got[2]
+        return _covering(self._own, run, lo, hi, lambda a, b: blocks.fields_near(run, a, b, OWN_FIELDS))
 
     def columns(self, run: Any, lo: int, hi: int) -> EventColumns:
         """Every column (per-peer counts too) of the events that may overlap [lo, hi]."""
-        got = self._cols.get(run.pk)
-        if got is None or not got[0] <= lo <= hi <= got[1]:
-            lo, hi = (min(lo, got[0]), max(hi, got[1])) if got else (lo, hi)
-            got = self._cols[run.pk] = (lo, hi, blocks.columns_near(run, lo, hi))
-        return got[2]
+        return _covering(self._cols, run, lo, hi, lambda a, b: blocks.columns_near(run, a, b))
+
+
+def _covering(
+    kept: dict[int, tuple[int, int, _T]], run: Any, lo: int, hi: int, read: Callable[[int, int], _T]
+) -> _T:
+    """What ``kept`` holds for ``run`` when its range covers [lo, hi]; else ``read`` over the union
+    of both ranges, kept in its place."""
+    got = kept.get(run.pk)
+    if got is None or not got[0] <= lo <= hi <= got[1]:
+        lo, hi = (min(lo, got[0]), max(hi, got[1])) if got else (lo, hi)
+        got = kept[run.pk] = (lo, hi, read(lo, hi))
+    return got[2]
 
 
 def _reported_window(
@@ -205,6 +211,7 @@ def culprit_of_port(
         .order_by("-run__started_at")
     )
     t1_ns, t2_ns = _ns(t1), _ns(t2)
+    cache = cache or EventCache()
     first: Culprit | None = None
     for entry in entries[:4]:  # a port is one NIC: several runs only when one replaced another
         run = entry.run
@@ -215,7 +222,6 @@ def culprit_of_port(
             "host": entry.host,
             "gpu": entry.gpu,
         }
-        cache = cache or EventCache()
         window = _reported_window(run, t1_ns, t2_ns, lookback_ns, cache)
         if window is None:
             first = first or Culprit(**base, unnamed=NO_EVENTS)
