@@ -49,11 +49,13 @@ def _visited(episode: Episode | None) -> list[str]:
 
 def _span(alert: Alert, now: datetime) -> tuple[datetime, datetime]:
     """The time a culprit is looked for over: a firing alert's span so far, else its last firing's
-    (kept at resolution: ``active_since`` moves on when the alert goes pending again)."""
+    (its start kept at resolution: ``active_since`` moves on when the alert goes pending
+    again; ``resolved_at`` stays until it fires again)."""
     if alert.state == Alert.State.FIRING:
         return alert.active_since, now
-    lo, hi = alert.attribution.get("span_ns") or (_ns(alert.active_since), _ns(alert.resolved_at or now))
-    return datetime.fromtimestamp(lo / 1e9, tz=UTC), datetime.fromtimestamp(hi / 1e9, tz=UTC)
+    since = alert.attribution.get("since_ns")
+    start = alert.active_since if since is None else datetime.fromtimestamp(since / 1e9, tz=UTC)
+    return start, alert.resolved_at or now
 
 
 def refresh(
@@ -88,8 +90,8 @@ def refresh(
                                  cache=cache)
         attribution = found.as_json() if found.known else dict(alert.attribution)
         attribution["checked_ns"] = now_ns
-        if "span_ns" in alert.attribution:
-            attribution["span_ns"] = alert.attribution["span_ns"]
+        if "since_ns" in alert.attribution:
+            attribution["since_ns"] = alert.attribution["since_ns"]
         Alert.objects.filter(pk=alert.pk).update(attribution=attribution)
         alert.attribution = attribution
         if episode is not None and found.known and not phase_named(episode.attribution):

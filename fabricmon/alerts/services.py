@@ -222,8 +222,9 @@ def _apply(w: _Window, rows: dict[str, Alert], ch: Transition) -> AlertTransitio
         _fire(w, alert, ch)
     elif ch.to_state == "resolved":
         alert.resolved_at = w.now
-        # the firing's own span: active_since moves on if the alert goes pending again
-        alert.attribution = {**alert.attribution, "span_ns": [_ns(alert.active_since), _ns(w.now)]}
+        # the firing's start: active_since moves on if the alert goes pending again (its end,
+        # resolved_at, stays until the next firing)
+        alert.attribution = {**alert.attribution, "since_ns": _ns(alert.active_since)}
     alert.save()
     silenced = ch.to_state in ("firing", "resolved") and _silenced(w.fabric, ch.kind, ch.key, w.now)
     row = AlertTransition.objects.create(
