@@ -476,13 +476,12 @@ def reported(t):
     t1, t2 = int(start.timestamp() * 1e9) - 1_000_000_000, int(end.timestamp() * 1e9)
     ev = blocks.fields_near(run, t1, t2, ("start_ns", "end_ns"))
     return bool(((ev["start_ns"] <= t2) & (ev["end_ns"] >= t1)).any())
-latest = {}
-for t in AlertTransition.objects.filter(to_state="firing").order_by("at", "id"):
-    latest[t.alert_id] = t.pk
+firings = list(AlertTransition.objects.filter(to_state="firing").select_related("alert").order_by("at", "id"))
+latest = {t.alert_id: t.pk for t in firings}
 alerts = [{"kind": t.alert.kind, "fired": t.at.timestamp(), "run": t.alert.attribution.get("run_name", ""),
            "phase": t.alert.attribution.get("phase", ""), "latest": latest[t.alert_id] == t.pk,
            "reported": latest[t.alert_id] == t.pk and reported(t)}
-          for t in AlertTransition.objects.filter(to_state="firing").select_related("alert")]
+          for t in firings]
 runs = [{"name": r.name, "stored_bytes": r.stored_bytes, "pruned": r.pruned_note} for r in Run.objects.all()]
 print(json.dumps({"episodes": eps, "alerts": alerts, "runs": runs}))
 """
