@@ -48,7 +48,7 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     dwell[saved["hot"]] = saved["dwell"]
     no_data = np.asarray(saved["nodata"], dtype=np.int64) if "nodata" in saved else None
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
-                       no_data, int(saved.get("gap", 0)))
+                       no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -66,6 +66,7 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "dcount": s.completed_dwell_count,
                 "nodata": s.no_data.tolist() if s.no_data is not None else [],
                 "gap": s.gap,
+                "hot_ts": s.hot_ts_ns,
             }
         ),
     )

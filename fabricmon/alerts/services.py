@@ -37,7 +37,7 @@ from fabricmon.alerts.models import (
     family_of,
 )
 from fabricmon.alerts.transports import Message
-from fabricmon.core.detection.conditions import Condition, conditions, trajectory_step
+from fabricmon.core.detection.conditions import Condition, conditions, origin_step, trajectory_step
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.lifecycle import DEFAULT_LIFECYCLE, LifecycleConfig, Slot, Transition, advance
@@ -265,11 +265,15 @@ def _follow_episode(
     rank_of_port: Mapping[int, int] | None, now: datetime,
 ) -> None:
     """Add the window's hot set to an incast episode's trajectory when it moved (or starts it); close
-    the episode when none of its alerts fires any more."""
+    the episode when none of its alerts fires any more. An episode opened by a hop (its moving-incast
+    alert fired on it) starts where the hotspot came from: at 16,896 ports the per-port alerts flap
+    with the job's bursts, the episode closes between hops, and a trajectory that began at the hop's
+    end showed no move — the hop that opened it was missing from its own episode."""
     changed: list[str] = []
     if episode.family == "incast" and findings.incast and (findings.migrated or not episode.trajectory):
-        step = dataclasses.asdict(trajectory_step(findings, geo, rank_of_port))
-        episode.trajectory = [*episode.trajectory, step][-500:]
+        origin = origin_step(findings, geo, rank_of_port) if not episode.trajectory else None
+        steps = [dataclasses.asdict(s) for s in (origin, trajectory_step(findings, geo, rank_of_port)) if s]
+        episode.trajectory = [*episode.trajectory, *steps][-500:]
         episode.migrations += int(findings.migrated)
         changed += ["trajectory", "migrations"]
     if not episode.alerts.filter(state=Alert.State.FIRING).exists():

@@ -105,6 +105,27 @@ def test_moving_incast_is_one_episode_with_its_trajectory(geo) -> None:
     assert not NotificationGroup.objects.filter(next_flush_at__isnull=False).exists()  # all emptied
 
 
+def test_an_episode_opened_by_a_hop_starts_where_the_hotspot_came_from(geo) -> None:
+    """At 16,896 ports a hot port blinks with the job's bursts (hot, idle, hot, …), so its own alert
+    goes pending and back and never fires: the first alert is the moving incast, on the hop, and it
+    opens the episode. Its trajectory must hold the hop (from → to), not only where it landed."""
+    host = np.flatnonzero(geo.is_leaf_host).tolist()
+    windows(geo, [[host[0]], [], [host[0]], [], [host[0]], [host[5]], [host[5]]] + [[]] * 20)
+    assert not Alert.objects.filter(kind="incast", state__in=("firing", "resolved"),
+                                    key__endswith=geo.index.port_names[host[0]]).exists()
+    ep = Episode.objects.get(family="incast")
+    names = geo.index.port_names
+    assert [(s["ts_ns"], s["ports"]) for s in ep.trajectory] == [
+        (4, [f"leaf-r0:{names[host[0]]}"]), (5, [f"leaf-r1:{names[host[5]]}"])]
+    assert ep.migrations == 1 and ep.trajectory[1]["rail_jump"] and not ep.trajectory[0]["rail_jump"]
+    # an episode opened by a hot port that stays put starts at that port alone
+    Episode.objects.all().delete()
+    Alert.objects.all().delete()
+    windows(geo, [[host[2]]] * 4, start=100)
+    assert [s["ports"] for s in Episode.objects.get(family="incast").trajectory] == [
+        [f"leaf-r0:{names[host[2]]}"]]
+
+
 def test_an_episode_row_is_written_when_it_changes_not_every_window(geo) -> None:
     """Its trajectory is up to 500 steps (~300 KB at 16,896 ports): rewritten every window, it held
     SQLite's write lock for seconds in the scale bench. A hot port that stays put writes it once."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.window import WindowFindings
@@ -31,24 +32,36 @@ def trajectory_step(
     findings: WindowFindings, geo: FabricGeometry, rank_of_port: Mapping[int, int] | None = None
 ) -> TrajectoryStep:
     """Names for the hot set of one window (small: hot set only)."""
+    return _step(findings.hot_ports, findings.ts_ns, geo, rank_of_port,
+                 jumps=(findings.leaf_jump, findings.rail_jump))
+
+
+def origin_step(
+    findings: WindowFindings, geo: FabricGeometry, rank_of_port: Mapping[int, int] | None = None
+) -> TrajectoryStep | None:
+    """Where a migration came from (the previous hot set, at its own window), or None when this
+    window did not migrate: an episode that opens on a hop starts there, not at the hop's end."""
+    if not findings.migrated or not len(findings.from_ports):
+        return None
+    return _step(findings.from_ports, findings.from_ts_ns, geo, rank_of_port)
+
+
+def _step(
+    ports_idx: npt.NDArray[np.int64], ts_ns: int, geo: FabricGeometry, rank_of_port: Mapping[int, int] | None,
+    *, jumps: tuple[bool, bool] = (False, False),
+) -> TrajectoryStep:
     idx = geo.index
-    ports = tuple(f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}" for p in findings.hot_ports)
-    hosts = tuple(
-        geo.host_names[h] if 0 <= h < len(geo.host_names) else "" for h in geo.host_of[findings.hot_ports]
-    )
-    ranks = (
-        tuple(rank_of_port[int(p)] for p in findings.hot_ports if int(p) in rank_of_port)
-        if rank_of_port
-        else ()
-    )
+    ports = tuple(f"{idx.switch_names[idx.switch_of[p]]}:{idx.port_names[p]}" for p in ports_idx)
+    hosts = tuple(geo.host_names[h] if 0 <= h < len(geo.host_names) else "" for h in geo.host_of[ports_idx])
+    ranks = tuple(rank_of_port[int(p)] for p in ports_idx if int(p) in rank_of_port) if rank_of_port else ()
     return TrajectoryStep(
-        ts_ns=findings.ts_ns,
+        ts_ns=ts_ns,
         ports=ports,
         hosts=hosts,
-        gpus=tuple(int(g) for g in geo.gpu_of[findings.hot_ports]),
+        gpus=tuple(int(g) for g in geo.gpu_of[ports_idx]),
         ranks=ranks,
-        leaf_jump=findings.leaf_jump,
-        rail_jump=findings.rail_jump,
+        leaf_jump=jumps[0],
+        rail_jump=jumps[1],
     )
 
 

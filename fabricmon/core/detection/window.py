@@ -26,7 +26,7 @@ which is small (a handful of ports), never on all ports.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,7 @@ class MovingState:
     # while this is below ``migration_gap_windows``: a hotspot that moves through a window or two
     # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
     gap: int = 0
+    hot_ts_ns: int = 0  # the window ``prev_hot`` was seen in (where a migration came from, and when)
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -91,6 +92,10 @@ class WindowFindings:
     # so the hot-set state is carried over it and the alerts hold (alerts.services)
     has_data: bool = True
     blind_windows: int = 0  # how many windows in a row no port had data (0 when this one had)
+    # when it migrated: the hot set it moved from, and that set's window — an incast episode that
+    # opens on a migration starts its trajectory there, so the hop that opened it is one of its steps
+    from_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    from_ts_ns: int = 0
 
     @property
     def incast(self) -> bool:
@@ -201,6 +206,7 @@ class _Movement:
     moving: bool
     leaf_jump: bool
     rail_jump: bool
+    from_ports: IntArray  # H(w−1) when it migrated, else empty
 
 
 def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -> tuple[float, IntArray]:
@@ -218,7 +224,9 @@ def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -
     return jaccard, hot_idx[~np.isin(place[hot_idx], before)]
 
 
-def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectConfig) -> _Movement:
+def _movement(
+    hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectConfig, ts_ns: int
+) -> _Movement:
     """The moving-incast rule: Jaccard against the previous window, dwell, leaf / rail jumps."""
     hot, hot_idx = hs.hot, hs.idx
     prev = state.prev_hot
@@ -248,9 +256,11 @@ def _movement(hs: _HotSet, geo: FabricGeometry, state: MovingState, cfg: DetectC
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
         gap=state.gap + 1 if carrying else 0,
+        hot_ts_ns=state.hot_ts_ns if carrying else ts_ns,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
-    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
+    came_from = (prev_idx if migrated else np.zeros(0)).astype(np.int64)
+    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump, came_from)
 
 
 def _down_switches(
@@ -303,10 +313,11 @@ def detect_window(
     """
     hs = _hot_set(metrics, geo, cfg, fan_in)
     has_data = bool(np.isfinite(hs.load).any())
-    mv = _movement(hs, geo, state, cfg)
+    mv = _movement(hs, geo, state, cfg, ts_ns)
     if not has_data:  # a blind window: what was hot stays the last hot set, nothing moved or ended
         mv = replace(mv, state=replace(state, windows_since_migration=state.windows_since_migration + 1),
-                     migrated=False, moving=False, leaf_jump=False, rail_jump=False)
+                     migrated=False, moving=False, leaf_jump=False, rail_jump=False,
+                     from_ports=np.zeros(0, np.int64))
     down, no_data = _down_switches(hs.load, geo, state, cfg)
     carried = replace(mv.state, no_data=no_data)
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
@@ -338,6 +349,8 @@ def detect_window(
         pressure_known=hs.pressure_known,
         has_data=has_data,
         blind_windows=0 if has_data or not len(no_data) else int(no_data.min()),
+        from_ports=mv.from_ports,
+        from_ts_ns=state.hot_ts_ns if mv.migrated else 0,
     )
     return carried, findings
 

@@ -144,15 +144,18 @@ def test_a_hotspot_that_moves_through_an_empty_window_still_migrated(geo) -> Non
     a, b = int(host[0]), int(host[-1])
     cfg = DetectConfig()
     state = MovingState.initial(geo.n_ports)
-    for _ in range(3):
+    for t in range(3):
         m, fan = frame(geo, [a])
-        state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+        state, found = detect_window(m, geo, state, cfg, fan_in=fan, ts_ns=t)
+        assert not len(found.from_ports)
     m, fan = frame(geo)
-    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan, ts_ns=3)
     assert not found.incast and not found.migrated
     m, fan = frame(geo, [b])
-    state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+    state, found = detect_window(m, geo, state, cfg, fan_in=fan, ts_ns=4)
     assert found.migrated and found.hot_ports.tolist() == [b] and found.mean_dwell_windows == 3.0
+    # where it came from, and when that set was last seen (before the empty window)
+    assert found.from_ports.tolist() == [a] and found.from_ts_ns == 2
     # a hot set further back than migration_gap_windows is gone: a new hotspot is not a migration
     for _ in range(cfg.migration_gap_windows):
         m, fan = frame(geo)
