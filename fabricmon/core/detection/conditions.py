@@ -154,5 +154,18 @@ def _switch_conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Co
     for s in np.unique(idx.switch_of[findings.rail_violation_ports]):
         out.append(Condition("rail_violation", names[s],
                              f"rail-plan violation: traffic leaves rail via {names[s]} uplinks"))
-    out.extend(Condition("target_down", names[s], f"{names[s]}: no data") for s in findings.down_switches)
+    out.extend(_targets_down(findings, names))
     return out
+
+
+def _targets_down(findings: WindowFindings, names: tuple[str, ...]) -> list[Condition]:
+    """One alert per switch without data — or, when most of the fabric went silent at once, one for
+    the fabric: a stalled collection path, which per-switch alerts would repeat once per switch."""
+    down = [names[s] for s in findings.down_switches]
+    if not findings.down_rolled_up:
+        return [Condition("target_down", name, f"{name}: no data") for name in down]
+    shown = ", ".join(down[:4]) + (f" and {len(down) - 4} more" if len(down) > 4 else "")
+    summary = (f"{len(down)} of {len(names)} switches without data at once ({shown}): the collection "
+               "path stalled (collectors, their host or the management network), not each switch")
+    return [Condition("target_down", "fabric", summary, value=float(len(down)),
+                      details={"switches_down": len(down), "switches": len(names), "first": down[:16]})]

@@ -85,6 +85,9 @@ class WindowFindings:
     rail_violation_ports: IntArray
     down_switches: IntArray
     migrations: int = 0
+    # most of the fabric's switches down at once (``DetectConfig.down_rollup_fraction``): the alert
+    # is one stall of the collection path, not one outage per switch
+    down_rolled_up: bool = False
     # the hot ports had queue telemetry (watermark, ECN or PFC): False when incast was judged by
     # load and fan-in alone (an SNMP-only switch or tick), which the alerts say as lower confidence
     pressure_known: bool = True
@@ -276,6 +279,10 @@ def _down_switches(
     return np.flatnonzero(no_data >= cfg.down_windows).astype(np.int64), no_data
 
 
+def _rolled_up(n_down: int, n_switches: int, cfg: DetectConfig) -> bool:
+    return n_down >= 2 and n_down > cfg.down_rollup_fraction * n_switches
+
+
 def _rail_violations(
     load: FloatArray, geo: FabricGeometry, cfg: DetectConfig, rail_confined_switch: BoolArray | None
 ) -> IntArray:
@@ -345,6 +352,7 @@ def detect_window(
         ecmp_ratio=ecmp_ratio,
         rail_violation_ports=_rail_violations(hs.load, geo, cfg, rail_confined_switch),
         down_switches=down,
+        down_rolled_up=_rolled_up(len(down), len(geo.index.switch_names), cfg),
         migrations=carried.migrations,
         pressure_known=hs.pressure_known,
         has_data=has_data,

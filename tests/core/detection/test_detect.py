@@ -202,6 +202,33 @@ def test_pfc_storm_ecmp_imbalance_rail_violation_and_target_down(geo) -> None:
     assert kinds == ["ecmp_imbalance", "pfc_storm", "rail_violation", "target_down"]
 
 
+def test_most_of_the_fabric_silent_at_once_is_one_alert_not_one_per_switch(geo) -> None:
+    """At 16,896 ports a saturated box stalled every gNMI stream for ~3 s: 184 target_down alerts
+    said one thing. More than half the switches down at once is one fabric-wide alert; half or fewer
+    are each their own (one switch down stays one switch's alert: the test above)."""
+    names = geo.index.switch_names
+    cfg = DetectConfig()
+
+    def down_after(silent: list[str]) -> list[Condition]:
+        m, fan = frame(geo)
+        gone = np.isin(geo.index.switch_of, [names.index(n) for n in silent])
+        m["util"][gone], m["watermark_bytes"][gone] = np.nan, np.nan
+        state = MovingState.initial(geo.n_ports)
+        for _ in range(cfg.down_windows):
+            state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+        return [c for c in conditions(found, geo) if c.kind == "target_down"]
+
+    everything = down_after(list(names))
+    assert [(c.key, c.details["switches_down"], c.details["switches"]) for c in everything] == [
+        ("fabric", len(names), len(names))]
+    assert everything[0].summary.startswith(f"{len(names)} of {len(names)} switches without data at once")
+    three = down_after(list(names[:3]))
+    assert [c.key for c in three] == ["fabric"] and three[0].details["first"] == list(names[:3])
+    assert sorted(c.key for c in down_after(list(names[:2]))) == sorted(names[:2])  # half: each its own
+    with pytest.raises(ValueError, match="down_rollup_fraction"):
+        DetectConfig(down_rollup_fraction=1.5)
+
+
 def test_config_from_mapping_names_bad_keys_and_values() -> None:
     assert DetectConfig.from_mapping({"fan_in_min": "6"}).fan_in_min == 6.0
     with pytest.raises(ValueError, match=r"unknown setting.*bogus"):
