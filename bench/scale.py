@@ -170,6 +170,24 @@ class Scale(soak.Soak):
         switches = math.ceil(args.servers / 32) * args.gpus_per_server + args.spines
         self.sup.env.setdefault("FABRICMON_SHARD_SIZE", str(math.ceil(switches / WORKER_CONCURRENCY)))
 
+    def live_window_s(self) -> float:
+        return float(self.sup.env.get("FABRICMON_LIVE_WINDOW_S", 600))
+
+    def memory_bounds(self) -> dict[str, float]:
+        """The soak's bounds, with Redis' sized by the live window it holds by design (README:
+        window × ports × metrics × 4 B, ~450 MB at 16,896 ports): 1.5 × that (the stream's entries,
+        the allocator) + 100 MB for the rest (slices being framed, queues, alert state). The soak's
+        300 MB is stated for its 768 ports."""
+        ports, metrics = self.rec.frame_shape
+        window_mb = self.live_window_s() * ports * metrics * 4 / 1e6
+        return {**super().memory_bounds(), "redis": 100 + 1.5 * window_mb}
+
+    def growth_from_s(self, end_s: float) -> float:
+        """Redis (the window) and the web process (its decoded counters for the phase view) grow
+        until the live window is full: judged from then (and at least from half time)."""
+        full = (self.rec.first_frame_s or 0.0) + self.live_window_s() + 30
+        return max(end_s / 2, full)
+
     def start(self) -> None:
         self.redis.start()
         self.sup.env["REDIS_URL"] = self.redis.url
