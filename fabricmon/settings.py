@@ -324,6 +324,10 @@ FABRICMON_PHASES_MAX_STALE_S = env_float("FABRICMON_PHASES_MAX_STALE_S", 5.0)
 # The phase views (page, socket, views.json) cover this many of a run's newest reported steps;
 # older steps are paged (views.json?steps_from=&steps_to=, at most 64 steps a page).
 FABRICMON_PHASE_WINDOW_STEPS = int(env_float("FABRICMON_PHASE_WINDOW_STEPS", 16))
+# … and send at most this many ports as rows (fabricmon/core/phases/rows.py: every column's hot port,
+# then the busiest); a fabric with no more ports sends them all. views.json?max_ports= asks for
+# another count (up to 4096). At 16,896 ports a full window of every port was ~45 MB an answer.
+FABRICMON_PHASE_MAX_PORTS = env_int("FABRICMON_PHASE_MAX_PORTS", 512)
 # A run's shareable report (fabricmon/reports): its heatmap shows at most this many ports (every
 # column's hot port, then the run's busiest) and this many (step, layer, phase) columns (the newest
 # steps of the phase views' window that fit), so the file stays a few MB for any run.

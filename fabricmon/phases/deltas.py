@@ -58,7 +58,13 @@ def hot_claims(hot: Any) -> list[dict[str, Any]]:
     return out
 
 
-def view_message(view: SourceView, mode: str = "full") -> ViewMessage:
+def _rows_of(load: Any, rows: list[int] | None) -> Any:
+    """The values of the rows sent (rows are sorted and unique: as many as ports is every port)."""
+    return load if rows is None or len(rows) == load.shape[1] else load[:, rows]
+
+
+def view_message(view: SourceView, mode: str = "full", rows: list[int] | None = None) -> ViewMessage:
+    """A view whole; ``rows``: the port positions its values carry (the snapshot's ``shown_ports``)."""
     d = view.as_dict(with_values=False)
     shown = d["hot_port"] is not None
     hot = view.hot
@@ -70,43 +76,45 @@ def view_message(view: SourceView, mode: str = "full") -> ViewMessage:
         "gates": d["gates"],
         "failed": d["failed"],
         "columns": d["columns"],
-        "values": _int_rows(view.load_bytes) if shown else None,
+        "values": _int_rows(_rows_of(view.load_bytes, rows)) if shown else None,
         "hot_port": d["hot_port"],
         "hot_claim": hot_claims(hot) if shown and hot is not None else None,
     }
 
 
-def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
-    """What a client holding ``old`` needs to hold ``new``; None when nothing changed."""
+def view_delta(old: SourceView | None, new: SourceView, rows: list[int] | None = None) -> ViewMessage | None:
+    """What a client holding ``old`` needs to hold ``new``; None when nothing changed. ``rows``: the
+    port positions both carry (a change of rows is a whole view: ``delta_message``)."""
     old_shown = old is not None and old.verdict != "withhold" and old.load_bytes is not None
     new_shown = new.verdict != "withhold" and new.load_bytes is not None
     if old is None or old_shown != new_shown:
-        return view_message(new)
+        return view_message(new, rows=rows)
     judged = old.verdict != new.verdict or [g.as_dict() for g in old.gates] != [
         g.as_dict() for g in new.gates
     ]
     if not new_shown:
-        return view_message(new) if judged or old.columns != new.columns else None
+        return view_message(new, rows=rows) if judged or old.columns != new.columns else None
     where = {c: i for i, c in enumerate(old.columns)}
     if len(where) != len(old.columns):
-        return view_message(new)
+        return view_message(new, rows=rows)
     # columns that slid out of the window are named, not resent: the client drops them
     now = set(new.columns)
     dropped = [list(c) for c in old.columns if c not in now]
     idx = np.array([where.get(c, -1) for c in new.columns], dtype=np.int64)
     changed = idx < 0
     kept = np.flatnonzero(~changed)
-    if len(kept):
-        a, b = np.rint(old.load_bytes[idx[kept]]), np.rint(new.load_bytes[kept])
+    if len(kept):  # (on the rows sent: a change elsewhere is nothing the client holds)
+        a = np.rint(_rows_of(old.load_bytes[idx[kept]], rows))
+        b = np.rint(_rows_of(new.load_bytes[kept], rows))
         changed[kept] = np.any((a != b) & ~(np.isnan(a) & np.isnan(b)), axis=1)  # no data = no data
     claims = hot_claims(new.hot) if new.hot is not None else None
     if claims is not None:  # a column whose claim changed (e.g. ambiguous → claimed) goes too
         was = hot_claims(old.hot) if old.hot is not None else [None] * len(old.columns)
         changed[kept] |= np.array([was[idx[i]] != claims[i] for i in kept], dtype=bool)
-    rows = np.flatnonzero(changed)
-    if not len(rows) and not judged and not dropped:
+    changed_at = np.flatnonzero(changed)
+    if not len(changed_at) and not judged and not dropped:
         return None
-    part = new.load_bytes[rows]
+    part = _rows_of(new.load_bytes[changed_at], rows)
     out: ViewMessage = {
         "mode": "upsert",
         "source": new.source,
@@ -114,10 +122,11 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
         "verdict": new.verdict,
         "gates": [g.as_dict() for g in new.gates],
         "failed": [g.reason for g in failing(new.gates)],
-        "columns": [list(new.columns[i]) for i in rows],
+        "columns": [list(new.columns[i]) for i in changed_at],
         "values": _int_rows(part),
-        "hot_port": hot_ports(part) if part.size else [],
-        "hot_claim": [claims[i] for i in rows] if claims is not None else None,
+        # by port position, as in a whole view (the argmax over every port, not only the rows sent)
+        "hot_port": hot_ports(new.load_bytes[changed_at]) if len(changed_at) else [],
+        "hot_claim": [claims[i] for i in changed_at] if claims is not None else None,
     }
     if dropped:
         out["drop"] = dropped
@@ -125,6 +134,7 @@ def view_delta(old: SourceView | None, new: SourceView) -> ViewMessage | None:
 
 
 def snapshot_message(snap: PhaseSnapshot, seq: int, routing: Routing) -> Snapshot:
+    rows = snap.rows()
     return {
         "type": "snapshot",
         "protocol": PROTOCOL_VERSION,
@@ -133,23 +143,28 @@ def snapshot_message(snap: PhaseSnapshot, seq: int, routing: Routing) -> Snapsho
         "state": snap.state,
         "routing": routing.label(),
         "error": snap.error,
-        "meta": {**{k: v for k, v in snap.meta.items() if k != "run"}, "phases": list(PHASES)},
-        "views": {name: view_message(v) for name, v in snap.views.items()},
+        "meta": {**{k: v for k, v in snap.wire_meta(rows).items() if k != "run"}, "phases": list(PHASES)},
+        "views": {name: view_message(v, rows=rows) for name, v in snap.views.items()},
         "last": True,  # split_message sets it per part
     }
 
 
 def delta_message(old: PhaseSnapshot, new: PhaseSnapshot, seq: int) -> Delta | None:
-    """The difference between two snapshots of one run and routing; None when there is none."""
+    """The difference between two snapshots of one run and routing; None when there is none. When
+    the rows sent changed (another port became hot, at a fabric larger than the rows), every view
+    is sent whole over the new rows, with the new ``shown_ports`` and their labels."""
+    rows = new.rows()
+    moved = rows != old.rows()
     views: dict[str, ViewMessage] = {}
     for name, view in new.views.items():
-        d = view_delta(old.views.get(name), view)
+        d = view_message(view, rows=rows) if moved else view_delta(old.views.get(name), view, rows)
         if d is not None:
             views[name] = d
     out: Delta = {"type": "delta", "seq": seq}
     if views:
         out["views"] = views
-    meta = {k: v for k, v in new.meta.items() if k != "run" and old.meta.get(k) != v}
+    old_meta = old.wire_meta(old.rows())
+    meta = {k: v for k, v in new.wire_meta(rows).items() if k != "run" and old_meta.get(k) != v}
     if meta:
         out["meta"] = meta
     if new.state != old.state:

@@ -36,8 +36,10 @@ def phase_snapshot(
     return state.run_state(run, source, window).snapshot(run, routing)
 
 
-def fold_layers(view: dict[str, Any]) -> dict[str, Any]:
-    """Columns (step, layer, phase) → (layer, phase), summed over steps (for the folded heatmap)."""
+def fold_layers(view: dict[str, Any], rows: list[int] | None = None) -> dict[str, Any]:
+    """Columns (step, layer, phase) → (layer, phase), summed over steps (for the folded heatmap).
+    ``rows``: the port positions the values' rows are (``shown_ports``); ``hot_port`` names ports
+    by position, as the unfolded view does."""
     if view.get("values") is None or (view["columns"] and view["columns"][0][0] == -1):
         return view
     cols = [tuple(c[1:]) for c in view["columns"]]
@@ -50,10 +52,11 @@ def fold_layers(view: dict[str, Any]) -> dict[str, Any]:
     # a sum over steps one of which had no data for the port is not that port's sum: no data
     gaps = np.zeros(folded.shape, dtype=bool)
     np.logical_or.at(gaps, idx, missing)
+    best = np.where(gaps, -np.inf, folded).argmax(axis=1)
     return {
         **view,
         "columns": [[-1, *c] for c in uniq],
         "values": [[None if g else v for v, g in zip(row, gap, strict=True)]
                    for row, gap in zip(folded.tolist(), gaps.tolist(), strict=True)],
-        "hot_port": np.where(gaps, -np.inf, folded).argmax(axis=1).tolist(),
+        "hot_port": (np.asarray(rows)[best] if rows is not None else best).tolist(),
     }

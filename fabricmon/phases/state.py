@@ -43,6 +43,7 @@ from fabricmon.core.phases.layout import FabricLayout, place_ranks
 from fabricmon.core.phases.live_attribution import LiveAttribution
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
+from fabricmon.core.phases.rows import shown_ports
 from fabricmon.core.phases.timeline import grouped_median, instances
 from fabricmon.jobs import blocks, matrix_blobs
 from fabricmon.jobs.matrices import PAIRS_FROM_CELLS
@@ -70,6 +71,14 @@ COMPUTE_LOCK = threading.RLock()
 def default_window_steps() -> int:
     """How many of the run's newest reported steps the live views cover (settings)."""
     return max(1, min(MAX_WINDOW_STEPS, int(settings.FABRICMON_PHASE_WINDOW_STEPS)))
+
+
+MAX_ROWS_LIMIT = 4096  # rows a views.json answer may ask for (``max_ports``)
+
+
+def default_max_rows() -> int:
+    """How many ports the views send as rows at most (settings; core.phases.rows says which)."""
+    return max(1, min(MAX_ROWS_LIMIT, int(settings.FABRICMON_PHASE_MAX_PORTS)))
 
 
 def unknown_fabric(name: str) -> str:
@@ -101,10 +110,31 @@ class PhaseSnapshot:
     views: dict[str, SourceView]
     error: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def rows(self, max_rows: int | None = None) -> list[int] | None:
+        """The port positions sent as rows (``core.phases.rows``): those chosen when the views were
+        computed, or chosen again for another ``max_rows``; None when there are no views."""
+        if "ports" not in self.meta:
+            return None
+        if max_rows is None:
+            return self.meta.get("shown_ports")
+        return shown_ports(self.views.values(), len(self.meta["ports"]), max_rows).tolist()
+
+    def wire_meta(self, rows: list[int] | None) -> dict[str, Any]:
+        """``meta`` as sent: the row labels (``ports``) of the ``rows`` only, which ``shown_ports``
+        names; ``ports_total`` is the fabric's port count. The full labels stay in the snapshot
+        for the run's report and exports."""
+        if rows is None:
+            return dict(self.meta)
+        labels = self.meta["ports"]
+        return {**self.meta, "ports": [labels[p] for p in rows], "shown_ports": rows,
+                "ports_total": len(labels)}
+
+    def as_dict(self, max_rows: int | None = None) -> dict[str, Any]:
         if self.error is not None:
             return {"error": self.error, "views": {}}
-        return {**self.meta, "views": {name: v.as_dict() for name, v in self.views.items()}}
+        rows = self.rows(max_rows)
+        views = {name: v.as_dict(rows=rows) for name, v in self.views.items()}
+        return {**self.wire_meta(rows), "views": views}
 
 
 @dataclass(frozen=True)
@@ -437,6 +467,8 @@ class RunPhaseState:
             # shows these by default)
             "run_ports": _run_ports(nics, p_in, p_out),
             "window": self._window_meta(run, steps),
+            # the rows sent (every port up to FABRICMON_PHASE_MAX_PORTS, else the hot and busiest)
+            "shown_ports": shown_ports(views.values(), len(view.port_rows), default_max_rows()).tolist(),
         }
         return PhaseSnapshot(self.version, run.state, meta, views)
 

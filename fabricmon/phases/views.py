@@ -38,6 +38,20 @@ def _window(request: HttpRequest) -> StepWindow | None:
     return StepWindow.page(a, b)
 
 
+def _max_rows(request: HttpRequest) -> int | None:
+    """``max_ports``: how many ports the answer carries as rows (default: the setting)."""
+    raw = request.GET.get("max_ports", "")
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= state.MAX_ROWS_LIMIT:
+        raise ValueError(f"max_ports must be an integer from 1 to {state.MAX_ROWS_LIMIT} (got {raw!r})")
+    return n
+
+
 @access.logged_in
 def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.check_run(request.user, Run.objects.filter(pk=run_id).first())
@@ -56,14 +70,19 @@ def run_api(request: HttpRequest, run_id: int) -> HttpResponse:
         window = _window(request)
     except ValueError as exc:
         return JsonResponse({"error": str(exc), "field": "steps_from"}, status=400)
+    try:
+        max_rows = _max_rows(request)
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc), "field": "max_ports"}, status=400)
     snap, current_ns = refresher.recent_or_now(run, routing, window)
-    data = snap.as_dict()
+    data = snap.as_dict(max_rows)
     data["state"] = run.state  # the page keeps polling while the run is running
     # a watched run is answered from its last computed views while only counter frames are newer
     # (at most FABRICMON_PHASES_MAX_STALE_S): when those were last known current
     data["current_at_ns"] = current_ns
     if request.GET.get("fold") == "1":
-        data["views"] = {k: services.fold_layers(v) for k, v in data.get("views", {}).items()}
+        rows = data.get("shown_ports")
+        data["views"] = {k: services.fold_layers(v, rows) for k, v in data.get("views", {}).items()}
     return json_response(data)
 
 

@@ -75,6 +75,43 @@ def test_without_faults_every_gate_passes_and_views_carry_values(
     assert client.get(f"/phases/runs/{run.pk}/views.json?routing=bogus").status_code == 400
 
 
+def test_a_fabric_larger_than_the_rows_sends_each_columns_hot_port_then_the_busiest(
+    live_server, django_user_model, client, rec, settings
+) -> None:
+    """At 16,896 ports every port of a 16-step window was ~45 MB an answer (views.json p95 6.7 s in
+    the scale bench): above FABRICMON_PHASE_MAX_PORTS the rows are bounded, the rest named."""
+    settings.FABRICMON_PHASE_MAX_PORTS = 8
+    user = django_user_model.objects.create_user("owner-rows", password="pw")
+    client.force_login(user)
+    run = report(live_server, user, rec)
+    url = f"/phases/runs/{run.pk}/views.json"
+    n = len(rec.ports)
+    full = client.get(url, {"max_ports": 4096}).json()  # a fabric smaller than that: every port
+    assert full["shown_ports"] == list(range(n)) and full["ports_total"] == n > 8
+    data = client.get(url).json()
+    rows = data["shown_ports"]
+    assert len(rows) == len(data["ports"]) == 8 and rows == sorted(rows) and data["ports_total"] == n
+    assert data["ports"] == [full["ports"][p] for p in rows]
+    hot = set()
+    for source, view in data["views"].items():
+        whole = full["views"][source]
+        if view["values"] is None:
+            continue
+        assert view["values"] == [[col[p] for p in rows] for col in whole["values"]], source
+        assert view["hot_port"] == whole["hot_port"], source  # by position, over every port
+        hot |= {p for p in view["hot_port"] if p is not None}
+    # as many rows as distinct hot ports (+2): every one of them is a row
+    few = client.get(url, {"max_ports": len(hot) + 2}).json()
+    assert hot <= set(few["shown_ports"]) and len(few["shown_ports"]) == len(hot) + 2 < n
+    folded = client.get(url, {"fold": 1, "max_ports": len(hot) + 2}).json()["views"]["projected"]
+    whole_folded = client.get(url, {"fold": 1, "max_ports": 4096}).json()["views"]["projected"]
+    assert folded["hot_port"] == whole_folded["hot_port"]  # positions, not row numbers
+    for bad in ("0", "x", "5000"):
+        resp = client.get(url, {"max_ports": bad})
+        assert resp.status_code == 400 and resp.json()["field"] == "max_ports", bad
+        assert "from 1 to 4096" in resp.json()["error"]
+
+
 def test_each_fault_withholds_with_its_reason(live_server, django_user_model, client, rec) -> None:
     user = django_user_model.objects.create_user("owner2", password="pw")
     client.force_login(user)

@@ -60,6 +60,37 @@ def test_a_column_that_left_the_window_is_named_not_the_view_resent() -> None:
     assert d["drop"] == [list(COLS[0])]
 
 
+def test_rows_carry_only_the_ports_sent_and_a_change_of_rows_resends_every_view_whole() -> None:
+    """A fabric larger than FABRICMON_PHASE_MAX_PORTS sends some ports as rows (meta.shown_ports);
+    values follow them, hot ports stay named by position; new rows → every view whole, new labels."""
+    from fabricmon.phases.deltas import delta_message, snapshot_message
+    from fabricmon.phases.state import PXN, PhaseSnapshot
+
+    labels = [{"switch": "leaf", "port": f"Ethernet{p}"} for p in range(3)]
+
+    def snap(rows: list[int], values: np.ndarray) -> PhaseSnapshot:
+        return PhaseSnapshot(1, "running", {"run": 1, "ports": labels, "shown_ports": rows},
+                             {"projected": view(COLS, values)})
+
+    first = snapshot_message(snap([0, 1], VALS), 1, PXN)
+    assert first["meta"]["shown_ports"] == [0, 1] and first["meta"]["ports_total"] == 3
+    assert first["meta"]["ports"] == labels[:2]
+    assert first["views"]["projected"]["values"] == VALS[:, :2].astype(int).tolist()
+    assert first["views"]["projected"]["hot_port"] == [1, 0, 2]  # by position: port 2 is not a row
+    grown = VALS.copy()
+    grown[0, 0] = 4.0  # changed on a row sent: an upsert of that column, over the rows
+    d = delta_message(snap([0, 1], VALS), snap([0, 1], grown), 2)
+    assert d is not None and "meta" not in d
+    assert d["views"]["projected"]["mode"] == "upsert" and d["views"]["projected"]["values"] == [[4, 9]]
+    hidden = VALS.copy()
+    hidden[0, 2] = 8.0  # changed only on a port not sent: nothing the client holds
+    assert delta_message(snap([0, 1], VALS), snap([0, 1], hidden), 3) is None
+    moved = delta_message(snap([0, 1], VALS), snap([1, 2], VALS), 4)
+    assert moved is not None and moved["views"]["projected"]["mode"] == "full"
+    assert moved["views"]["projected"]["values"] == VALS[:, 1:].astype(int).tolist()
+    assert moved["meta"]["shown_ports"] == [1, 2] and moved["meta"]["ports"] == labels[1:]
+
+
 def test_no_data_travels_as_null_never_as_a_cast_integer() -> None:
     vals = VALS.astype(float).copy()
     vals[1, :] = np.nan  # a phase outside the counters' span

@@ -94,7 +94,9 @@ class SourceView:
     basis: str = ""
     hot: HotPorts | None = None
 
-    def as_dict(self, with_values: bool = True) -> dict[str, Any]:
+    def as_dict(self, with_values: bool = True, rows: list[int] | None = None) -> dict[str, Any]:
+        """JSON-ready. ``rows``: the port positions whose values are sent (``rows.shown_ports``,
+        sorted; None: every port); ``hot_port`` and the claims name ports by position either way."""
         load = self.load_bytes if self.verdict != "withhold" else None
         shown = load is not None
         return {
@@ -106,7 +108,8 @@ class SourceView:
             "failed": [g.reason for g in failing(self.gates)],
             "columns": [list(c) for c in self.columns],
             # whole bytes: a fraction of a byte means nothing, and integers are half the JSON
-            "values": json_rows(load, whole=True) if load is not None and with_values else None,
+            "values": (json_rows(load if rows is None or len(rows) == load.shape[1] else load[:, rows],
+                                 whole=True) if load is not None and with_values else None),
             "hot_port": hot_ports(load) if load is not None and load.size else None,
         }
 

@@ -93,7 +93,9 @@ export class PhaseViews {
 // sums of max(in, out) keep no direction: "dir" is null). The same sums as
 // fabricmon/phases/services.py fold_layers. Already folded views come back as they are.
 export const CLOSE_LEAD = 0.1;
-export function foldLayers(view) {
+// ``rows``: the port positions the values' rows are (meta.shown_ports); the folded view names its
+// hot ports by position, as the server's views do.
+export function foldLayers(view, rows = null) {
   if (!view || view.values === null || !view.columns.length || view.columns[0][0] === -1) return view;
   const keys = new Map();
   for (const c of view.columns) { const k = `${c[1]}/${c[2]}`; if (!keys.has(k)) keys.set(k, [c[1], c[2]]); }
@@ -102,7 +104,9 @@ export function foldLayers(view) {
   const nPorts = view.values[0]?.length ?? 0;
   const sums = uniq.map(() => new Float64Array(nPorts));
   view.columns.forEach((c, i) => { const s = sums[at.get(`${c[1]}/${c[2]}`)], row = view.values[i]; for (let p = 0; p < nPorts; p++) s[p] += row[p] ?? 0; });
-  const claims = sums.map(marginClaim);
+  const pos = (i) => (rows ? rows[i] : i);
+  const claims = sums.map(marginClaim).map((c) => ({ ...c, port: c.port === null ? null : pos(c.port), top: pos(c.top),
+    runner_up: pos(c.runner_up), tied: c.tied.map(pos) }));
   return { ...view, columns: uniq.map((u) => [-1, ...u]), values: sums.map((s) => Array.from(s)),
     hot_port: claims.map((c) => c.top), hot_claim: claims };
 }

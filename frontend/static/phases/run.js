@@ -9,7 +9,7 @@ const RUN_ID = $("phases").dataset.run;
 // a slow tab gets one coalesced delta, not a queue. Source and fold are local; routing re-subscribes.
 const held = new PhaseViews();
 const live = { ws: null, retries: 0, timer: null, updates: 0, bytes: 0 };
-window.fabricmon = { held, live, portLabel: (p) => portLabel(held.meta.ports[p]) };
+window.fabricmon = { held, live, portLabel: (p) => portLabel(held.meta.ports[rowIndex(held.meta).get(p)]) };
 function connect() {
   clearTimeout(live.timer);
   if (live.ws || document.hidden) return;
@@ -112,10 +112,21 @@ function claimText(c, label) {
   return `${what}${dir}<br>lead over ${label(c.runner_up)}: ${lead} · ${conf}`;
 }
 
+// The rows the server sent: port positions (meta.shown_ports), every port of a fabric up to
+// FABRICMON_PHASE_MAX_PORTS, else each column's hot port and then the busiest (core/phases/rows.py);
+// meta.ports labels them in that order. Ports are named by position everywhere else (hot_port,
+// claims, run_ports): rowIndex maps a position to its row.
+export function shownPorts(meta) {
+  return meta.shown_ports ?? [...Array(meta.ports?.length ?? 0).keys()];
+}
+export function rowIndex(meta) {
+  return new Map(shownPorts(meta).map((p, i) => [p, i]));
+}
 export function visiblePorts(meta, which) {
-  const n = meta.ports?.length ?? 0;
-  if (which === "all" || !meta.run_ports?.length) return [...Array(n).keys()];
-  return meta.run_ports.filter((p) => p < n);
+  const sent = shownPorts(meta);
+  if (which === "all" || !meta.run_ports?.length) return sent;
+  const row = rowIndex(meta);
+  return meta.run_ports.filter((p) => row.has(p));
 }
 
 function draw() {
@@ -129,16 +140,17 @@ function draw() {
     banner.textContent = `${src} view withheld: ${view.failed.join("; ")}`; banner.className = "withhold";
     blank(); $("hotinfo").textContent = ""; return;
   }
-  if ($("fold").value === "1") view = foldLayers(view);
+  const row = rowIndex(held.meta);
+  if ($("fold").value === "1") view = foldLayers(view, shownPorts(held.meta));
   banner.textContent = view.verdict === "flag" ? `${src} (flagged): ${view.failed.join("; ")}` : `${src} — all gates pass`;
   banner.className = view.verdict;
   const ports = held.meta.ports;
-  const label = (p) => (ports[p] ? portLabel(ports[p]) : `port #${p}`);
+  const label = (p) => (row.has(p) ? portLabel(ports[row.get(p)]) : `port #${p}`);
   const shown = visiblePorts(held.meta, $("ports").value);
   const rowOf = new Map(shown.map((p, i) => [p, i]));
   const rows = shown.map(label);
   const cols = view.columns.map(columnLabel);
-  const z = shown.map((p) => view.values.map((col) => col[p]));
+  const z = shown.map((p) => view.values.map((col) => col[row.get(p)]));
   const claims = view.hot_claim ?? view.hot_port.map(() => null);
   const hot = [], amb = [], outside = new Set();
   claims.forEach((c, i) => {
@@ -160,8 +172,11 @@ function draw() {
     { type: "scatter", mode: "markers", x: amb.map((h) => h.x), y: amb.map((h) => h.y), name: "ambiguous (no hot port claimed)",
       text: amb.map((h) => h.text), hoverinfo: "text", marker: { symbol: "circle-open", color: "#9ad", size: 11, line: { width: 2 } } },
   ];
+  const total = held.meta.ports_total ?? ports.length;
+  const bounded = shownPorts(held.meta).length < total
+    ? ` (${shownPorts(held.meta).length} of ${total} sent: each column's hot port, then the busiest)` : "";
   const title = `${src[0].toUpperCase()}${src.slice(1)} bytes per port and phase · routing ${held.routing}` +
-    ($("ports").value === "all" ? " · all ports" : ` · the run's ${shown.length} ports`);
+    ($("ports").value === "all" ? ` · all ports${bounded}` : ` · the run's ${shown.length} ports${bounded}`);
   const height = Math.max(380, rows.length * ROW_PX + 230);
   Plotly.react("heatmap", traces, {
     title: { text: title }, height,
