@@ -96,6 +96,27 @@ is not scored as a migration) or that came 3-4 s late. With --report-every-steps
 took the box ~50 s and the twin's streams went stale meanwhile (recall 0.57), web CPU rose to 21.9
 us per port-second and views.json's p95 to 6.7 s.
 
+2026-12-05 (quiet box; an episode opened by a hop starts where the hotspot came from, so the hop
+is one of its steps; Redis' bound follows the live window and memory growth is judged once it is
+full; the phase views send at most 512 ports as rows). 16 minutes, --report-every-steps 64:
+
+    BENCH scale ports=16896 collector=gnmi minutes=16.0 lost_ticks=0 no_data_ticks=3
+    frame_lag_s_max=2.49 twin_tick_hz=8.97 twin_job_share=1.0 pixel_p95_ms=386.0
+    cpu_us_per_port_s_twin=46.15 cpu_us_per_port_s_detection=3.6 cpu_us_per_port_s_web=5.97
+    cpu_us_per_port_s_redis=3.77 cpu_us_per_port_s_other=1.28 cpu_us_per_port_s_framing=1.73
+    cpu_us_per_port_s_collection=41.59 box_share=0.879 peak_rss_mb_twin=1586 peak_rss_mb_worker=1116
+    peak_rss_mb_evaluation=356 peak_rss_mb_delivery=232 peak_rss_mb_beat=141 peak_rss_mb_web=536
+    peak_rss_mb_redis=630
+
+Moving incast recall 0.81 (21 of 26), precision 0.84 (21 of 25), no false alert; every page under
+1 s at p95; Redis 615 MB (bound 769), no growth after the window filled (judged from 634 s). The
+first moving-incast alert came 10.2 s after the twin's first migration: that hop (48.9 s, 8 s after
+the product's first incast) was seen 5 s late. A 12-minute run of the same code before the memory
+scorer change: recall 0.87 (20 of 23), precision 0.95 (20 of 21), first alert 0.5 s. With
+--report-every-steps 16: views.json's p95 387 ms (6.7 s before the row bound), but while the box
+posts a block (64 phases × 5,632 ranks' events, each with its 256 peers) the twin and collection go
+short: recall 0.70, precision 0.59, port.json p95 1.15 s, web CPU 19.2 us per port-second.
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
 
