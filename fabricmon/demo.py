@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -235,6 +236,25 @@ def wait_for_file(path: Path, sup: Supervisor, who: str, timeout_s: float = 60) 
         time.sleep(0.2)
 
 
+def wait_for_web(url: str, sup: Supervisor, timeout_s: float = 120) -> None:
+    """Until the web server answers its login page: the banner printed as soon as the processes
+    started sent a newcomer who clicked its link at once to "connection refused" for a few seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/accounts/login/", timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            pass
+        if "web" in sup.dead():
+            raise SystemExit(f"demo: web exited early:\n{sup.tail('web')}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: web did not answer {url} within {timeout_s:.0f}s:\n{sup.tail('web')}")
+        time.sleep(0.25)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.splitlines()[0])
     add_stack_args(parser)
@@ -383,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sup.env["REDIS_URL"] = start_redis(sup, var_dir)
         stack = start_stack(sup, var_dir, args)
+        wait_for_web(stack.web_url, sup)
         print(BANNER.format(port=stack.values["web_port"], password=stack.password, log_dir=sup.log_dir,
                             var_dir=var_dir))
         return watch(sup, sup.env, args, stack.fabric)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,34 @@ def test_demo_starts_everything_and_frames_flow(tmp_path: Path, redis_url: str) 
     events, ranks, tags = found.groups()
     assert int(events) >= int(m.group(3)) > 0 and int(ranks) == 16, counted.stdout + counted.stderr
     assert "twin" in tags and "routing=pxn" in tags
+
+
+def test_the_dashboard_answers_when_the_banner_says_it_runs(tmp_path: Path, redis_url: str) -> None:
+    """A newcomer clicks the banner's link at once: before, it was printed as soon as the processes
+    started, and the login page refused connections for the seconds the web server took to bind."""
+    port = free_port()
+    env = dict(os.environ)
+    env.update(FABRICMON_VAR_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+               REDIS_URL=redis_url, FABRICMON_PORT=str(port))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricmon.demo", "--servers", "4", "--gpus-per-server", "4", "--spines", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "Dashboard" in line:
+                url = re.search(r"(http://127\.0\.0\.1:\d+)/", line).group(1)  # type: ignore[union-attr]
+                with urllib.request.urlopen(f"{url}/accounts/login/", timeout=10) as resp:
+                    assert resp.status == 200
+                break
+        else:
+            raise AssertionError("".join(seen))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
 
 
 COUNT_SNIPPET = (
