@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from collectors.traces.schema import PHASES
-from fabricmon.core.phases.assess import SourceView, hot_ports, json_rows
+from fabricmon.core.phases.assess import SourceView, hot_ports, json_rows, take_rows
 from fabricmon.core.phases.gates import failing
 from fabricmon.core.phases.routing import Routing
 from fabricmon.phases.messages import PROTOCOL_VERSION, Delta, Snapshot, ViewMessage
@@ -58,11 +58,6 @@ def hot_claims(hot: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _rows_of(load: Any, rows: list[int] | None) -> Any:
-    """The values of the rows sent (rows are sorted and unique: as many as ports is every port)."""
-    return load if rows is None or len(rows) == load.shape[1] else load[:, rows]
-
-
 def view_message(view: SourceView, mode: str = "full", rows: list[int] | None = None) -> ViewMessage:
     """A view whole; ``rows``: the port positions its values carry (the snapshot's ``shown_ports``)."""
     d = view.as_dict(with_values=False)
@@ -76,7 +71,7 @@ def view_message(view: SourceView, mode: str = "full", rows: list[int] | None = 
         "gates": d["gates"],
         "failed": d["failed"],
         "columns": d["columns"],
-        "values": _int_rows(_rows_of(view.load_bytes, rows)) if shown else None,
+        "values": _int_rows(take_rows(view.load_bytes, rows)) if shown else None,
         "hot_port": d["hot_port"],
         "hot_claim": hot_claims(hot) if shown and hot is not None else None,
     }
@@ -104,8 +99,8 @@ def view_delta(old: SourceView | None, new: SourceView, rows: list[int] | None =
     changed = idx < 0
     kept = np.flatnonzero(~changed)
     if len(kept):  # (on the rows sent: a change elsewhere is nothing the client holds)
-        a = np.rint(_rows_of(old.load_bytes[idx[kept]], rows))
-        b = np.rint(_rows_of(new.load_bytes[kept], rows))
+        a = np.rint(take_rows(old.load_bytes[idx[kept]], rows))
+        b = np.rint(take_rows(new.load_bytes[kept], rows))
         changed[kept] = np.any((a != b) & ~(np.isnan(a) & np.isnan(b)), axis=1)  # no data = no data
     claims = hot_claims(new.hot) if new.hot is not None else None
     if claims is not None:  # a column whose claim changed (e.g. ambiguous → claimed) goes too
@@ -114,7 +109,7 @@ def view_delta(old: SourceView | None, new: SourceView, rows: list[int] | None =
     changed_at = np.flatnonzero(changed)
     if not len(changed_at) and not judged and not dropped:
         return None
-    part = _rows_of(new.load_bytes[changed_at], rows)
+    part = take_rows(new.load_bytes[changed_at], rows)
     out: ViewMessage = {
         "mode": "upsert",
         "source": new.source,
@@ -153,8 +148,8 @@ def delta_message(old: PhaseSnapshot, new: PhaseSnapshot, seq: int) -> Delta | N
     """The difference between two snapshots of one run and routing; None when there is none. When
     the rows sent changed (another port became hot, at a fabric larger than the rows), every view
     is sent whole over the new rows, with the new ``shown_ports`` and their labels."""
-    rows = new.rows()
-    moved = rows != old.rows()
+    rows, old_rows = new.rows(), old.rows()
+    moved = rows != old_rows
     views: dict[str, ViewMessage] = {}
     for name, view in new.views.items():
         d = view_message(view, rows=rows) if moved else view_delta(old.views.get(name), view, rows)
@@ -163,7 +158,7 @@ def delta_message(old: PhaseSnapshot, new: PhaseSnapshot, seq: int) -> Delta | N
     out: Delta = {"type": "delta", "seq": seq}
     if views:
         out["views"] = views
-    old_meta = old.wire_meta(old.rows())
+    old_meta = old.wire_meta(old_rows)
     meta = {k: v for k, v in new.wire_meta(rows).items() if k != "run" and old_meta.get(k) != v}
     if meta:
         out["meta"] = meta

@@ -108,10 +108,16 @@ class SourceView:
             "failed": [g.reason for g in failing(self.gates)],
             "columns": [list(c) for c in self.columns],
             # whole bytes: a fraction of a byte means nothing, and integers are half the JSON
-            "values": (json_rows(load if rows is None or len(rows) == load.shape[1] else load[:, rows],
-                                 whole=True) if load is not None and with_values else None),
+            "values": (json_rows(take_rows(load, rows), whole=True)
+                       if load is not None and with_values else None),
             "hot_port": hot_ports(load) if load is not None and load.size else None,
         }
+
+
+def take_rows(load: FloatArray, rows: list[int] | None) -> FloatArray:
+    """The ports ``rows`` names of (columns, ports) values (``rows.shown_ports``: sorted and unique,
+    so as many as there are ports is every port, not copied); None: every port."""
+    return load if rows is None or len(rows) == load.shape[1] else load[:, rows]
 
 
 def json_rows(a: npt.ArrayLike, *, whole: bool = False) -> list[list[float | int | None]]:
