@@ -209,7 +209,6 @@ class _Movement:
     moving: bool
     leaf_jump: bool
     rail_jump: bool
-    from_ports: IntArray  # H(w−1) when it migrated, else empty
 
 
 def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -> tuple[float, IntArray]:
@@ -262,8 +261,7 @@ def _movement(
         hot_ts_ns=state.hot_ts_ns if carrying else ts_ns,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
-    came_from = (prev_idx if migrated else np.zeros(0)).astype(np.int64)
-    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump, came_from)
+    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
 
 
 def _down_switches(
@@ -323,8 +321,7 @@ def detect_window(
     mv = _movement(hs, geo, state, cfg, ts_ns)
     if not has_data:  # a blind window: what was hot stays the last hot set, nothing moved or ended
         mv = replace(mv, state=replace(state, windows_since_migration=state.windows_since_migration + 1),
-                     migrated=False, moving=False, leaf_jump=False, rail_jump=False,
-                     from_ports=np.zeros(0, np.int64))
+                     migrated=False, moving=False, leaf_jump=False, rail_jump=False)
     down, no_data = _down_switches(hs.load, geo, state, cfg)
     carried = replace(mv.state, no_data=no_data)
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
@@ -357,7 +354,8 @@ def detect_window(
         pressure_known=hs.pressure_known,
         has_data=has_data,
         blind_windows=0 if has_data or not len(no_data) else int(no_data.min()),
-        from_ports=mv.from_ports,
+        # where it migrated from: the hot set the move was judged against (``state.prev_hot``)
+        from_ports=np.flatnonzero(state.prev_hot).astype(np.int64) if mv.migrated else np.zeros(0, np.int64),
         from_ts_ns=state.hot_ts_ns if mv.migrated else 0,
     )
     return carried, findings
