@@ -226,33 +226,36 @@ def start_redis(sup: Supervisor, var_dir: Path) -> str:
     raise SystemExit(f"demo: the bundled redis-server did not start:\n{sup.tail('redis')}")
 
 
-def wait_for_file(path: Path, sup: Supervisor, who: str, timeout_s: float = 60) -> None:
+def wait_for(ready: Callable[[], bool], sup: Supervisor, who: str, what: str, timeout_s: float) -> None:
+    """Until ``ready()``; the demo ends naming ``who`` (and its log) when it exits first or did not
+    ``what`` within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
+    while not ready():
         if who in sup.dead():
             raise SystemExit(f"demo: {who} exited early:\n{sup.tail(who)}")
         if time.monotonic() > deadline:
-            raise SystemExit(f"demo: {who} did not write {path} within {timeout_s:.0f}s:\n{sup.tail(who)}")
+            raise SystemExit(f"demo: {who} did not {what} within {timeout_s:.0f}s:\n{sup.tail(who)}")
         time.sleep(0.2)
+
+
+def wait_for_file(path: Path, sup: Supervisor, who: str, timeout_s: float = 60) -> None:
+    wait_for(path.exists, sup, who, f"write {path}", timeout_s)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except OSError:
+        return False
 
 
 def wait_for_web(url: str, sup: Supervisor, timeout_s: float = 120) -> None:
     """Until the web server answers its login page: the banner printed as soon as the processes
     started sent a newcomer who clicked its link at once to "connection refused" for a few seconds."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/accounts/login/", timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except OSError:
-            pass
-        if "web" in sup.dead():
-            raise SystemExit(f"demo: web exited early:\n{sup.tail('web')}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"demo: web did not answer {url} within {timeout_s:.0f}s:\n{sup.tail('web')}")
-        time.sleep(0.25)
+    wait_for(lambda: _answers(f"{url}/accounts/login/"), sup, "web", f"answer {url}", timeout_s)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
