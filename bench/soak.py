@@ -632,6 +632,7 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
         rec.notes.append(f"memory growth not judged: the processes' working set is only reached at "
                          f"{growth_from:.0f} s (the live window full), {end:.0f} s ran; run longer")
     rss_mid = {n: rss_at(s, growth_from) for n, s in rec.rss.items()}
+    bounds = soak.memory_bounds()
     pages = {k: p95(v) for k, v in rec.pages.items()}
     bad_status = {k: [s for s in v if s != 200] for k, v in rec.page_status.items()
                   if any(s != 200 for s in v)}
@@ -651,7 +652,7 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
         "mem_mb_5min": {k: round(v) for k, v in rss5.items()},  # PSS of each process tree
         "mem_mb_end": {k: round(v) for k, v in rss_end.items()},
         "mem_growth_from_s": round(growth_from) if judge_growth else None,
-        "mem_bound_mb": {k: round(v) for k, v in soak.memory_bounds().items()},
+        "mem_bound_mb": {k: round(v) for k, v in bounds.items()},
         "redis_mb": round(redis_end[1], 1), "window_mb": round(redis_end[2], 1),
         "db_mb_5min": round(db5, 1), "db_mb_end": round(db_end, 1), "db_mb_bound": round(db_bound),
         "db_mb_per_h": round(db_growth_h, 1),
@@ -680,7 +681,6 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
                         f"({named_share:.2f} < {args.min_named})")
     if false:
         problems.append(f"{len(false)} incast alerts fired in balanced stretches: {false[:3]}")
-    bounds = soak.memory_bounds()
     for name, mb in rss_end.items():
         if mb > bounds.get(name, 1000):
             problems.append(f"{name} memory {mb:.0f} MB > {bounds.get(name, 1000):.0f} MB (PSS)")
