@@ -18,20 +18,31 @@ from datetime import UTC, datetime
 
 import numpy as np
 import redis
+from django.conf import settings
 from redis.lock import Lock
 
 from fabricmon.alerts import services
 from fabricmon.base import keys
 from fabricmon.base.connections import connect
+from fabricmon.core.detection.down import CollectionGroups
 from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.window import MovingState, detect_window
 from fabricmon.telemetry import live_window
-from fabricmon.topology.fabric_view import fabric_view
+from fabricmon.telemetry.shards import plan_shards
+from fabricmon.topology.fabric_view import FabricView, fabric_view
 from fabricmon.topology.models import Fabric
 
 log = logging.getLogger(__name__)
 def geometry(fabric: str) -> FabricGeometry:
     return fabric_view(fabric).geometry
+
+
+def collection_groups(view: FabricView) -> CollectionGroups:
+    """The fabric's switches as its collectors poll them, one group per shard: a stalled collector
+    silences its shard together, and that is one ``target_down`` (``detection.down``)."""
+    shards = plan_shards([view.spec], settings.FABRICMON_SHARD_SIZE)
+    return CollectionGroups.from_members(view.geometry.index.switch_names,
+                                         {s.shard_id: s.switches for s in shards})
 
 
 def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState:
@@ -47,8 +58,11 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     hot[saved["hot"]] = True
     dwell[saved["hot"]] = saved["dwell"]
     no_data = np.asarray(saved["nodata"], dtype=np.int64) if "nodata" in saved else None
+    rolled = np.zeros(int(saved.get("groups", 0)), np.bool_)
+    rolled[saved.get("rolled", [])] = True
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
-                       no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)))
+                       no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)),
+                       down_groups_rolled=rolled, down_fabric_rolled=bool(saved.get("fabric_rolled", False)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -67,6 +81,9 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "nodata": s.no_data.tolist() if s.no_data is not None else [],
                 "gap": s.gap,
                 "hot_ts": s.hot_ts_ns,
+                "groups": len(groups) if (groups := s.down_groups_rolled) is not None else 0,
+                "rolled": np.flatnonzero(groups).tolist() if groups is not None else [],
+                "fabric_rolled": s.down_fabric_rolled,
             }
         ),
     )
@@ -106,7 +123,8 @@ def evaluate_fabric(fabric: str, r: redis.Redis | None = None, *, max_frames: in
 
 
 def _evaluate_locked(fabric: str, r: redis.Redis, lock: Lock, max_frames: int) -> int:
-    geo = geometry(fabric)
+    view = fabric_view(fabric)
+    geo, groups = view.geometry, collection_groups(view)
     cfg = services.detect_config(fabric)
     cursor = r.get(keys.alerts_cursor(fabric)) or b"-"
     state = _load_state(r, fabric, geo)
@@ -123,7 +141,8 @@ def _evaluate_locked(fabric: str, r: redis.Redis, lock: Lock, max_frames: int) -
             )
             continue
         lock.reacquire()  # LockNotOwnedError if it expired: another run owns the cursor now
-        state, found = detect_window(frame.metrics, geo, state, cfg, ts_ns=frame.ts_ns)
+        state, found = detect_window(frame.metrics, geo, state, cfg, ts_ns=frame.ts_ns,
+                                     collection_groups=groups)
         services.record_window(fabric, found, geo, now=datetime.fromtimestamp(frame.ts_ns / 1e9, tz=UTC))
         done += 1
     if done or cursor != b"-":

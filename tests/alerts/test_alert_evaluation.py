@@ -107,3 +107,38 @@ def test_redis_gone_is_one_line_and_the_next_beat_goes_on(fabric_name, settings,
         assert evaluate_all() == 0
     said = [r.getMessage() for r in caplog.records]
     assert any(fabric_name in m and "Redis unreachable" in m for m in said), said
+
+
+def test_a_stalled_collector_shard_is_one_target_down_across_beats(redis_client, fabric_name, settings) -> None:
+    """The shards detection groups by are the collectors' own (``FABRICMON_SHARD_SIZE``), and a
+    roll-up's hold survives between beats (the Redis state): a shard whose switches come back
+    staggered stays one alert across evaluations, never per-switch alerts for the stragglers."""
+    from tests.topologies import one_su_256_gpus
+
+    settings.FABRICMON_SHARD_SIZE = 4  # shard :1 is leaf-r4 … leaf-r7
+    topology.import_fabric(one_su_256_gpus(fabric_name))
+    geo = geometry(fabric_name)
+    names = geo.index.switch_names
+    t = iter(range(1000))
+
+    def push(silent: list[str], windows: int) -> None:
+        for _ in range(windows):
+            util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+            util[np.isin(geo.index.switch_of, [names.index(n) for n in silent])] = np.nan
+            live_window.append(redis_client, Frame(fabric_name, geo.index.version, T0_NS + next(t) * 10**9,
+                                                   1.0, {"util": util}), max_frames=100)
+        assert evaluate_fabric(fabric_name, redis_client) == windows  # one beat
+
+    def down() -> list[tuple[str, str]]:
+        return sorted(Alert.objects.filter(fabric=fabric_name, kind="target_down")
+                      .values_list("key", "state"))
+
+    try:
+        push(["leaf-r4", "leaf-r5", "leaf-r6", "leaf-r7"], 6)
+        assert down() == [(f"shard {fabric_name}:1", "firing")]
+        push(["leaf-r4", "leaf-r5"], 4)  # two back; two still silent: the same stall, held
+        assert down() == [(f"shard {fabric_name}:1", "firing")]
+        push([], 12)  # all back: it resolves after keep_firing
+        assert down() == [(f"shard {fabric_name}:1", "resolved")]
+    finally:
+        redis_client.delete(keys.frames(fabric_name), keys.alerts_cursor(fabric_name), keys.alerts_state(fabric_name))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fabricmon.core.detection.down import FABRIC_KEY, uncovered
 from fabricmon.core.detection.geometry import FabricGeometry
 from fabricmon.core.detection.window import WindowFindings
 
@@ -159,13 +160,21 @@ def _switch_conditions(findings: WindowFindings, geo: FabricGeometry) -> list[Co
 
 
 def _targets_down(findings: WindowFindings, names: tuple[str, ...]) -> list[Condition]:
-    """One alert per switch without data — or, when most of the fabric went silent at once, one for
-    the fabric: a stalled collection path, which per-switch alerts would repeat once per switch."""
-    down = [names[s] for s in findings.down_switches]
-    if not findings.down_rolled_up:
-        return [Condition("target_down", name, f"{name}: no data") for name in down]
-    shown = ", ".join(down[:4]) + (f" and {len(down) - 4} more" if len(down) > 4 else "")
-    summary = (f"{len(down)} of {len(names)} switches without data at once ({shown}): the collection "
-               "path stalled (collectors, their host or the management network), not each switch")
-    return [Condition("target_down", "fabric", summary, value=float(len(down)),
-                      details={"switches_down": len(down), "switches": len(names), "first": down[:16]})]
+    """One alert per switch without data — except switches silenced together (most of the fabric,
+    or most of one collector's shard): one alert for each such stall, which per-switch alerts would
+    repeat once per switch."""
+    out = [Condition("target_down", names[s], f"{names[s]}: no data")
+           for s in uncovered(findings.down_switches, findings.down_rollups)]
+    for r in findings.down_rollups:
+        down = [names[s] for s in r.down]
+        shown = ", ".join(down[:4]) + (f" and {len(down) - 4} more" if len(down) > 4 else "")
+        if r.key == FABRIC_KEY:
+            scope = f"{len(down)} of {r.total} switches"
+            why = "the collection path stalled (collectors, their host or the management network)"
+        else:
+            scope = f"{len(down)} of the {r.total} switches of {r.key}"
+            why = "the collector polling that shard stalled (its worker, its host or its path to them)"
+        summary = f"{scope} without data at once ({shown}): {why}, not each switch"
+        out.append(Condition("target_down", r.key, summary, value=float(len(down)),
+                             details={"switches_down": len(down), "switches": r.total, "first": down[:16]}))
+    return out

@@ -47,7 +47,13 @@ class DetectConfig:
     # network — not that many switch outages: one fabric-wide target_down instead of one per switch
     # (Alertmanager would inhibit the per-target alerts with it). At 16,896 ports a saturated box
     # stalled every gNMI stream for ~3 s and raised 184 alerts saying the same thing.
+    # The same within one collection group (a collector shard): its switches share one poll loop,
+    # and at 16,896 ports stalls of a shard or three (30–50 % of the fabric, staggered) raised 37–50.
     down_rollup_fraction: float = 0.5
+    # A roll-up, once started, holds while more than this share is still down (hysteresis): the
+    # switches of a stalled shard come back over a few staggered seconds, and the last few are part
+    # of the same stall, not outages of their own.
+    down_rollup_hold_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         problems = [
@@ -57,6 +63,9 @@ class DetectConfig:
         ]
         if not 0.0 <= self.down_rollup_fraction <= 1.0:
             problems.append(f"down_rollup_fraction must be within [0, 1] (got {self.down_rollup_fraction})")
+        if not 0.0 <= self.down_rollup_hold_fraction <= self.down_rollup_fraction:
+            problems.append("down_rollup_hold_fraction must be within [0, down_rollup_fraction] "
+                            f"(got {self.down_rollup_hold_fraction})")
         if not 0.0 <= self.jaccard_max <= 1.0:
             problems.append(f"jaccard_max must be within [0, 1] (got {self.jaccard_max})")
         if self.top_m < 1 or self.moving_hold_windows < 1 or self.down_windows < 1:

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.down import CollectionGroups, DownRollup, down_switches, roll_up
 from fabricmon.core.detection.geometry import FabricGeometry
 
 FloatArray = npt.NDArray[np.float32]
@@ -56,6 +57,9 @@ class MovingState:
     # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
     gap: int = 0
     hot_ts_ns: int = 0  # the window ``prev_hot`` was seen in (where a migration came from, and when)
+    # the target_down roll-ups held (per collection group; the fabric's), for their hysteresis
+    down_groups_rolled: BoolArray | None = None
+    down_fabric_rolled: bool = False
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -85,9 +89,9 @@ class WindowFindings:
     rail_violation_ports: IntArray
     down_switches: IntArray
     migrations: int = 0
-    # most of the fabric's switches down at once (``DetectConfig.down_rollup_fraction``): the alert
-    # is one stall of the collection path, not one outage per switch
-    down_rolled_up: bool = False
+    # switches silenced together — most of the fabric, or most of a collection group (shard) — are
+    # one stall of the collection path each, not one outage per switch (``detection.down``)
+    down_rollups: tuple[DownRollup, ...] = ()
     # the hot ports had queue telemetry (watermark, ECN or PFC): False when incast was judged by
     # load and fan-in alone (an SNMP-only switch or tick), which the alerts say as lower confidence
     pressure_known: bool = True
@@ -264,23 +268,6 @@ def _movement(
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
 
 
-def _down_switches(
-    load: FloatArray, geo: FabricGeometry, state: MovingState, cfg: DetectConfig
-) -> tuple[IntArray, IntArray]:
-    """Switches without data on any port for ``cfg.down_windows`` windows in a row, and the carried
-    per-switch count of consecutive windows without data."""
-    n_sw = len(geo.index.switch_names)
-    has_data = np.bincount(geo.index.switch_of, weights=np.isfinite(load), minlength=n_sw) > 0
-    known = state.no_data is not None and len(state.no_data) == n_sw
-    before = state.no_data if known and state.no_data is not None else np.zeros(n_sw, np.int64)
-    no_data = np.where(has_data, 0, before + 1).astype(np.int64)
-    return np.flatnonzero(no_data >= cfg.down_windows).astype(np.int64), no_data
-
-
-def _rolled_up(n_down: int, n_switches: int, cfg: DetectConfig) -> bool:
-    return n_down >= 2 and n_down > cfg.down_rollup_fraction * n_switches
-
-
 def _rail_violations(
     load: FloatArray, geo: FabricGeometry, cfg: DetectConfig, rail_confined_switch: BoolArray | None
 ) -> IntArray:
@@ -309,12 +296,15 @@ def detect_window(
     ts_ns: int = 0,
     fan_in: FloatArray | None = None,
     rail_confined_switch: BoolArray | None = None,
+    collection_groups: CollectionGroups | None = None,
 ) -> tuple[MovingState, WindowFindings]:
     """One window: returns the carried state for the next window and what was found.
 
     ``fan_in`` is per port (senders above ε of the port's bytes; from the run's projected traffic
     matrix), NaN or absent when unknown. ``rail_confined_switch`` marks leaves (by switch id) whose
     traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
+    ``collection_groups`` says which switches one collector polls together (its shard), so that a
+    stalled collector is one ``target_down``, not one per switch.
     """
     hs = _hot_set(metrics, geo, cfg, fan_in)
     has_data = bool(np.isfinite(hs.load).any())
@@ -322,8 +312,14 @@ def detect_window(
     if not has_data:  # a blind window: what was hot stays the last hot set, nothing moved or ended
         mv = replace(mv, state=replace(state, windows_since_migration=state.windows_since_migration + 1),
                      migrated=False, moving=False, leaf_jump=False, rail_jump=False)
-    down, no_data = _down_switches(hs.load, geo, state, cfg)
-    carried = replace(mv.state, no_data=no_data)
+    n_sw = len(geo.index.switch_names)
+    down, no_data = down_switches(hs.load, geo.index.switch_of, n_sw, state.no_data, cfg)
+    rollups, groups_rolled, fabric_rolled = roll_up(
+        down, n_sw, collection_groups, cfg,
+        was_groups=state.down_groups_rolled, was_fabric=state.down_fabric_rolled,
+    )
+    carried = replace(mv.state, no_data=no_data,
+                      down_groups_rolled=groups_rolled, down_fabric_rolled=fabric_rolled)
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
     hot_idx = hs.idx
     findings = WindowFindings(
@@ -349,7 +345,7 @@ def detect_window(
         ecmp_ratio=ecmp_ratio,
         rail_violation_ports=_rail_violations(hs.load, geo, cfg, rail_confined_switch),
         down_switches=down,
-        down_rolled_up=_rolled_up(len(down), len(geo.index.switch_names), cfg),
+        down_rollups=rollups,
         migrations=carried.migrations,
         pressure_known=hs.pressure_known,
         has_data=has_data,
