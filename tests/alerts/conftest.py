@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -19,16 +18,7 @@ from pathlib import Path
 
 import pytest
 
-CONNECTS: list[tuple[str, int]] = []
-
-
-def _audit(event: str, args: tuple) -> None:
-    # Every socket.connect in this process, as the interpreter sees it: proof of "no connection".
-    if event == "socket.connect" and isinstance(args[1], tuple) and len(args[1]) >= 2:
-        CONNECTS.append((str(args[1][0]), int(args[1][1])))
-
-
-sys.addaudithook(_audit)
+from tests.alerts.connects import CONNECTS  # noqa: F401  (installs the audit hook for every test here)
 
 
 @dataclass

@@ -12,13 +12,13 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import CONNECTS
 from standardwebhooks import Webhook
 
 from fabricmon.alerts import delivery
 from fabricmon.alerts.models import Outbox, Receiver
 from fabricmon.alerts.netguard import Policy, RefusedAddressError, post
 from fabricmon.alerts.transports import Message, Notification, Target, transport_for
+from tests.alerts.connects import CONNECTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

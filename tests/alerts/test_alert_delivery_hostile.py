@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import CONNECTS
 from django.contrib.auth import get_user_model
 from django.test import Client
 from raw_receiver import RawReceiver, drip, huge, raw
@@ -26,6 +25,7 @@ from raw_receiver import RawReceiver, drip, huge, raw
 from fabricmon.alerts import delivery
 from fabricmon.alerts.models import Outbox, Receiver
 from fabricmon.alerts.transports import Message
+from tests.alerts.connects import CONNECTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
