@@ -134,6 +134,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -185,6 +186,10 @@ class Scale(soak.Soak):
         self.twin_ticks: list[tuple[float, int, float]] = []
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
+        # the moving-incast detector's hot set after each evaluation (its Redis state, read every
+        # loop turn): what the product saw, window by window, beside the twin's truth in the raw file
+        self.hot_states: list[dict[str, object]] = []
+        self.state_redis: redis.Redis | None = None
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
         # for the worker's 6 pool children — 5 shards never collected, every tick framed at its
         # deadline with their ports NaN (the first 16k run)
@@ -238,6 +243,19 @@ class Scale(soak.Soak):
         self.cpu.append((self.elapsed(), {n: tree_cpu_s(p) for n, p in self.pids().items()}))
         self.twin_ticks.append((self.elapsed(), *twin_ticks(self.stack.twin_url)))
 
+    def sample_hot_set(self) -> None:
+        """The detector's state as the last evaluation left it, once per window it evaluated."""
+        if self.state_redis is None:
+            self.state_redis = connect(self.redis.url)
+        raw = self.state_redis.get(keys.alerts_state(self.stack.fabric))
+        if not raw:
+            return
+        saved = json.loads(raw)
+        if self.hot_states and self.hot_states[-1]["hot_ts"] == saved.get("hot_ts"):
+            return
+        self.hot_states.append({"elapsed": round(self.elapsed(), 2), "at_ns": time.time_ns(),
+                                **{k: saved.get(k) for k in ("hot_ts", "hot", "since", "migrations", "gap")}})
+
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
         page.on("console", lambda m: self.rec.console_errors.append(f"heatmap: {m.text}")
@@ -286,6 +304,7 @@ class Scale(soak.Soak):
                 if now >= next_pages and now > 30:
                     self.pages()
                     next_pages = now + a.pages_s
+                self.sample_hot_set()
                 page.wait_for_timeout(500)  # lets Playwright deliver the page's console events
             self.sample()
             self.window = (self.window[0], self.cpu[-1][0])
@@ -430,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     # what recall and precision were scored from (the twin's hotspot stretches, the episodes'
     # trajectories, the alerts), as the soak keeps it: the run's own stack is gone afterwards
     (sc.var_dir / "scale-raw.json").write_text(json.dumps({"hotspots": sc.rec.hotspots, "facts": facts,
-                                                           "rss": sc.rec.rss}, default=str))
+                                                           "rss": sc.rec.rss, "hot_states": sc.hot_states},
+                                                          default=str))
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")
