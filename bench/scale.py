@@ -448,9 +448,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        "cpu": sc.cpu, "lag_s": sc.lag_s}, default=str))
     # what recall and precision were scored from (the twin's hotspot stretches, the episodes'
     # trajectories, the alerts), as the soak keeps it: the run's own stack is gone afterwards
-    (sc.var_dir / "scale-raw.json").write_text(json.dumps({"hotspots": sc.rec.hotspots, "facts": facts,
-                                                           "rss": sc.rec.rss, "hot_states": sc.hot_states},
-                                                          default=str))
+    raw = {"hotspots": sc.rec.hotspots, "facts": facts, "rss": sc.rec.rss, "hot_states": sc.hot_states,
+           "frames": sc.rec.frames, "frame_detail": sc.rec.frame_detail}
+    (sc.var_dir / "scale-raw.json").write_text(json.dumps(raw, default=str))
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")
