@@ -117,6 +117,26 @@ scorer change: recall 0.87 (20 of 23), precision 0.95 (20 of 21), first alert 0.
 posts a block (64 phases × 5,632 ranks' events, each with its 256 peers) the twin and collection go
 short: recall 0.70, precision 0.59, port.json p95 1.15 s, web CPU 19.2 us per port-second.
 
+Later that day, 12 minutes (with the detector's hot set recorded per window in scale-raw.json):
+
+    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=5
+    frame_lag_s_max=2.41 twin_tick_hz=8.63 twin_job_share=1.0 pixel_p95_ms=512.0
+    cpu_us_per_port_s_twin=46.55 cpu_us_per_port_s_detection=4.56 cpu_us_per_port_s_web=5.72
+    cpu_us_per_port_s_redis=3.79 cpu_us_per_port_s_other=1.34 cpu_us_per_port_s_framing=2.59
+    cpu_us_per_port_s_collection=41.86 box_share=0.899 peak_rss_mb_twin=1573 peak_rss_mb_worker=1275
+    peak_rss_mb_evaluation=370 peak_rss_mb_delivery=232 peak_rss_mb_beat=141 peak_rss_mb_web=546
+    peak_rss_mb_redis=616
+
+The late first alert (10.3 s again) was the scorer's: the twin's first migration (20.7 s) fell while
+collection was still bringing its streams up — frames at 18-23 s had no port filled, the first full
+one came at 27 s — so no frame had data on where that hotspot came from. Judged from the first
+frame covering the fabric (soak_score.watching_from_ns), the first migration is at 29.9 s and the
+alert fired 1.1 s after it. Recall 0.78 (18 of 23; 3 of the 5 misses were found 2.7-5.4 s after
+the hop, past the 2.5 s tolerance), precision 0.82. Partial silences of 8-30 % of the switches
+still raised ~120 per-switch target_down alerts: spread over all six collector shards (so the
+shard roll-up did not take them; it fired twice), i.e. late gNMI updates on a saturated box rather
+than a stuck collector.
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """
 

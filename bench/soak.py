@@ -62,6 +62,7 @@ from soak_score import (
     p95,
     score_migrations,
     true_migrations,
+    watching_from_ns,
     without,
 )
 
@@ -600,8 +601,11 @@ def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], li
     fired = [(a["kind"], int(a["fired"] * NS)) for a in facts["alerts"]]  # type: ignore[attr-defined]
     false = false_alerts([f for f in fired if f[0] in ("incast", "moving_incast")],
                          balanced_spans(stretches, 20 * NS))
-    # the first migration the product could see: its old hot spot was polled for two windows first
-    seen = [m for m in truth if m.ts_ns >= start_ns + int(MIN_DWELL_S * NS)]
+    # the first migration the product could see: its old hot spot was polled for two windows first,
+    # with collection covering the fabric (a migration out of a hot spot no frame had data on is
+    # a hotspot appearing, to the product as to anyone reading the counters)
+    watching = watching_from_ns(rec.frame_detail, rec.frame_shape[0]) or start_ns
+    seen = [m for m in truth if m.ts_ns >= max(start_ns, watching) + int(MIN_DWELL_S * NS)]
     first_alert_s = first_alert_delay_s(seen, [t for k, t in fired if k == "moving_incast"])
     # culprits: alerts fired after warm-up and long enough before the end for their events to post
     naming = culprit_naming([(a["kind"], int(a["fired"] * NS), a["run"], a["phase"],  # type: ignore[index]

@@ -23,6 +23,7 @@ from soak_score import (
     p95,
     score_migrations,
     true_migrations,
+    watching_from_ns,
     without,
 )
 
@@ -115,6 +116,17 @@ def test_first_alert_delay_is_from_the_first_migration_to_the_first_moving_alert
     assert first_alert_delay_s(truth, [32 * NS, 11 * NS + NS // 2]) == 1.5
     assert first_alert_delay_s(truth, [8 * NS]) == 0.0  # fired on an earlier, shorter hop
     assert math.isnan(first_alert_delay_s([], [8 * NS])) and math.isnan(first_alert_delay_s(truth, []))
+
+
+def test_migrations_are_judged_once_collection_covers_the_fabric() -> None:
+    """At 16,896 ports the streams come up over ~25 s with empty frames between: the twin's first
+    migration in that gap was "seen" 10 s late, though no frame had data on where it came from."""
+    detail = [(0, {"util": 0}), (NS, {"util": 192, "watermark_bytes": 192}), (2 * NS, {"util": 0}),
+              (3 * NS, {"util": 11_584}), (4 * NS, {"util": 16_896, "watermark_bytes": 16_896}),
+              (5 * NS, {"util": 8_000})]
+    assert watching_from_ns(detail, 16_896) == 4 * NS
+    assert watching_from_ns(detail[:4], 16_896) is None
+    assert watching_from_ns([(7, {"util": 768})], 768) == 7  # the demo's fabric: the first frame
 
 
 def test_culprit_naming_counts_run_attributed_incast_alerts_inside_the_span() -> None:
