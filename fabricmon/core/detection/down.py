@@ -69,11 +69,14 @@ class DownRollup:
 
 def down_switches(
     load: FloatArray, switch_of: npt.NDArray[np.integer[Any]], n_switches: int, before: IntArray | None,
-    cfg: DetectConfig,
+    cfg: DetectConfig, *, late: BoolArray | None = None,
 ) -> tuple[IntArray, IntArray]:
     """Switches without data on any port for ``cfg.down_windows`` windows in a row, and the carried
-    per-switch count of consecutive windows without data."""
+    per-switch count of consecutive windows without data. ``late`` (per switch): its collector did
+    hear from it within those windows, after the frame was built — late data, not an outage."""
     has_data = np.bincount(switch_of, weights=np.isfinite(load), minlength=n_switches) > 0
+    if late is not None and len(late) == n_switches:
+        has_data |= late
     if before is None or len(before) != n_switches:
         before = np.zeros(n_switches, np.int64)
     no_data = np.where(has_data, 0, before + 1).astype(np.int64)

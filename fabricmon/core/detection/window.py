@@ -297,6 +297,7 @@ def detect_window(
     fan_in: FloatArray | None = None,
     rail_confined_switch: BoolArray | None = None,
     collection_groups: CollectionGroups | None = None,
+    late_switches: BoolArray | None = None,
 ) -> tuple[MovingState, WindowFindings]:
     """One window: returns the carried state for the next window and what was found.
 
@@ -304,7 +305,9 @@ def detect_window(
     matrix), NaN or absent when unknown. ``rail_confined_switch`` marks leaves (by switch id) whose
     traffic the run's routing (PXN) should keep on-rail; their uplinks must then stay near idle.
     ``collection_groups`` says which switches one collector polls together (its shard), so that a
-    stalled collector is one ``target_down``, not one per switch.
+    stalled collector is one ``target_down``, not one per switch. ``late_switches`` (by switch id)
+    are switches without cells in this frame that their collector heard from since the down span
+    began: their data came after the frame was built, so they are late, not down.
     """
     hs = _hot_set(metrics, geo, cfg, fan_in)
     has_data = bool(np.isfinite(hs.load).any())
@@ -313,7 +316,7 @@ def detect_window(
         mv = replace(mv, state=replace(state, windows_since_migration=state.windows_since_migration + 1),
                      migrated=False, moving=False, leaf_jump=False, rail_jump=False)
     n_sw = len(geo.index.switch_names)
-    down, no_data = down_switches(hs.load, geo.index.switch_of, n_sw, state.no_data, cfg)
+    down, no_data = down_switches(hs.load, geo.index.switch_of, n_sw, state.no_data, cfg, late=late_switches)
     rollups, groups_rolled, fabric_rolled = roll_up(
         down, n_sw, collection_groups, cfg,
         was_groups=state.down_groups_rolled, was_fabric=state.down_fabric_rolled,

@@ -100,3 +100,17 @@ def test_groups_name_every_switch_and_the_hold_fraction_is_checked(su) -> None:
         CollectionGroups(np.array([0, 3]), ("a", "b"))
     with pytest.raises(ValueError, match="down_rollup_hold_fraction"):
         DetectConfig(down_rollup_hold_fraction=0.6)
+
+
+def test_a_late_switch_is_not_down(su) -> None:
+    """Cells missing from the frame but the switch heard from since (its data came after the frame
+    was built): not down, and it does not count toward a roll-up either."""
+    geo, groups = su
+    names = geo.index.switch_names
+    util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+    util[np.isin(geo.index.switch_of, [names.index(n) for n in LEAVES_4_7])] = np.nan
+    late = np.isin(np.arange(len(names)), [names.index("leaf-r4"), names.index("leaf-r5")])
+    state = MovingState.initial(geo.n_ports)
+    for _ in range(CFG.down_windows):
+        state, found = detect_window({"util": util}, geo, state, CFG, collection_groups=groups, late_switches=late)
+    assert sorted(c.key for c in conditions(found, geo) if c.kind == "target_down") == ["leaf-r6", "leaf-r7"]
