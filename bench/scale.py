@@ -133,9 +133,10 @@ one came at 27 s — so no frame had data on where that hotspot came from. Judge
 frame covering the fabric (soak_score.watching_from_ns), the first migration is at 29.9 s and the
 alert fired 1.1 s after it. Recall 0.78 (18 of 23; 3 of the 5 misses were found 2.7-5.4 s after
 the hop, past the 2.5 s tolerance), precision 0.82. Partial silences of 8-30 % of the switches
-still raised ~120 per-switch target_down alerts: spread over all six collector shards (so the
-shard roll-up did not take them; it fired twice), i.e. late gNMI updates on a saturated box rather
-than a stuck collector.
+still raised 137 per-switch target_down alerts, spread over all six collector shards (so the
+shard roll-up did not take them; it fired twice), not a stuck collector. A run with "late is not
+down" still raised ~185, nearly all while the job posted its events block: collection itself
+stalled on the saturated box.
 
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8]
 """

@@ -48,9 +48,8 @@ def collection_groups(view: FabricView) -> CollectionGroups:
 
 def heard_from_ns(r: redis.Redis, fabric: str, geo: FabricGeometry) -> np.ndarray:
     """Per switch id: the newest sample its collector got (``last_success_ns`` of the health hash;
-    0 when never). A switch whose cells missed a frame but which was heard from since is late —
-    at 16,896 ports on one busy box, 8–30 % of the switches at a time, spread over every shard —
-    not down, and raises no ``target_down`` (its health still counts the late polls)."""
+    0 when never). A switch whose cells missed a frame but which was heard from since is late, not
+    down, and raises no ``target_down`` (its health still counts the late polls)."""
     out = np.zeros(len(geo.index.switch_names), np.int64)
     health = live_window.read_health(r, fabric)
     # a sample's time can be the switch's clock: one ahead of ours (a dead switch "heard from" in

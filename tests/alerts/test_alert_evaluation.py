@@ -145,9 +145,8 @@ def test_a_stalled_collector_shard_is_one_target_down_across_beats(redis_client,
 
 
 def test_a_switch_heard_from_after_its_frame_was_built_is_late_not_down(redis_client, fabric_name) -> None:
-    """At 16,896 ports on one busy box, 8-30 % of the switches at a time missed frames — spread over
-    every collector shard — while their collectors still got their samples, after each frame was
-    built: ~120 target_down alerts for switches that were up. A switch its collector heard from
+    """A switch whose samples reach its collector after their frames were built misses frames
+    while it is up: that is a late cell, not an outage. A switch its collector heard from
     within the down span is late (its health counts the late polls), not down; one not heard from is
     down; and a "heard" time ahead of our clock (a switch's own clock) is not trusted."""
     import time

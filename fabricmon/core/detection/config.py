@@ -49,7 +49,7 @@ class DetectConfig:
     # stalled every gNMI stream for ~3 s and raised 184 alerts saying the same thing.
     # The same within one collection group (a collector shard): its switches share one poll loop,
     # so a stuck or starved collector silences them together. (The 16,896-port runs' partial stalls,
-    # 8–30 % of the switches, were spread over every shard: late gNMI updates, not a stuck collector.)
+    # 8–30 % of the switches, were spread over every shard: not a stuck collector.)
     down_rollup_fraction: float = 0.5
     # A roll-up, once started, holds while more than this share is still down (hysteresis): the
     # switches of a stalled shard come back over a few staggered seconds, and the last few are part
