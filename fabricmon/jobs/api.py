@@ -23,7 +23,17 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from collectors.traces.schema import PHASES, SOURCES
 from fabricmon.base import access, sockets
-from fabricmon.jobs import blocks, imports, ingest, matrices, rank_maps, ratelimit, tasks, validation
+from fabricmon.jobs import (
+    blocks,
+    imports,
+    ingest,
+    matrices,
+    matrix_parts,
+    rank_maps,
+    ratelimit,
+    tasks,
+    validation,
+)
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
@@ -420,6 +430,7 @@ def matrix(request: HttpRequest, run: Run) -> HttpResponse:
     source = request.GET.get("source", "probe")
     if source not in SOURCES:
         raise validation.InputError("source", f"unknown source {validation.brief(source)}")
+    matrix_parts.settle(run)
     qs = TrafficMatrix.objects.filter(run=run, source=source)
     for key, most in (("layer", validation.MAX_LAYER), ("step", validation.INT64_MAX)):
         value = validation.query_int(request.GET.get(key), key, minimum=-1, maximum=most, empty_ok=False)

@@ -1,6 +1,7 @@
 """Per-(source, step, layer, phase) traffic matrices: rank×rank bytes sent and received, kept
 current as events arrive (one scatter-add per batch, one SELECT and one multi-row statement
-each for UPDATE and INSERT), and summed for the API and pages.
+each for UPDATE and INSERT; matrices of many ranks through ``matrix_parts``), and summed for the
+API and pages. Readers call ``matrix_parts.settle(run)`` before reading a run's rows.
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
-from fabricmon.jobs import matrix_blobs
+from fabricmon.jobs import matrix_blobs, matrix_parts
 from fabricmon.jobs.columns import (
     EventColumns,
 )
+from fabricmon.jobs.matrix_rows import insert_rows, update_rows
 from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
 )
-from fabricmon.jobs.sql import PG_TYPES, Deferred, chunks, insert_columns, marks, pg_arrays, sql_cursor
+from fabricmon.jobs.sql import Deferred, sql_cursor
 
 DENSE_MATRIX_CELLS = 8_000_000  # a batch's matrices are summed in one dense array up to this size
-# Matrices of more cells than this (above 2,048 ranks) are never made dense, on ingest: summed,
-# merged with the stored row and encoded as (cell, bytes) pairs. At 5,632 ranks a dense matrix is
-# 254 MB, and merging each batch through them held SQLite's write lock 2-4.5 s a batch.
+# Matrices of more cells than this (above 2,048 ranks) are never made dense, on ingest: summed as
+# (cell, bytes) pairs and appended beside the stored row (``matrix_parts``). At 5,632 ranks a
+# dense matrix is 254 MB, and merging each batch through them held SQLite's write lock 2-4.5 s a
+# batch; merging the pairs into the row still rewrote ~11 MB a batch.
 PAIRS_FROM_CELLS = 2048 * 2048
 
 
@@ -114,6 +117,7 @@ def add_events(
     peers = _peer_bytes(cols, inverse)
     if peers is None:
         return
+    matrix_parts.lock(run)  # (PostgreSQL: concurrent batches of one run read, add and write rows)
     touched = np.flatnonzero(np.bincount(peers.kid, minlength=len(keys)))  # (sorted, as np.unique's)
     local = np.full(len(keys), -1, dtype=np.int64)
     local[touched] = np.arange(len(touched))
@@ -123,7 +127,10 @@ def add_events(
     ranks = max(peers.n, int(run.world_size or 0))  # (stored rows of a run are at most its world size)
     if ranks * ranks > PAIRS_FROM_CELLS:
         pairs = _PairSums(peers, local, len(touched))
-        _write_pairs(run, wanted, calls[touched].tolist(), pairs, deferred=deferred)
+        counts = calls[touched].tolist()
+        cells = {key: matrix_parts.Cells(pairs.pairs(j, 0), pairs.pairs(j, 1), peers.n, counts[j])
+                 for j, key in enumerate(wanted)}
+        matrix_parts.add(run, cells, deferred)
         return
     dense = len(touched) * 2 * peers.n * peers.n <= DENSE_MATRIX_CELLS
     sums = (_DenseSums if dense else _SortedSums)(peers, local, len(touched))
@@ -154,29 +161,12 @@ def _write(
             m_sent[:n, :n] += part_sent
             m_recv[:n, :n] += part_recv
             updates.append((m, *_blobs(m_sent, m_recv), old[8] + calls[j], old[0]))
-        _update(cursor, table, updates, deferred)
+        update_rows(cursor, updates, deferred)
         if not new:
             return
         blobs = matrix_blobs.encode_pairs(*sums.stack(new))
-        _insert(cursor, table, run, [wanted[j] for j in new], n=n, blobs=blobs,
-                calls=np.array(calls, dtype=np.int64)[new], deferred=deferred)
-
-
-def _insert(
-    cursor: Any, table: str, run: Run, keys: list[tuple[str, int, int, str]], *, n: int,
-    blobs: list[tuple[bytes, bytes]], calls: np.ndarray, deferred: Deferred,
-) -> None:
-    """New rows: one per (source, step, layer, phase) key, ``n`` ranks, its (sent, received) blobs."""
-    source, step, layer, phase = zip(*keys, strict=True)
-    insert_columns(
-        cursor,
-        table,
-        ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
-        [np.full(len(keys), run.pk), list(source), np.array(step, dtype=np.int64),
-         np.array(layer, dtype=np.int64), list(phase), np.full(len(keys), n), [b[0] for b in blobs],
-         [b[1] for b in blobs], calls],
-        deferred,
-    )
+        insert_rows(cursor, run, [wanted[j] for j in new], n=n, blobs=blobs,
+                    calls=np.array(calls, dtype=np.int64)[new], deferred=deferred)
 
 
 class _PairSums:
@@ -199,55 +189,6 @@ class _PairSums:
         return self.cells[a:b], self.vals[a:b]
 
 
-def _merged(
-    old: matrix_blobs.Pairs, n_old: int, new: matrix_blobs.Pairs, n_new: int, m: int
-) -> matrix_blobs.Pairs:
-    """Two pair sets of n_old- and n_new-rank matrices added as one m-rank matrix's pairs."""
-    regrown = [(c // n * m + c % n, v) for (c, v), n in ((old, n_old), (new, n_new))]
-    cells = np.concatenate([c for c, _ in regrown])
-    vals = np.concatenate([v for _, v in regrown])
-    order = np.argsort(cells, kind="stable")
-    cells, vals = cells[order], vals[order]
-    if not len(cells):
-        return cells, vals
-    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    return cells[starts], np.add.reduceat(vals, starts)
-
-
-def _write_pairs(
-    run: Run, wanted: list[tuple[str, int, int, str]], calls: list[int], sums: _PairSums, *,
-    deferred: Deferred,
-) -> None:
-    """``_write`` for matrices of many ranks: merged and encoded from their nonzero cells."""
-    table = connection.ops.quote_name(TrafficMatrix._meta.db_table)
-    n = sums.n
-    with sql_cursor() as cursor:
-        existing = _existing(cursor, table, run, wanted)
-        updates, new, new_blobs = [], [], []
-        for j, key in enumerate(wanted):
-            sent, recv = sums.pairs(j, 0), sums.pairs(j, 1)
-            old = existing.get(key)
-            if old is None:
-                new.append(j)
-                new_blobs.append((matrix_blobs.encode_from_pairs(*sent, n),
-                                  matrix_blobs.encode_from_pairs(*recv, n, same_as=sent)))
-                continue
-            n_old = old[5]
-            m = max(n_old, n)
-            old_sent = matrix_blobs.decode_pairs(old[6], n_old)
-            old_recv = matrix_blobs.decode_pairs(old[7], n_old, sent=old_sent)
-            sent = _merged(old_sent, n_old, sent, n, m)
-            recv = _merged(old_recv, n_old, recv, n, m)
-            sent_blob = matrix_blobs.encode_from_pairs(*sent, m)
-            recv_blob = matrix_blobs.encode_from_pairs(*recv, m, same_as=sent)
-            updates.append((m, sent_blob, recv_blob, old[8] + calls[j], old[0]))
-        _update(cursor, table, updates, deferred)
-        if not new:
-            return
-        _insert(cursor, table, run, [wanted[j] for j in new], n=n, blobs=new_blobs,
-                calls=np.array(calls, dtype=np.int64)[new], deferred=deferred)
-
-
 def _existing(cursor: Any, table: str, run: Run, wanted: list[tuple[str, int, int, str]]) -> dict[Any, Any]:
     """The stored rows of the ``wanted`` (source, step, layer, phase) keys, by key (one SELECT over
     the keys' step range and sources)."""
@@ -261,27 +202,6 @@ def _existing(cursor: Any, table: str, run: Run, wanted: list[tuple[str, int, in
     )
     wanted_set = set(wanted)
     return {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in wanted_set}
-
-
-def _update(cursor: Any, table: str, updates: list[tuple[Any, ...]], deferred: Deferred) -> None:
-    """(n_ranks, sent, received, calls, id) rows: on PostgreSQL one ``unnest`` of binary arrays
-    (deferred: sent with the block insert), on SQLite one statement per 500 rows (per-row
-    statements cost ~50 µs on PG)."""
-    if updates and connection.vendor == "postgresql":
-        cols_ = ("n_ranks", "sent", "received", "calls", "id")
-        deferred.execute(
-            f"UPDATE {table} SET n_ranks = v.n_ranks, sent = v.sent, received = v.received, "
-            f"calls = v.calls FROM unnest({', '.join(f'%b::{PG_TYPES[c]}[]' for c in cols_)}) "
-            f"AS v({', '.join(cols_)}) WHERE {table}.id = v.id",
-            pg_arrays(cols_, list(zip(*updates, strict=True))),
-        )
-        return
-    for rows in chunks(updates):
-        cursor.execute(
-            f"UPDATE {table} SET n_ranks = v.column1, sent = v.column2, received = v.column3, "
-            f"calls = v.column4 FROM (VALUES {marks(len(rows), 5)}) AS v WHERE {table}.id = v.column5",
-            [x for row in rows for x in row],
-        )
 
 
 def _grown(a: np.ndarray, n: int) -> np.ndarray:

@@ -7,7 +7,8 @@
      ├──< EventBlock          one ingested batch of phase events as compact numpy columns
      │     └──< EventBlockKey (source, step) held by the block, its layers and phases: the lookup index
      ├──< EventIdSet          stored event ids, 64 sequence numbers a row: the idempotency keys
-     └──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
+     ├──< TrafficMatrix       M[src][dst] bytes for one (step, layer, phase), nxn int64 blob
+     └──< MatrixPart          bytes batches added to a matrix of many ranks, not yet folded in
 
 Events are many (millions per run) and arrive in batches of ~1,000, so a batch is stored as one
 ``EventBlock`` row (``jobs.columns`` format) plus its ids' bits in ``EventIdSet``, and the
@@ -252,6 +253,37 @@ class TrafficMatrix(models.Model):
         if bytes(self.received[:6]) == matrix_blobs.SAME_AS_SENT:
             return self.sent_array()
         return matrix_blobs.decode(self.received, self.n_ranks)
+
+
+class MatrixPart(models.Model):
+    """Bytes a batch added to a ``TrafficMatrix`` of many ranks, kept beside it until folded in
+    (``matrices.settle``). Rewriting a 5,632-rank matrix (11 MB a blob) for every batch made a
+    run's ingest quadratic in its ranks: parts are appended, and folded in when they reach the
+    stored row's size (so each row is rewritten a logarithmic number of times) or before a
+    reader reads the run's matrices. Same columns and blob layout as ``TrafficMatrix``."""
+
+    # (no database constraint: see EventBlock.run)
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="matrix_parts", db_index=False, db_constraint=False
+    )
+    source = models.CharField(max_length=16)
+    step = models.BigIntegerField()
+    layer = models.IntegerField()
+    phase = models.CharField(max_length=16)
+    n_ranks = models.PositiveIntegerField()
+    sent = models.BinaryField()
+    received = models.BinaryField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        # no blob is read to find a key's parts or their size (SQLite reads length() from the
+        # record header)
+        indexes = [
+            models.Index(fields=("run", "step", "layer", "phase", "source"), name="jobs_matrixpart_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"part of {self.source} step {self.step} layer {self.layer} {self.phase}"
 
 
 class ApiToken(models.Model):

@@ -39,8 +39,8 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from fabricmon.jobs import blocks, ingest
-from fabricmon.jobs.models import EventBlock, EventIdSet, Run, TrafficMatrix
+from fabricmon.jobs import blocks, ingest, matrix_parts
+from fabricmon.jobs.models import EventBlock, EventIdSet, MatrixPart, Run, TrafficMatrix
 
 log = logging.getLogger(__name__)
 KEY_ROW_BYTES = 64  # an EventIdSet row on disk (up to 64 event ids): 40 bytes of row and its B-tree share
@@ -87,7 +87,9 @@ class Usage:
 
 
 def usage(run: Run) -> Usage:
-    """The run's bytes on disk now (four aggregate queries; no blob is read)."""
+    """The run's bytes on disk now (its matrices' parts folded in first; then four aggregate
+    queries, no blob is read)."""
+    matrix_parts.settle(run)
     ev_bytes, _ = blocks.stored_bytes(run)
     agg = TrafficMatrix.objects.filter(run=run).aggregate(s=Sum(Length("sent")), r=Sum(Length("received")))
     keys = EventIdSet.objects.filter(run=run).count() * KEY_ROW_BYTES
@@ -131,6 +133,7 @@ def _expire_matrices(now: datetime, report: PruneReport, touched: set[int]) -> N
     ended = Run.objects.filter(ended_at__lt=cutoff, matrices__isnull=False).distinct()
     for run in ended:
         n = TrafficMatrix.objects.filter(run=run).delete()[1].get(TrafficMatrix._meta.label, 0)
+        MatrixPart.objects.filter(run=run).delete()  # (parts of a run still posting after it ended)
         report.matrices += int(n)
         days = settings.FABRICMON_MATRICES_RETENTION_DAYS
         _note(run, f"traffic matrices deleted {days:g} days after the run ended")
@@ -207,6 +210,7 @@ def _enforce_budget(run: Run, now: datetime, report: PruneReport) -> bool:
         with transaction.atomic():  # oldest steps first: whole newest steps are left after each
             _delete_blocks(run, [b for b, step, _ in block_rows if lo <= step < hi], report)
             n = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lt=hi).delete()[1]
+            MatrixPart.objects.filter(run=run, step__gte=lo, step__lt=hi).delete()  # (arrived since usage())
             report.matrices += int(n.get(TrafficMatrix._meta.label, 0))
             Run.objects.filter(pk=run.pk).update(pruned_below_step=hi)
             _note(run, f"steps below {hi} deleted at {now:%Y-%m-%d %H:%M}: the run exceeded its "

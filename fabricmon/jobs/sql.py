@@ -199,6 +199,14 @@ class Deferred:
         with QmarkCursor() as cursor:
             cursor.execute(sql, params)
 
+    def flush(self) -> None:
+        """Run the kept statements one by one (a writer with no block insert to carry them)."""
+        if self.statements:
+            with pg_cursor() as pg:
+                for sql, params in self.statements:
+                    pg.execute(sql, params)
+            self.statements = []
+
     def ctes(self) -> tuple[str, list[Any]]:
         """``, _w0 AS (…), _w1 AS (…)`` and their parameters, in order."""
         sql = "".join(f", _w{i} AS ({stmt})" for i, (stmt, _) in enumerate(self.statements))

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from fabricmon.base import access
-from fabricmon.jobs import blocks, imports, ingest, matrices, rank_maps, tasks, validation
+from fabricmon.jobs import blocks, imports, ingest, matrices, matrix_parts, rank_maps, tasks, validation
 from fabricmon.jobs import runs as run_verbs
 from fabricmon.jobs.api import import_inline, inline_size
 from fabricmon.jobs.models import PHASES, ApiToken, Run, TraceUpload, TrafficMatrix
@@ -259,6 +259,7 @@ def _opt_int(request: HttpRequest, name: str) -> int | None:
 @require_GET
 def run_matrix(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)
+    matrix_parts.settle(run)
     qs = TrafficMatrix.objects.filter(
         run=run, source=request.GET.get("source", "probe"), phase=request.GET.get("phase", "dispatch")
     )

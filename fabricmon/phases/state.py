@@ -45,7 +45,7 @@ from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.phases.rows import shown_ports
 from fabricmon.core.phases.timeline import grouped_median, instances
-from fabricmon.jobs import blocks, matrix_blobs
+from fabricmon.jobs import blocks, matrix_blobs, matrix_parts
 from fabricmon.jobs.matrices import PAIRS_FROM_CELLS
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import counters
@@ -385,6 +385,7 @@ class RunPhaseState:
         return live
 
     def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
+        matrix_parts.settle(run)  # (a large run's newest batches, appended beside its matrices)
         view = fabric_view(run.fabric)
         layout = view.layout
         steps = self.window.steps(run, self.source)

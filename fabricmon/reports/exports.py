@@ -27,6 +27,7 @@ from django.db.models import Max
 from fabricmon.core.phases.layout import place_ranks
 from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
+from fabricmon.jobs import matrix_parts
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.topology.fabric_view import fabric_view
 
@@ -99,6 +100,7 @@ def port_tables(run: Run, routing: Routing, steps: tuple[int, int] | None = None
     fabric not in the topology (the view answers that before streaming)."""
     view = fabric_view(run.fabric)
     layout, index = view.layout, view.index
+    matrix_parts.settle(run)  # (before _world: a part may be wider than its row)
     world = _world(run)
     if world == 0:
         return

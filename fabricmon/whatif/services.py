@@ -27,7 +27,7 @@ from fabricmon.core.whatif.scheduler_export import (
     slurm_topology_conf,
     slurm_topology_yaml,
 )
-from fabricmon.jobs import blocks, matrix_read
+from fabricmon.jobs import blocks, matrix_parts, matrix_read
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import services as phase_services
 from fabricmon.phases.state import NoViewError
@@ -95,6 +95,7 @@ def run_whatif(run: Run, params: Params | None = None) -> dict[str, Any]:
         raise WhatIfError("the run names no fabric: the What-if needs the topology it ran on")
     view = fabric_view(run.fabric)
     layout = view.layout
+    matrix_parts.settle(run)
     rows = TrafficMatrix.objects.filter(run=run, step__gte=0, layer__gte=0)
     top = rows.order_by("-n_ranks").values_list("n_ranks", flat=True).first()
     if top is None:

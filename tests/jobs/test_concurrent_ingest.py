@@ -1,12 +1,16 @@
 """Idempotency across processes: several writer processes post overlapping batches of one run
 into the same database at once — an SQLite file (the default database) and PostgreSQL; every
 event id is stored exactly once, whatever the interleaving (SQLite: ``BEGIN IMMEDIATE`` writers;
-PostgreSQL: concurrent ``ON CONFLICT DO UPDATE`` claims of shared 64-id rows)."""
+PostgreSQL: concurrent ``ON CONFLICT DO UPDATE`` claims of shared 64-id rows), and the traffic
+matrices hold each stored event's bytes exactly once, on the dense path and on the many-rank
+path that appends parts and folds them (PostgreSQL: read-modify-write of a row under the run's
+advisory lock; without it two writers' updates of one row lost one of them)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +25,10 @@ pytestmark = pytest.mark.integration
 _WRITER = """
 import json, sys, django
 django.setup()
-from fabricmon.jobs import blocks, ingest
+from fabricmon.jobs import blocks, ingest, matrices
 from fabricmon.jobs.models import Run
+if sys.argv[1] == "pairs":
+    matrices.PAIRS_FROM_CELLS = 0  # every matrix through matrix_parts
 ingest.SINGLE_ID_INSERT_ROWS = 5  # PostgreSQL: the plain-INSERT claim of one-id rows races too
 run = Run.objects.get(name="shared")
 print("ready", flush=True)
@@ -45,19 +51,27 @@ Run.objects.create(owner=get_user_model().objects.create_user("w"), name="shared
 _READ = """
 import json, django
 django.setup()
-from fabricmon.jobs import blocks, ingest
-from fabricmon.jobs.models import Run
+from fabricmon.jobs import blocks, ingest, matrix_parts
+from fabricmon.jobs.models import Run, TrafficMatrix
 run = Run.objects.get(name="shared")
-print(json.dumps({"ids": blocks.event_ids(run), "count": blocks.event_count(run)}))
+matrix_parts.settle(run)
+cells = {}
+for m in TrafficMatrix.objects.filter(run=run):
+    sent = m.sent_array()
+    for (src, dst) in zip(*sent.nonzero()):
+        cells[f"{m.step} {src} {dst}"] = int(sent[src, dst])
+print(json.dumps({"ids": blocks.event_ids(run), "count": blocks.event_count(run), "cells": cells}))
 """
 
 
-def _batch(ids: list[int], whole_only: bool = False) -> str:
+def _batch(ids: list[int], whole_only: bool = False, own: str = "") -> str:
     return "\n".join(
         json.dumps(
             {
-                # numbered ids share 64-id rows; others don't (a batch of only those: a plain INSERT)
-                "id": f"c{i}" if i % 3 and not whole_only else f"u{i}x",
+                # numbered ids share 64-id rows; others don't (a batch of only those: a plain INSERT);
+                # ``own``: ids no other writer posts, so no claim row orders this writer's batch
+                # after another's that touches the same matrices
+                "id": f"{own}{i}" if own else f"c{i}" if i % 3 and not whole_only else f"u{i}x",
                 "rank": i % 4,
                 "step": i // 16,
                 "phase": "dispatch",
@@ -70,7 +84,8 @@ def _batch(ids: list[int], whole_only: bool = False) -> str:
     )
 
 
-def test_writer_processes_store_each_id_once(database_url: str) -> None:
+@pytest.mark.parametrize("path", ["dense", "pairs"])
+def test_writer_processes_store_each_id_once(database_url: str, path: str) -> None:
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -90,10 +105,11 @@ def test_writer_processes_store_each_id_once(database_url: str) -> None:
             start = (w * 37 + b * 23) % 250
             ids = list(range(start, start + 40)) + list(range(start, start + 10))
             batches.append(_batch(ids, whole_only=b % 3 == 2))
+            batches.append(_batch(list(range(b * 8, b * 8 + 40)), own=f"w{w}d"))
         plans.append(batches)
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", _WRITER],
+            [sys.executable, "-c", _WRITER, path],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -114,10 +130,17 @@ def test_writer_processes_store_each_id_once(database_url: str) -> None:
     expected = {json.loads(line)["id"] for plan in plans for body in plan for line in body.splitlines()}
     stored = sum(r[0] for r in results)
     assert stored == len(expected)
-    assert sum(r[0] + r[1] for r in results) == 4 * 30 * 50  # every line counted once: stored or duplicate
+    assert sum(r[0] + r[1] for r in results) == 4 * 30 * 90  # every line counted once: stored or duplicate
     read = subprocess.run(
         [sys.executable, "-c", _READ], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     )
     got = json.loads(read.stdout)
     assert got["count"] == len(expected)
     assert sorted(got["ids"]) == sorted(expected)  # each id exactly once
+    want: dict[str, int] = {}
+    for i in (int(re.search(r"(\d+)x?$", e)[1]) for e in expected):  # c7, u7x, w2d7: each its own event
+        for peer, nbytes in ((0, i), (1, 1)):
+            if nbytes:
+                key = f"{i // 16} {i % 4} {peer}"
+                want[key] = want.get(key, 0) + nbytes
+    assert got["cells"] == want
