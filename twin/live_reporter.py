@@ -107,8 +107,9 @@ class LiveJobReporter:
         self.world_size = len(self.hosts)
         self.group_gpus = group_gpus or self.world_size  # peers of one event
         self.max_pending = pending_phases(self.world_size, self.group_gpus)
-        # an event carries 2G per-peer counts (~12 bytes each as JSON): keep a batch near 2 MB
-        self.batch_events = max(16, min(2_000, 2_000_000 // (24 * self.group_gpus)))
+        # an event carries 2G per-peer counts (~7 bytes each as per-pg-rank lists, ~12 as the
+        # maps an older server is sent): keep a batch near 2 MB
+        self.batch_events = max(16, min(2_000, 2_000_000 // (14 * self.group_gpus)))
         self.run_id: int | None = None
         self.state = "starting"  # starting → connecting → reporting → ended | failed
         self.error = ""

@@ -161,16 +161,29 @@ class IngestClient:
 def measure_clock_offset(base_url: str, samples: int = 5, timeout_s: float = 2.0) -> tuple[int, int]:
     """NTP-style: offset = server_ns - (t_send + t_recv)/2 from the sample with the smallest
     round trip. Returns (offset_ns, rtt_ns); add the offset to host times to get server time."""
+    offset, rtt, _ = clock_exchange(base_url, samples, timeout_s)
+    return offset, rtt
+
+
+def clock_exchange(
+    base_url: str, samples: int = 5, timeout_s: float = 2.0
+) -> tuple[int, int, frozenset[str]]:
+    """``measure_clock_offset``'s (offset_ns, rtt_ns), and the optional event fields the server
+    reads (``event_fields`` of its answer; none from a server older than them)."""
     best: tuple[int, int] | None = None
+    fields: frozenset[str] = frozenset()
     url = base_url.rstrip("/") + "/jobs/api/clock"
     for _ in range(samples):
         t0 = time.time_ns()
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            server_ns = int(json.loads(resp.read())["server_ns"])
+            answer = json.loads(resp.read())
         t1 = time.time_ns()
+        server_ns = int(answer["server_ns"])
+        listed = answer.get("event_fields") if isinstance(answer, dict) else None
+        fields = frozenset(f for f in listed if isinstance(f, str)) if isinstance(listed, list) else fields
         rtt = t1 - t0
         offset = server_ns - (t0 + t1) // 2
         if best is None or rtt < best[1]:
             best = (offset, rtt)
     assert best is not None
-    return best
+    return (*best, fields)

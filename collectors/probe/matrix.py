@@ -45,15 +45,12 @@ def events_from_matrix(
     n = m.shape[0]
     if ranks is not None and len(ranks) != n:
         raise ValueError(f"ranks names {len(ranks)} ranks for a {n} x {n} matrix")
-    # whole rows and columns to Python ints at once, maps zipped from shared keys: per-cell Python
-    # indexing made this the twin's hottest code (its agents stalled behind it every report)
+    # whole rows and columns to Python ints at once, as the per-pg-rank lists (no map per event:
+    # per-cell Python indexing, then maps of 256 peers, were the twin's hottest code)
     whole = np.rint(m).astype(np.int64)
     rows, cols = whole.tolist(), whole.T.tolist()
     pg_ranks = list(range(n)) if ranks is None else [int(r) for r in ranks]
-    peers = [str(d) for d in pg_ranks]
     for s, rank in enumerate(pg_ranks):
-        send = dict(zip(peers, rows[s], strict=True))
-        recv = dict(zip(peers, cols[s], strict=True))
         yield {
             "id": f"{id_prefix}-{step}-{layer}-{phase}-{rank}",
             "rank": rank,
@@ -65,8 +62,8 @@ def events_from_matrix(
             "pg_ranks": pg_ranks,
             "start_ns": start_ns,
             "end_ns": end_ns,
-            "send_bytes_per_peer": send,
-            "recv_bytes_per_peer": recv,
+            "send_bytes_per_pg_rank": rows[s],
+            "recv_bytes_per_pg_rank": cols[s],
             "source": source,
             "time_kind": time_kind,
         }

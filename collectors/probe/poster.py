@@ -43,8 +43,9 @@ from typing import Any
 
 import msgspec
 
-from collectors.probe.client import IngestClient, measure_clock_offset
+from collectors.probe.client import IngestClient, clock_exchange
 from collectors.probe.journal import Journal
+from collectors.probe.peers import LIST_KEYS, as_maps, has_lists
 from collectors.probe.retry import Backoff, refusal, retry_after_s, retryable
 from collectors.probe.spool import Spool
 
@@ -117,6 +118,10 @@ class EventPoster:
         self.clock_offset_ns = 0
         self.clock_rtt_ns: int | None = None
         self._measure_clock = measure_clock
+        # the optional event fields the server reads (its clock answer; None until it answered):
+        # until it lists the per-pg-rank lists, they are posted as the maps every server reads
+        self.server_fields: frozenset[str] | None = None
+        self._fields_at: float | None = None
         self._clock_at: float | None = None
         self._clock_failing = False
         if max_buffer is None:
@@ -138,6 +143,11 @@ class EventPoster:
         self._deadline: float | None = None
         self._thread = threading.Thread(target=self._run, name="fabricmon-probe-poster", daemon=True)
         self._thread.start()
+
+    @property
+    def server_reads_lists(self) -> bool:
+        """Whether events' per-pg-rank lists are posted as they are (``peers``)."""
+        return self.server_fields is not None and self.server_fields >= LIST_KEYS
 
     @property
     def max_buffer(self) -> int:
@@ -175,6 +185,8 @@ class EventPoster:
     def submit(self, event: dict[str, Any]) -> None:
         """Queue one event; never blocks on the network, never raises."""
         try:
+            if not self.server_reads_lists and has_lists(event):
+                event = as_maps(event)
             line = _ENCODE(event)  # now: the bound is in bytes, and later changes to the dict don't leak in
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
             with self._cond:
@@ -258,6 +270,7 @@ class EventPoster:
 
     # --- the posting thread -----------------------------------------------------------------------
     def _run(self) -> None:
+        self._sync_clock()  # first: the offset, and whether the server reads per-pg-rank lists
         while True:
             with self._cond:
                 if not self._spool.inflight and self._spool.waiting < self.batch_size and not self._closing:
@@ -316,6 +329,8 @@ class EventPoster:
 
     def _sync_clock(self) -> None:
         now = time.monotonic()
+        if not self._measure_clock:
+            self._learn_fields(now)
         if (
             not self._measure_clock
             or self._closing
@@ -324,9 +339,10 @@ class EventPoster:
             return
         self._clock_at = now
         try:
-            self.clock_offset_ns, self.clock_rtt_ns = measure_clock_offset(
+            self.clock_offset_ns, self.clock_rtt_ns, fields = clock_exchange(
                 self.client.base_url, timeout_s=min(2.0, self.client.timeout_s)
             )
+            self.server_fields = fields
             self._clock_failing = False
         except (OSError, ValueError, KeyError, http.client.HTTPException) as exc:
             # keep the last offset; try again in a few seconds, not a minute (a first exchange
@@ -335,6 +351,20 @@ class EventPoster:
             if not self._clock_failing:
                 log.warning("probe: clock offset exchange failed (kept %d ns): %s", self.clock_offset_ns, exc)
             self._clock_failing = True
+
+    def _learn_fields(self, now: float) -> None:
+        """Without clock exchanges: ask the server once a minute, until it answers, which event
+        fields it reads (one sample of the same request)."""
+        if self._closing or (self._fields_at is not None and now - self._fields_at < self.clock_resync_s):
+            return
+        self._fields_at = now
+        try:
+            timeout_s = min(2.0, self.client.timeout_s)
+            _, _, fields = clock_exchange(self.client.base_url, samples=1, timeout_s=timeout_s)
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            return
+        self.server_fields = fields
+        self._fields_at = float("inf")  # (known: not asked again)
 
     def _post(self, body: bytes, headers: dict[str, str], timeout_s: float) -> float:
         """One attempt at the in-flight batch; the delay before the next attempt (0: go on)."""

@@ -271,8 +271,9 @@ class A2AProbe:
             "pg": pg_name,
             "pg_ranks": pg_ranks,
             "seq": seq,
-            "send_bytes_per_peer": {str(r): ins[i] * row_in for i, r in enumerate(pg_ranks)},
-            "recv_bytes_per_peer": {str(r): outs[i] * row_out for i, r in enumerate(pg_ranks)},
+            # per pg_ranks entry (collectors.probe.peers: posted as maps to a server without them)
+            "send_bytes_per_pg_rank": [c * row_in for c in ins],
+            "recv_bytes_per_pg_rank": [c * row_out for c in outs],
             "source": "probe",
             "time_kind": "host_call",
         }

@@ -39,6 +39,9 @@ from fabricmon.jobs.models import Run, TraceUpload, TrafficMatrix
 from fabricmon.jobs.tokens import authenticate_token
 from fabricmon.jobs.validation import MAX_OFFSET_NS
 
+# optional event fields a server before them ignored (unknown keys are ignored): a probe sends them
+# only to a server that lists them here (GET /jobs/api/clock), so an older server loses nothing
+EVENT_FIELDS = [key for key, _ in validation.ALIGNED]
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # read-only: seeing the run is enough
 MAX_BATCH_BYTES = settings.FABRICMON_INGEST_MAX_BYTES
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)
@@ -147,8 +150,9 @@ def _input_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
 @csrf_exempt  # token-free and read-only: an unknown method is a 405, not a CSRF 403
 @require_GET
 def clock(request: HttpRequest) -> HttpResponse:
-    """Server time for the probe's NTP-style offset exchange (no auth: it reveals only the time)."""
-    return JsonResponse({"server_ns": time.time_ns()})
+    """Server time for the probe's NTP-style offset exchange (no auth: it reveals only the time
+    and which optional event fields this server reads, so a newer probe writes what it knows)."""
+    return JsonResponse({"server_ns": time.time_ns(), "event_fields": EVENT_FIELDS})
 
 
 @csrf_exempt

@@ -20,6 +20,7 @@ import orjson
 from msgspec.structs import astuple
 
 from collectors.traces.schema import PHASES, SOURCES, TIME_KINDS
+from fabricmon.jobs import ndjson_aligned as aligned
 from fabricmon.jobs.columns import (
     NONE,
     PHASE_CODE,
@@ -72,6 +73,9 @@ class _Line(msgspec.Struct, gc=False):
     pg_ranks: msgspec.Raw = _RAW_NULL
     send_bytes_per_peer: msgspec.Raw = _RAW_NULL
     recv_bytes_per_peer: msgspec.Raw = _RAW_NULL
+    # the maps' compact form: lists aligned with pg_ranks (ndjson_aligned)
+    send_bytes_per_pg_rank: msgspec.Raw = _RAW_NULL
+    recv_bytes_per_pg_rank: msgspec.Raw = _RAW_NULL
 
 
 _DECODER = msgspec.json.Decoder(_Line)
@@ -247,15 +251,24 @@ def _fast_columns(
     fields_t = zip(*map(astuple, structs), strict=True)
     g: dict[str, Any] = dict(zip(_Line.__struct_fields__, fields_t, strict=True))
     n = len(structs)
+    lists = [*map(bytes, g["send_bytes_per_pg_rank"]), *map(bytes, g["recv_bytes_per_pg_rank"])]
+    from_list = np.fromiter((t != _NULL for t in lists), dtype=bool, count=2 * n)
+    maps = [*g["send_bytes_per_peer"], *g["recv_bytes_per_peer"]]
+    if from_list.any():  # a line's list stands for its map (a line giving both: the careful path)
+        both = from_list & np.fromiter((bytes(t) != _NULL for t in maps), dtype=bool, count=2 * n)
+        maps = [_RAW_NULL if f else t for t, f in zip(maps, from_list.tolist(), strict=True)]
     # both kinds of map in one pass (the per-call work is a third of it at 8 peers); the send
     # maps come first, so the flat arrays split where the send maps' entries end
-    counts, maps_ok, peer, nbytes = _peer_columns([*g["send_bytes_per_peer"], *g["recv_bytes_per_peer"]],
-                                                  max_rank)
+    counts, maps_ok, peer, nbytes = _peer_columns(maps, max_rank)
     split = int(np.maximum(counts[:n], 0).sum())
-    send_n, recv_n, send_ok, recv_ok = counts[:n], counts[n:], maps_ok[:n], maps_ok[n:]
-    send_peer, recv_peer, send_bytes, recv_bytes = peer[:split], peer[split:], nbytes[:split], nbytes[split:]
+    send = counts[:n], peer[:split], nbytes[:split]
+    recv = counts[n:], peer[split:], nbytes[split:]
+    if from_list.any():
+        (send, recv), lists_ok = _with_lists(g, lists, from_list, (send, recv), max_rank)
+        maps_ok &= lists_ok & ~both
+    (send_n, send_peer, send_bytes), (recv_n, recv_peer, recv_bytes) = send, recv
     rank = np.array(g["rank"], dtype=np.int64)
-    ok = send_ok & recv_ok & (rank < max_rank)  # out of the run's ranks: the careful path names it
+    ok = maps_ok[:n] & maps_ok[n:] & (rank < max_rank)  # out of the run's ranks: the careful path names it
     start, end = np.array(g["start_ns"], dtype=np.int64), np.array(g["end_ns"], dtype=np.int64)
     ok &= end >= start
     offsets = g["clock_offset_ns"]
@@ -308,6 +321,27 @@ def _fast_columns(
     )
     assert len(cols) == n
     return cols, ok
+
+
+_Flat = tuple[np.ndarray, np.ndarray, np.ndarray]  # one direction's (counts, peers, bytes)
+
+
+def _with_lists(
+    g: dict[str, Any], lists: list[bytes], from_list: np.ndarray, flat: tuple[_Flat, _Flat], max_rank: int
+) -> tuple[tuple[_Flat, _Flat], np.ndarray]:
+    """Both directions with the lines' per-pg-rank lists read in (``ndjson_aligned``), and where
+    the lists were read (both directions, send first)."""
+    n = len(g["rank"])
+    raw_pg = list(map(bytes, g["pg_ranks"]))
+    ranks = {raw: aligned.group_ranks(raw) for raw in set(raw_pg)}  # few distinct groups a batch
+    groups = [ranks[raw] for raw in raw_pg]
+    counts, ok, peers, values = aligned.aligned_columns(lists, groups * 2, max_rank)
+    split = int(np.maximum(counts[:n], 0).sum())
+    out = (
+        aligned.merged(n, flat[0], (counts[:n], peers[:split], values[:split]), from_list[:n] & ok[:n]),
+        aligned.merged(n, flat[1], (counts[n:], peers[split:], values[split:]), from_list[n:] & ok[n:]),
+    )
+    return out, ok
 
 
 def _pg_ranks_text(raw: bytes) -> str | None:

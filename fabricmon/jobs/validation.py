@@ -116,6 +116,53 @@ def _peer_map(obj: dict[str, Any], key: str, max_rank: int = INT64_MAX) -> dict[
     return value
 
 
+# The per-peer maps' compact form, for large groups: a list aligned with ``pg_ranks`` (entry i is
+# the bytes to or from global rank pg_ranks[i]), read as the map it stands for. At 256 peers the
+# map's keys were half the numbers a line carried and most of its bytes.
+ALIGNED = (
+    ("send_bytes_per_pg_rank", "send_bytes_per_peer"),
+    ("recv_bytes_per_pg_rank", "recv_bytes_per_peer"),
+)
+
+
+def expand_aligned(obj: dict[str, Any], max_rank: int = INT64_MAX) -> None:
+    """Replace each per-pg-rank list of ``obj`` by the peer map it stands for (in place, so
+    whatever reads the maps afterwards reads them), or raise ``_FieldError`` naming the problem."""
+    for key, map_key in ALIGNED:
+        values = obj.pop(key, None)
+        if values is None:
+            continue
+        if obj.get(map_key) is not None:
+            raise _FieldError(key, f"give {map_key} or {key}, not both")
+        if type(values) is not list:
+            raise _FieldError(key, f"must be a list of bytes, one per entry of pg_ranks, "
+                                   f"got {type(values).__name__}")
+        ranks = _aligned_ranks(obj, key, len(values), max_rank)
+        for i, v in enumerate(values):
+            if type(v) is not int or not 0 <= v <= INT64_MAX:
+                raise _FieldError(key, f"entry {i} (rank {ranks[i]}) must be a non-negative 64-bit "
+                                       f"integer, got {brief(v)}")
+        obj[map_key] = dict(zip(map(str, ranks), values, strict=True))
+
+
+def _aligned_ranks(obj: dict[str, Any], key: str, n: int, max_rank: int) -> list[int]:
+    """``pg_ranks`` as the ranks a per-pg-rank list of ``n`` entries is for."""
+    ranks = obj.get("pg_ranks")
+    if type(ranks) is not list:
+        raise _FieldError(key, "needs pg_ranks: the global rank each entry is for")
+    if not all(type(r) is int and 0 <= r <= INT64_MAX for r in ranks):
+        raise _FieldError("pg_ranks", "must be a list of non-negative integers (group rank → global rank)")
+    if n != len(ranks):
+        raise _FieldError(key, f"has {n} entries, pg_ranks {len(ranks)}: one per entry of pg_ranks")
+    if len(set(ranks)) != n:
+        twice = next(r for i, r in enumerate(ranks) if r in ranks[:i])
+        raise _FieldError("pg_ranks", f"names rank {twice} twice, so {key} cannot say whose each entry is")
+    if ranks and max(ranks) >= max_rank:
+        raise _FieldError("pg_ranks", f"rank {max(ranks)} is not a rank of this run "
+                                      f"({rank_bound_text(max_rank)})")
+    return ranks
+
+
 def _total(obj: dict[str, Any], key: str, peers: dict[str, int] | None, peers_key: str) -> int | None:
     total = _int(obj, key, minimum=0)
     if peers is not None:
@@ -125,7 +172,8 @@ def _total(obj: dict[str, Any], key: str, peers: dict[str, int] | None, peers_ke
         if total is None:
             return peer_sum
         if total != peer_sum:
-            raise _FieldError(key, f"{total} differs from the sum of {peers_key} ({peer_sum})")
+            # (not named by peers_key: the bytes may have come as the per-pg-rank list)
+            raise _FieldError(key, f"{total} differs from the sum of the per-peer bytes ({peer_sum})")
     return total
 
 
@@ -242,7 +290,10 @@ def _fast_row(obj: Any, clock_offset_ns: int, max_rank: int = INT64_MAX) -> tupl
 
 def validate_event(obj: Any, clock_offset_ns: int = 0, max_rank: int = INT64_MAX) -> tuple[Any, ...]:
     """One decoded line → a row tuple in ``ROW_FIELDS`` order (raises ``_FieldError``); ranks
-    (the event's and its peers') must be below ``max_rank``."""
+    (the event's and its peers') must be below ``max_rank``. A per-pg-rank list is replaced by
+    its peer map in ``obj`` (``expand_aligned``)."""
+    if type(obj) is dict and ("send_bytes_per_pg_rank" in obj or "recv_bytes_per_pg_rank" in obj):
+        expand_aligned(obj, max_rank)
     row = _fast_row(obj, clock_offset_ns, max_rank)
     if row is not None:
         return row

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from collectors.probe import events_from_matrix
+from collectors.probe.peers import as_maps, peer_bytes
 
 
 def _events(m: np.ndarray, **kw: object) -> list[dict[str, object]]:
@@ -20,8 +21,11 @@ def test_a_group_matrix_names_global_ranks_peers_hosts_and_ids() -> None:
     ev = _events(block, ranks=range(8, 11), hosts=hosts)
     assert [e["rank"] for e in ev] == [8, 9, 10]
     assert ev[0]["pg_ranks"] == [8, 9, 10] and ev[0]["host"] == "h2"
-    assert ev[0]["send_bytes_per_peer"] == {"8": 0, "9": 5, "10": 7}
-    assert ev[1]["recv_bytes_per_peer"] == {"8": 5, "9": 0, "10": 5}
+    # per pg_ranks entry: the row sent, the column received (rounded to whole bytes)
+    assert ev[0]["send_bytes_per_pg_rank"] == [0, 5, 7] and ev[1]["recv_bytes_per_pg_rank"] == [5, 0, 5]
+    assert peer_bytes(ev[0], "send") == {"8": 0, "9": 5, "10": 7}
+    assert as_maps(ev[1])["recv_bytes_per_peer"] == {"8": 5, "9": 0, "10": 5}
+    assert "recv_bytes_per_pg_rank" not in as_maps(ev[1])
     assert ev[2]["id"] == "t-2-1-dispatch-10"
 
 

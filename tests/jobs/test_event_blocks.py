@@ -148,6 +148,77 @@ def test_fast_parser_reads_peer_maps_like_the_careful_validator() -> None:
     _assert_same_columns(everything)
 
 
+def _list_line(i: int, send: str, recv: str = "null", pg: str = "[4,0,2]", **over) -> bytes:
+    """One event line with per-pg-rank lists and pg_ranks given as raw JSON text."""
+    e = {**_event(i), **over}
+    for key in ("send_bytes_per_peer", "recv_bytes_per_peer", "pg_ranks"):
+        e.pop(key)
+    head = json.dumps(e, separators=(",", ":"))[:-1]
+    return f'{head},"pg_ranks":{pg},"send_bytes_per_pg_rank":{send},"recv_bytes_per_pg_rank":{recv}}}'.encode()
+
+
+LISTS = [  # (a per-pg-rank list, the pg_ranks it is for)
+    ("[1,2,3]", "[4,0,2]"),
+    ("[1, 2, 3]", "[4, 0, 2]"),  # json.dumps spacing
+    ("[0,0,0]", "[4,0,2]"),
+    ("[]", "[]"),
+    ("[1,2]", "[4,0,2]"),  # one short
+    ("[1,2,3,4]", "[4,0,2]"),  # one long
+    ("[1,2,3]", "[4,4,2]"),  # a rank twice: whose is which?
+    ("[1,2,3]", "null"),  # no pg_ranks
+    ("[1,2,3]", '[4,"0",2]'),
+    ("[1,2,3]", "[4,0,-2]"),
+    ("[1,2,3]", "[4,0,99999]"),  # beyond the run's ranks (max_rank in the tests that set it)
+    ("[1,-2,3]", "[4,0,2]"),
+    ("[1,2.5,3]", "[4,0,2]"),
+    ("[1,2e3,3]", "[4,0,2]"),
+    ('[1,"2",3]', "[4,0,2]"),
+    ("[1,[2],3]", "[4,0,2]"),
+    ("[[],[],[]]", "[4,0,2]"),
+    ('{"4":1}', "[4,0,2]"),
+    ('"123"', "[4,0,2]"),
+    ("[1,1000000000000000000,9223372036854775807]", "[4,0,2]"),  # large but int64
+    ("[1,2,9223372036854775808]", "[4,0,2]"),  # beyond int64
+    ("[" + ",".join(["999999999999999999"] * 10) + "]", "[" + ",".join(map(str, range(10))) + "]"),  # sum overflows
+    ("[" + ",".join(map(str, range(1500))) + "]", "[" + ",".join(map(str, range(1500, 0, -1))) + "]"),
+    ("null", "[4,0,2]"),
+]
+
+
+def test_fast_parser_reads_per_pg_rank_lists_like_the_careful_validator() -> None:
+    """Every list shape alone, as the receive list, beside a send map, mixed with map lines."""
+    for n, (text, pg) in enumerate(LISTS):
+        _assert_same_columns(_list_line(n, text, pg=pg))
+        _assert_same_columns(_list_line(n, "[1,2,3]", text, pg=pg))
+        _assert_same_columns(b"\n".join([_line(100, '{"0":1}'), _list_line(n, text, text, pg=pg),
+                                         _line(101, '{"2":5,"0":1}', '{"1":1}')]))
+        _assert_same_columns(_list_line(n, text, pg=pg, bytes_sent=6))
+    mixed = [_list_line(i, t, LISTS[-1 - i][0], pg=g) for i, (t, g) in enumerate(LISTS)]
+    mixed += [_line(200 + i, t) for i, t in enumerate(PEER_MAPS)]
+    _assert_same_columns(b"\n".join(mixed[::2] + mixed[1::2]))
+    # a line giving a list and a map for the same direction: which is meant? refused
+    both = {**_event(7), "send_bytes_per_pg_rank": [1, 2, 3]}
+    cols, errors, _ = parse_ndjson_columns(json.dumps(both).encode())
+    assert not len(cols) and errors[0].field == "send_bytes_per_pg_rank" and "not both" in errors[0].reason
+
+
+def test_a_per_pg_rank_list_stores_what_its_peer_map_stores() -> None:
+    maps = [_event(i, pg_ranks=[4, 0, 2], send_bytes_per_peer={"4": i, "0": 2, "2": 3},
+                   recv_bytes_per_peer={"4": 5, "0": 0, "2": 7 * i}) for i in range(9)]
+    lists = [{**{k: v for k, v in e.items() if not k.endswith("_per_peer")},
+              "send_bytes_per_pg_rank": [i, 2, 3], "recv_bytes_per_pg_rank": [5, 0, 7 * i]}
+             for i, e in enumerate(maps)]
+    a, errors_a, _ = parse_ndjson_columns(b"\n".join(json.dumps(e).encode() for e in maps))
+    b, errors_b, _ = parse_ndjson_columns(b"\n".join(json.dumps(e).encode() for e in lists))
+    assert not errors_a and not errors_b and len(a) == 9
+    for f in fields(EventColumns):
+        assert np.array_equal(np.asarray(getattr(a, f.name)), np.asarray(getattr(b, f.name))), f.name
+    # an event without an id is named by its content: the same event in either form, the same id
+    a, _, _ = parse_ndjson_columns(json.dumps({**maps[3], "id": None}).encode())
+    b, _, _ = parse_ndjson_columns(json.dumps({**lists[3], "id": None}).encode())
+    assert a.event_id == b.event_id
+
+
 def test_blocks_read_back_and_matrices_add_across_batches(db) -> None:
     run = Run.objects.create(owner=get_user_model().objects.create_user("c"), name="r")
     events = [_event(i) for i in range(12)]

@@ -1,6 +1,6 @@
 """The columnar fast path and the careful validator store the same thing, on SQLite and on
 PostgreSQL: a mixed batch of good and bad lines (every peer-map shape of test_event_blocks, the
-rejections of its MIXED batch, plain lines in both JSON spacings) is posted through
+rejections of its MIXED batch, its per-pg-rank LISTS, plain lines in both JSON spacings) is posted through
 ``ingest_ndjson`` into one run and validated line by line into another; both runs must hold equal
 event columns and matrices, both must reject the same lines with the same field and reason, and a
 re-post must store nothing. Each database runs the same script in a child process (its own
@@ -33,13 +33,14 @@ from fabricmon.jobs import blocks, ingest
 from fabricmon.jobs.columns import EXPORT_FIELDS
 from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.validation import LineError, ParsedBatch, _FieldError, validate_event
-from tests.jobs.test_event_blocks import MIXED, PEER_MAPS, _event, _line
+from tests.jobs.test_event_blocks import LISTS, MIXED, PEER_MAPS, _event, _line, _list_line
 
 plain = [json.dumps(_event(100 + i)).encode() for i in range(40)]
 plain += [json.dumps(_event(200 + i), separators=(",", ":")).encode() for i in range(40)]
 odd = [_line(300 + i, t, PEER_MAPS[-1 - i]) for i, t in enumerate(PEER_MAPS)]
 mixed = [json.dumps(e).encode() for e in MIXED] + [b'{"rank": 1', b"", b"[1, 2]"]
-body = b"\\n".join(plain[:30] + odd[:10] + mixed + odd[10:] + plain[30:])
+lists = [_list_line(400 + i, t, LISTS[-1 - i][0], pg=g) for i, (t, g) in enumerate(LISTS)]
+body = b"\\n".join(plain[:30] + odd[:10] + lists[:12] + mixed + odd[10:] + plain[30:] + lists[12:])
 
 owner = get_user_model().objects.create_user("paths")
 fast_run = Run.objects.create(owner=owner, name="fast")

@@ -11,6 +11,7 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +33,8 @@ class Post:
     """One POST the loopback server saw: its NDJSON lines and headers."""
 
     def __init__(self, lines: list[bytes], headers: dict[str, str]) -> None:
-        self.ids = [json.loads(line)["id"] for line in lines]
+        self.events = [json.loads(line) for line in lines]
+        self.ids = [e["id"] for e in self.events]
         self.headers = headers
 
 
@@ -40,12 +42,24 @@ Answer = Callable[[int, Post], "tuple[int, dict, dict[str, str]] | None"]  # Non
 
 
 @contextmanager
-def ingest_server(answer: Answer) -> Iterator[tuple[str, list[Post]]]:
+def ingest_server(answer: Answer, clock: dict | None = None) -> Iterator[tuple[str, list[Post]]]:
     """A loopback HTTP server: ``answer(n, post)`` for the n-th POST (0-based) → (status, JSON body,
-    extra headers), or None to read the request and close the connection without answering."""
+    extra headers), or None to read the request and close the connection without answering;
+    ``clock``: what ``GET /jobs/api/clock`` answers (without it, a GET is a 501)."""
     posts: list[Post] = []
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if clock is None or self.path != "/jobs/api/clock":
+                self.send_error(501)
+                return
+            raw = json.dumps({"server_ns": time.time_ns(), **clock}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
         def do_POST(self) -> None:
             lines = self.rfile.read(int(self.headers["Content-Length"])).splitlines()
             post = Post(lines, dict(self.headers.items()))
@@ -85,6 +99,31 @@ def _poster(base: str, **kw) -> EventPoster:  # type: ignore[no-untyped-def]
     kw = {"batch_size": 10, "flush_interval_s": 0.05, "measure_clock": False, "min_backoff_s": 0.01,
           "max_backoff_s": 0.05, **kw}  # fmt: skip
     return EventPoster(IngestClient(base, "fmj_x_y", timeout_s=5.0), 1, **kw)
+
+
+@pytest.mark.parametrize("measure_clock", [True, False])
+@pytest.mark.parametrize("fields", [None, ["send_bytes_per_pg_rank", "recv_bytes_per_pg_rank"]])
+def test_per_pg_rank_lists_go_only_to_a_server_that_reads_them(measure_clock: bool, fields: list | None) -> None:
+    """A server older than the lists ignores them (unknown keys): it gets the maps they stand for."""
+    clock = {} if fields is None else {"event_fields": fields}
+    with ingest_server(lambda n, post: _taken(post), clock=clock) as (base, posts):
+        poster = _poster(base, measure_clock=measure_clock)
+        deadline = time.monotonic() + 5
+        while poster._fields_at is None and poster._clock_at is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # (the poster asks at its start; events submitted before it knows are maps)
+        time.sleep(0.2)
+        for i in range(3):
+            poster.submit({"id": f"e{i}", "rank": i, "pg_ranks": [5, 0, 9],
+                           "send_bytes_per_pg_rank": [1, 2, 3], "recv_bytes_per_pg_rank": [4, 5, 6]})
+        assert poster.close(timeout_s=5.0).posted == 3
+    sent = [e for p in posts for e in p.events]
+    assert len(sent) == 3
+    if fields is None:
+        assert all(e["send_bytes_per_peer"] == {"5": 1, "0": 2, "9": 3} for e in sent), sent
+        assert all(e["recv_bytes_per_peer"] == {"5": 4, "0": 5, "9": 6} for e in sent), sent
+        assert not any("send_bytes_per_pg_rank" in e for e in sent)
+    else:
+        assert all(e["send_bytes_per_pg_rank"] == [1, 2, 3] and "send_bytes_per_peer" not in e for e in sent)
 
 
 def test_unreachable_server_keeps_what_fits_and_counts_the_rest() -> None:

@@ -54,7 +54,7 @@ def _events(rec, *, combine=None, recv_scale: float = 1.0, zero_dispatch_time: b
         for ev in events_from_matrix(m, step=ph.step, layer=ph.layer, phase=ph.phase, start_ns=ph.start_ns,
                                      end_ns=end, id_prefix="w", hosts=hosts):
             if recv_scale != 1.0 and ph.phase == "dispatch":
-                ev["recv_bytes_per_peer"] = {k: int(v * recv_scale) for k, v in ev["recv_bytes_per_peer"].items()}
+                ev["recv_bytes_per_pg_rank"] = [int(v * recv_scale) for v in ev["recv_bytes_per_pg_rank"]]
             yield ev
 
 
