@@ -79,7 +79,8 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     rolled[saved.get("rolled", [])] = True
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
                        no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)),
-                       down_groups_rolled=rolled, down_fabric_rolled=bool(saved.get("fabric_rolled", False)))
+                       down_groups_rolled=rolled, down_fabric_rolled=bool(saved.get("fabric_rolled", False)),
+                       down_covered=np.asarray(saved.get("covered", []), dtype=np.int64))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -101,6 +102,7 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "groups": len(groups) if (groups := s.down_groups_rolled) is not None else 0,
                 "rolled": np.flatnonzero(groups).tolist() if groups is not None else [],
                 "fabric_rolled": s.down_fabric_rolled,
+                "covered": s.down_covered.tolist() if s.down_covered is not None else [],
             }
         ),
     )

@@ -138,6 +138,8 @@ def test_a_stalled_collector_shard_is_one_target_down_across_beats(redis_client,
         assert down() == [(f"shard {fabric_name}:1", "firing")]
         push(["leaf-r4", "leaf-r5"], 4)  # two back; two still silent: the same stall, held
         assert down() == [(f"shard {fabric_name}:1", "firing")]
+        push(["leaf-r4"], 4)  # one left, below the hold: the stall's tail (its members are in Redis)
+        assert down() == [(f"shard {fabric_name}:1", "firing")]
         push([], 12)  # all back: it resolves after keep_firing
         assert down() == [(f"shard {fabric_name}:1", "resolved")]
     finally:

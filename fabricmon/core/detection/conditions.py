@@ -175,6 +175,8 @@ def _targets_down(findings: WindowFindings, names: tuple[str, ...]) -> list[Cond
             scope = f"{len(down)} of the {r.total} switches of {r.key}"
             why = "the collector polling that shard stalled (its worker, its host or its path to them)"
         summary = f"{scope} without data at once ({shown}): {why}, not each switch"
+        if r.tail:  # below the hold fraction: the stall's last members, until each is back
+            summary = f"{scope} still without data since the stall ({shown}): {why}; its last switches"
         out.append(Condition("target_down", r.key, summary, value=float(len(down)),
                              details={"switches_down": len(down), "switches": r.total, "first": down[:16]}))
     return out

@@ -8,9 +8,11 @@ for the fabric, or one per collection group (shard), instead of one per switch �
 Alertmanager inhibition rule would do with them.
 
 A roll-up starts when more than ``down_rollup_fraction`` of its switches (and at least two) are
-down and holds while more than ``down_rollup_hold_fraction`` still are (hysteresis): a shard whose
-switches come back over a few staggered seconds is one alert that resolves, not a roll-up that
-dissolves into per-switch alerts for the last few stragglers.
+down and holds while more than ``down_rollup_hold_fraction`` still are (hysteresis). Below that it
+keeps its own members — the switches it stood for in the last window — until each is back: the
+tail of a stall (a few switches whose sessions take longer to come back) is the same alert
+resolving, not one new alert per straggler. A switch that goes down after the roll-up stopped
+standing for it is its own alert.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class DownRollup:
     key: str  # "fabric", or "shard <name>"
     down: IntArray  # switch ids without data
     total: int  # switches in the scope
+    tail: bool = False  # held only by its members still down (below the hold fraction)
 
 
 def down_switches(
@@ -97,26 +100,48 @@ def roll_up(
     *,
     was_groups: BoolArray | None = None,
     was_fabric: bool = False,
+    was_covered: IntArray | None = None,
 ) -> tuple[tuple[DownRollup, ...], BoolArray, bool]:
     """The roll-ups of this window's down switches (the fabric's, else one per stalled group), and
     which are held for the next window (per group, the fabric's) given the last window's
-    (``was_groups``, ``was_fabric``). Switches a roll-up covers get no alert of their own."""
+    (``was_groups``, ``was_fabric``, and ``was_covered``: the switches its roll-ups stood for).
+    Switches a roll-up covers get no alert of their own."""
     n_groups = len(groups.names) if groups is not None else 0
     if was_groups is None or len(was_groups) != n_groups:
         was_groups = np.zeros(n_groups, np.bool_)
+    # members of the last window's roll-ups still down: they stay in their roll-up (its tail)
+    kept = down[np.isin(down, was_covered)] if was_covered is not None and len(was_covered) else down[:0]
     fabric = bool(_rolled(np.array([len(down)]), np.array([n_switches]), np.array([was_fabric]), cfg)[0])
     if groups is None:
-        return ((DownRollup(FABRIC_KEY, down, n_switches),) if fabric else ()), np.zeros(0, np.bool_), fabric
+        if fabric:
+            return (DownRollup(FABRIC_KEY, down, n_switches),), np.zeros(0, np.bool_), True
+        if was_fabric and len(kept):
+            return (DownRollup(FABRIC_KEY, kept, n_switches, tail=True),), np.zeros(0, np.bool_), True
+        return (), np.zeros(0, np.bool_), False
     size = np.bincount(groups.of_switch, minlength=n_groups)
     n_down = np.bincount(groups.of_switch[down], minlength=n_groups)
-    rolled = _rolled(n_down, size, was_groups, cfg)
+    by_rule = _rolled(n_down, size, was_groups, cfg)
+    tail = was_groups & ~by_rule & (np.bincount(groups.of_switch[kept], minlength=n_groups) > 0)
+    rolled = by_rule | tail
     if fabric:  # the fabric's roll-up covers every group; the groups' holds carry on beneath it
         return (DownRollup(FABRIC_KEY, down, n_switches),), rolled, True
-    out = tuple(
-        DownRollup(f"shard {groups.names[g]}", down[groups.of_switch[down] == g], int(size[g]))
-        for g in np.flatnonzero(rolled)
-    )
-    return out, rolled, False
+    out: list[DownRollup] = []
+    if was_fabric and len(kept):  # the fabric stall's tail: it keeps its members, groups the rest
+        out.append(DownRollup(FABRIC_KEY, kept, n_switches, tail=True))
+        down, kept = down[~np.isin(down, kept)], kept[:0]
+    for g in np.flatnonzero(rolled).tolist():
+        members = (down if by_rule[g] else kept)
+        members = members[groups.of_switch[members] == g]
+        if len(members):
+            out.append(DownRollup(f"shard {groups.names[g]}", members, int(size[g]), tail=not by_rule[g]))
+    return tuple(out), rolled, bool(out) and out[0].key == FABRIC_KEY
+
+
+def covered(rollups: tuple[DownRollup, ...]) -> IntArray:
+    """The switches the roll-ups stand for (carried to the next window: ``was_covered``)."""
+    if not rollups:
+        return np.zeros(0, np.int64)
+    return np.unique(np.concatenate([r.down for r in rollups])).astype(np.int64)
 
 
 def uncovered(down: IntArray, rollups: tuple[DownRollup, ...]) -> IntArray:

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabricmon.core.detection.config import DetectConfig
-from fabricmon.core.detection.down import CollectionGroups, DownRollup, down_switches, roll_up
+from fabricmon.core.detection.down import CollectionGroups, DownRollup, covered, down_switches, roll_up
 from fabricmon.core.detection.geometry import FabricGeometry
 
 FloatArray = npt.NDArray[np.float32]
@@ -60,6 +60,7 @@ class MovingState:
     # the target_down roll-ups held (per collection group; the fabric's), for their hysteresis
     down_groups_rolled: BoolArray | None = None
     down_fabric_rolled: bool = False
+    down_covered: IntArray | None = None  # switch ids the roll-ups stood for (their members)
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -320,9 +321,10 @@ def detect_window(
     rollups, groups_rolled, fabric_rolled = roll_up(
         down, n_sw, collection_groups, cfg,
         was_groups=state.down_groups_rolled, was_fabric=state.down_fabric_rolled,
+        was_covered=state.down_covered,
     )
-    carried = replace(mv.state, no_data=no_data,
-                      down_groups_rolled=groups_rolled, down_fabric_rolled=fabric_rolled)
+    carried = replace(mv.state, no_data=no_data, down_groups_rolled=groups_rolled,
+                      down_fabric_rolled=fabric_rolled, down_covered=covered(rollups))
     ecmp_sw, ecmp_ratio = _ecmp_imbalance(hs.load, geo, cfg)
     hot_idx = hs.idx
     findings = WindowFindings(

@@ -82,8 +82,28 @@ def test_half_a_shard_starts_no_roll_up_but_holds_one(su) -> None:
     assert [c.key for c in fab.window(LEAVES_4_7[:3])] == ["shard su1:1"]  # leaf-r7 came back
     held = fab.window(LEAVES_4_7[:2])  # two of four: held
     assert [(c.key, c.details["first"]) for c in held] == [("shard su1:1", ["leaf-r4", "leaf-r5"])]
-    assert [c.key for c in fab.window(LEAVES_4_7[:1])] == ["leaf-r4"]  # one left: its own again
-    assert [c.key for c in fab.window(LEAVES_4_7[:2])] == ["leaf-r4"]  # leaf-r5 just went silent
+    tail = fab.window(LEAVES_4_7[:1])  # one left, below the hold: still the stall (its tail)
+    assert [(c.key, c.details["first"]) for c in tail] == [("shard su1:1", ["leaf-r4"])]
+    assert "still without data since the stall (leaf-r4)" in tail[0].summary
+    assert [c.key for c in fab.window(LEAVES_4_7[:2])] == ["shard su1:1"]  # leaf-r5 just went silent
+    assert [c.key for c in fab.window([])] == []  # the last one back: the stall resolves
+    # leaf-r5 left the roll-up when it came back: silent again on its own, it is its own alert
+    assert [c.key for c in fab.settle(["leaf-r5"])] == ["leaf-r5"]
+
+
+def test_a_fabric_stall_keeps_its_stragglers_and_a_switch_silent_beside_them_is_its_own(su) -> None:
+    """The tail of a fabric-wide stall (switches whose sessions come back last) stays the fabric's
+    alert until each is back; a switch that goes silent meanwhile was no part of it."""
+    geo, groups = su
+    fab = Fabric(geo, groups)
+    assert [c.key for c in fab.settle(list(geo.index.switch_names[:10]))] == ["fabric"]
+    stragglers = ["leaf-r0", "spine0"]
+    out = fab.window(stragglers)  # 2 of 12: below the fabric's hold fraction
+    assert [(c.key, c.details["first"]) for c in out] == [("fabric", stragglers)]
+    out = fab.settle([*stragglers, "leaf-r6"])
+    assert [(c.key, (c.details or {}).get("first")) for c in out] == [("fabric", stragglers), ("leaf-r6", None)]
+    assert [c.key for c in fab.window(["spine0", "leaf-r6"])] == ["fabric", "leaf-r6"]
+    assert [c.key for c in fab.window(["leaf-r6"])] == ["leaf-r6"]  # the last straggler is back
 
 
 def test_without_groups_only_the_fabric_rolls_up(su) -> None:
