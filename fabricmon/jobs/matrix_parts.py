@@ -188,6 +188,7 @@ def _fold(
         cursor.execute(f"SELECT id, n_ranks, sent, received FROM {table} "
                        f"WHERE id IN ({', '.join(['%s'] * len(row_ids))})", row_ids)
         by_id = {int(r[0]): r for r in cursor.fetchall()}
+        rows = {k: v for k, v in rows.items() if v[0] in by_id}  # (a row deleted since: inserted anew)
         for k in keys:
             if k in rows:
                 _, n, row_calls, _ = rows[k]

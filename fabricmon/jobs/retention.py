@@ -132,8 +132,10 @@ def _expire_matrices(now: datetime, report: PruneReport, touched: set[int]) -> N
     cutoff = now - timedelta(days=settings.FABRICMON_MATRICES_RETENTION_DAYS)
     ended = Run.objects.filter(ended_at__lt=cutoff, matrices__isnull=False).distinct()
     for run in ended:
-        n = TrafficMatrix.objects.filter(run=run).delete()[1].get(TrafficMatrix._meta.label, 0)
-        MatrixPart.objects.filter(run=run).delete()  # (parts of a run still posting after it ended)
+        with transaction.atomic():
+            matrix_parts.lock(run)
+            n = TrafficMatrix.objects.filter(run=run).delete()[1].get(TrafficMatrix._meta.label, 0)
+            MatrixPart.objects.filter(run=run).delete()  # (parts of a run still posting after it ended)
         report.matrices += int(n)
         days = settings.FABRICMON_MATRICES_RETENTION_DAYS
         _note(run, f"traffic matrices deleted {days:g} days after the run ended")
@@ -208,6 +210,7 @@ def _enforce_budget(run: Run, now: datetime, report: PruneReport) -> bool:
             _let_others_write(report)
         t0 = time.monotonic()
         with transaction.atomic():  # oldest steps first: whole newest steps are left after each
+            matrix_parts.lock(run)  # (no batch folds parts into a row this deletes)
             _delete_blocks(run, [b for b, step, _ in block_rows if lo <= step < hi], report)
             n = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lt=hi).delete()[1]
             MatrixPart.objects.filter(run=run, step__gte=lo, step__lt=hi).delete()  # (arrived since usage())
