@@ -251,9 +251,14 @@ def _fast_columns(
     fields_t = zip(*map(astuple, structs), strict=True)
     g: dict[str, Any] = dict(zip(_Line.__struct_fields__, fields_t, strict=True))
     n = len(structs)
-    lists = [*map(bytes, g["send_bytes_per_pg_rank"]), *map(bytes, g["recv_bytes_per_pg_rank"])]
-    from_list = np.fromiter((t != _NULL for t in lists), dtype=bool, count=2 * n)
     maps = [*g["send_bytes_per_peer"], *g["recv_bytes_per_peer"]]
+    lists: list[bytes] = []
+    from_list = np.zeros(2 * n, dtype=bool)
+    send_l, recv_l = g["send_bytes_per_pg_rank"], g["recv_bytes_per_pg_rank"]
+    # (an absent field is the default object itself: one C-level count for the usual batch)
+    if send_l.count(_RAW_NULL) + recv_l.count(_RAW_NULL) != 2 * n:
+        lists = [*map(bytes, send_l), *map(bytes, recv_l)]
+        from_list = np.fromiter((t != _NULL for t in lists), dtype=bool, count=2 * n)
     if from_list.any():  # a line's list stands for its map (a line giving both: the careful path)
         both = from_list & np.fromiter((bytes(t) != _NULL for t in maps), dtype=bool, count=2 * n)
         maps = [_RAW_NULL if f else t for t, f in zip(maps, from_list.tolist(), strict=True)]
