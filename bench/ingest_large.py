@@ -19,7 +19,9 @@ block: the line ``block_cpu_s`` is that step's events times the per-event figure
     .venv/bin/python bench/ingest_large.py [--phases 4] [--repeat 3] [--against REV]
         [--pg postgres://postgres@127.0.0.1:5432/postgres | --pg ""]
 
-Last measured: see the closing note of the change that added it (docs/jobs.md, "Large groups").
+Last measured (2026-12-05, --repeat 3, load 1.0-1.9): SQLite lists 196 / maps 212 / 105058c 659 µs
+an event (3.4x); PostgreSQL with lz4 blobs 272 / 274 / 1,896 (7.0x); the table is in docs/jobs.md
+("Large groups").
 """
 
 from __future__ import annotations
