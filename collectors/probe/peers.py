@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-LISTS = (("send_bytes_per_pg_rank", "send_bytes_per_peer"), ("recv_bytes_per_pg_rank", "recv_bytes_per_peer"))
-LIST_KEYS = frozenset(k for k, _ in LISTS)
+from collectors.traces.schema import PEER_LISTS
+
+LIST_KEYS = frozenset(k for k, _ in PEER_LISTS)
 
 
 def has_lists(event: dict[str, Any]) -> bool:
-    return "send_bytes_per_pg_rank" in event or "recv_bytes_per_pg_rank" in event
+    return not LIST_KEYS.isdisjoint(event)
 
 
 def as_maps(event: dict[str, Any]) -> dict[str, Any]:
@@ -20,7 +21,7 @@ def as_maps(event: dict[str, Any]) -> dict[str, Any]:
     length is not pg_ranks')."""
     out = dict(event)
     keys = [str(r) for r in event.get("pg_ranks") or ()]
-    for list_key, map_key in LISTS:
+    for list_key, map_key in PEER_LISTS:
         values = out.pop(list_key, None)
         if values is not None:
             out[map_key] = dict(zip(keys, values, strict=True))
@@ -30,7 +31,4 @@ def as_maps(event: dict[str, Any]) -> dict[str, Any]:
 def peer_bytes(event: dict[str, Any], direction: str) -> dict[str, int] | None:
     """The event's per-peer bytes of ``direction`` ("send" or "recv") as a map, whichever form
     it carries (for readers of recorded events)."""
-    values = event.get(f"{direction}_bytes_per_pg_rank")
-    if values is None:
-        return event.get(f"{direction}_bytes_per_peer")
-    return dict(zip((str(r) for r in event.get("pg_ranks") or ()), values, strict=True))
+    return as_maps(event).get(f"{direction}_bytes_per_peer")

@@ -26,6 +26,12 @@ PHASES = (
     "other",
 )
 SOURCES = ("probe", "kineto", "fr", "inspector", "nccl_log", "twin", "api")
+# The per-peer maps' compact form for large groups, each beside the map it stands for: a list
+# aligned with ``pg_ranks`` (entry i is the bytes to or from global rank pg_ranks[i]).
+PEER_LISTS = (
+    ("send_bytes_per_pg_rank", "send_bytes_per_peer"),
+    ("recv_bytes_per_pg_rank", "recv_bytes_per_peer"),
+)
 TIME_KINDS = ("host_call", "host_enqueue", "host_watchdog", "gpu_kernel", "simulated")
 
 # record_function names the probe opens and job owners may use: moe/layer{L}/{phase}

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from collectors.traces.schema import PHASES, SOURCES
+from collectors.traces.schema import PEER_LISTS, PHASES, SOURCES
 from fabricmon.base import access, sockets
 from fabricmon.jobs import (
     blocks,
@@ -41,7 +41,7 @@ from fabricmon.jobs.validation import MAX_OFFSET_NS
 
 # optional event fields a server before them ignored (unknown keys are ignored): a probe sends them
 # only to a server that lists them here (GET /jobs/api/clock), so an older server loses nothing
-EVENT_FIELDS = [key for key, _ in validation.ALIGNED]
+EVENT_FIELDS = [key for key, _ in PEER_LISTS]
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")  # read-only: seeing the run is enough
 MAX_BATCH_BYTES = settings.FABRICMON_INGEST_MAX_BYTES
 MAX_BATCH_LINES = getattr(settings, "FABRICMON_INGEST_MAX_LINES", 100_000)

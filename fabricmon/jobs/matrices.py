@@ -16,7 +16,7 @@ from fabricmon.jobs import matrix_blobs, matrix_parts
 from fabricmon.jobs.columns import (
     EventColumns,
 )
-from fabricmon.jobs.matrix_rows import insert_rows, update_rows
+from fabricmon.jobs.matrix_rows import insert_rows, key_filter, update_rows
 from fabricmon.jobs.models import (
     Run,
     TrafficMatrix,
@@ -192,14 +192,9 @@ class _PairSums:
 def _existing(cursor: Any, table: str, run: Run, wanted: list[tuple[str, int, int, str]]) -> dict[Any, Any]:
     """The stored rows of the ``wanted`` (source, step, layer, phase) keys, by key (one SELECT over
     the keys' step range and sources)."""
-    steps = [k[1] for k in wanted]
-    sources = sorted({k[0] for k in wanted})
-    cursor.execute(
-        f"SELECT id, source, step, layer, phase, n_ranks, sent, received, calls FROM {table} "
-        f"WHERE run_id = %s AND step >= %s AND step <= %s "
-        f"AND source IN ({', '.join(['%s'] * len(sources))})",
-        [run.pk, min(steps), max(steps), *sources],
-    )
+    where, params = key_filter(run, wanted)
+    cursor.execute(f"SELECT id, source, step, layer, phase, n_ranks, sent, received, calls FROM {table} "
+                   f"WHERE {where}", params)
     wanted_set = set(wanted)
     return {(r[1], r[2], r[3], r[4]): r for r in cursor.fetchall() if (r[1], r[2], r[3], r[4]) in wanted_set}
 

@@ -29,11 +29,9 @@ from django.db import connection, transaction
 
 from fabricmon.jobs import matrix_blobs
 from fabricmon.jobs.matrix_blobs import Pairs
-from fabricmon.jobs.matrix_rows import insert_rows, update_rows
+from fabricmon.jobs.matrix_rows import Key, insert_rows, key_filter, update_rows
 from fabricmon.jobs.models import MatrixPart, Run, TrafficMatrix
-from fabricmon.jobs.sql import Deferred, insert_columns, sql_cursor
-
-Key = tuple[str, int, int, str]  # (source, step, layer, phase)
+from fabricmon.jobs.sql import Deferred, sql_cursor
 
 _LOCK_SPACE = 0x464D4D50 << 32  # "FMMP": this module's advisory locks, one per run
 SETTLE_KEYS = 8  # keys folded per transaction by ``settle`` (memory: a key's row and parts)
@@ -82,18 +80,11 @@ def add(run: Run, new: dict[Key, Cells], deferred: Deferred) -> None:
             _fold(cursor, run, fold, rows, new={k: new[k] for k in fold}, deferred=deferred)
 
 
-def pending(run: Run) -> bool:
-    """Whether the run has parts not yet folded into its matrices (one indexed probe)."""
-    return MatrixPart.objects.filter(run_id=run.pk).exists()
-
-
 def settle(run: Run) -> int:
     """Fold every part of the run into its matrix rows (readers call this before reading them);
-    returns how many parts were folded. A run without parts costs one indexed probe."""
-    if not pending(run):
-        return 0
+    returns how many parts were folded. A run without parts costs one indexed query."""
     parts = MatrixPart.objects.filter(run_id=run.pk)
-    keys = sorted(set(parts.values_list("source", "step", "layer", "phase")))
+    keys = sorted(parts.values_list("source", "step", "layer", "phase").order_by().distinct())
     folded = 0
     for at in range(0, len(keys), SETTLE_KEYS):
         chunk = [(str(s), int(st), int(la), str(ph)) for s, st, la, ph in keys[at: at + SETTLE_KEYS]]
@@ -109,18 +100,10 @@ def settle(run: Run) -> int:
 # --- reading sizes and blobs --------------------------------------------------------------------
 
 
-def _key_filter(run: Run, keys: list[Key]) -> tuple[str, list[Any]]:
-    """A WHERE clause narrowing to the keys' steps and sources (rows are then matched in Python)."""
-    steps = [k[1] for k in keys]
-    sources = sorted({k[0] for k in keys})
-    return (f"run_id = %s AND step >= %s AND step <= %s AND source IN ({', '.join(['%s'] * len(sources))})",
-            [run.pk, min(steps), max(steps), *sources])
-
-
 def _row_sizes(cursor: Any, run: Run, keys: list[Key]) -> dict[Key, tuple[int, int, int, int]]:
     """The stored rows of ``keys``: key → (id, n_ranks, calls, bytes of both blobs); no blob is
     read (length() comes from the record header on SQLite, the TOAST pointer on PostgreSQL)."""
-    where, params = _key_filter(run, keys)
+    where, params = key_filter(run, keys)
     table = connection.ops.quote_name(TrafficMatrix._meta.db_table)
     cursor.execute(f"SELECT id, source, step, layer, phase, n_ranks, calls, length(sent) + length(received) "
                    f"FROM {table} WHERE {where}", params)
@@ -134,7 +117,7 @@ def _row_sizes(cursor: Any, run: Run, keys: list[Key]) -> dict[Key, tuple[int, i
 
 
 def _part_sizes(cursor: Any, run: Run, keys: list[Key]) -> dict[Key, int]:
-    where, params = _key_filter(run, keys)
+    where, params = key_filter(run, keys)
     table = connection.ops.quote_name(MatrixPart._meta.db_table)
     cursor.execute(f"SELECT source, step, layer, phase, length(sent) + length(received) FROM {table} "
                    f"WHERE {where}", params)
@@ -158,20 +141,11 @@ def _pieces(sent_blob: Any, recv_blob: Any, n: int) -> tuple[Pairs, Pairs]:
 def _insert_parts(cursor: Any, run: Run, cells: dict[Key, Cells], deferred: Deferred) -> None:
     if not cells:
         return
-    blobs = []
-    for c in cells.values():
-        sent = matrix_blobs.encode_from_pairs(*c.sent, c.n)
-        blobs.append((sent, matrix_blobs.encode_from_pairs(*c.received, c.n, same_as=c.sent)))
-    source, step, layer, phase = zip(*cells, strict=True)
-    insert_columns(
-        cursor,
-        connection.ops.quote_name(MatrixPart._meta.db_table),
-        ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
-        [np.full(len(cells), run.pk), list(source), np.array(step, dtype=np.int64),
-         np.array(layer, dtype=np.int64), list(phase), np.array([c.n for c in cells.values()]),
-         [b[0] for b in blobs], [b[1] for b in blobs], np.array([c.calls for c in cells.values()])],
-        deferred,
-    )
+    blobs = [(matrix_blobs.encode_from_pairs(*c.sent, c.n),
+              matrix_blobs.encode_from_pairs(*c.received, c.n, same_as=c.sent)) for c in cells.values()]
+    insert_rows(cursor, run, list(cells), n=[c.n for c in cells.values()], blobs=blobs,
+                calls=np.array([c.calls for c in cells.values()], dtype=np.int64), deferred=deferred,
+                model=MatrixPart)
 
 
 def _fold(
@@ -195,7 +169,7 @@ def _fold(
                 r = by_id[rows[k][0]]
                 pieces[k].append((*_pieces(r[2], r[3], n), n))
                 calls[k] += row_calls
-    where, params = _key_filter(run, keys)
+    where, params = key_filter(run, keys)
     ptable = connection.ops.quote_name(MatrixPart._meta.db_table)
     cursor.execute(f"SELECT id, source, step, layer, phase, n_ranks, sent, received, calls FROM {ptable} "
                    f"WHERE {where}", params)
@@ -221,10 +195,10 @@ def _fold(
         else:
             inserts.append((k, m, blobs, calls[k]))
     update_rows(cursor, updates, deferred)
-    for m in sorted({m for _, m, _, _ in inserts}):
-        same = [i for i in inserts if i[1] == m]
-        insert_rows(cursor, run, [i[0] for i in same], n=m, blobs=[i[2] for i in same],
-                    calls=np.array([i[3] for i in same], dtype=np.int64), deferred=deferred)
+    if inserts:
+        insert_rows(cursor, run, [i[0] for i in inserts], n=[i[1] for i in inserts],
+                    blobs=[i[2] for i in inserts], calls=np.array([i[3] for i in inserts], dtype=np.int64),
+                    deferred=deferred)
     if part_ids:
         cursor.execute(f"DELETE FROM {ptable} WHERE id IN ({', '.join(['%s'] * len(part_ids))})", part_ids)
     return len(part_ids)

@@ -1,34 +1,50 @@
-"""The SQL that writes ``TrafficMatrix`` rows, for both writers (``matrices`` merging small
-matrices in place, ``matrix_parts`` folding parts of large ones): multi-row statements on the
-ingest path's own cursor, into the batch's ``Deferred`` on PostgreSQL."""
+"""The SQL that writes ``TrafficMatrix`` rows (and ``MatrixPart`` rows, the same columns), for both
+writers (``matrices`` merging small matrices in place, ``matrix_parts`` appending and folding
+parts of large ones): multi-row statements on the ingest path's own cursor, into the batch's
+``Deferred`` on PostgreSQL; and the WHERE clause that finds a batch's keys' rows."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from django.db import connection
+from django.db import connection, models
 
 from fabricmon.jobs.models import Run, TrafficMatrix
 from fabricmon.jobs.sql import PG_TYPES, Deferred, chunks, insert_columns, marks, pg_arrays
 
+Key = tuple[str, int, int, str]  # (source, step, layer, phase)
 
-def _table() -> str:
-    return connection.ops.quote_name(TrafficMatrix._meta.db_table)
+
+def _table(model: type[models.Model] = TrafficMatrix) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def key_filter(run: Run, keys: list[Key]) -> tuple[str, list[Any]]:
+    """A WHERE clause narrowing a matrix table to the keys' steps and sources, and its parameters
+    (the rows it returns are then matched to the keys in Python)."""
+    steps = [k[1] for k in keys]
+    sources = sorted({k[0] for k in keys})
+    return (f"run_id = %s AND step >= %s AND step <= %s AND source IN ({', '.join(['%s'] * len(sources))})",
+            [run.pk, min(steps), max(steps), *sources])
 
 
 def insert_rows(
-    cursor: Any, run: Run, keys: list[tuple[str, int, int, str]], *, n: int,
+    cursor: Any, run: Run, keys: list[Key], *, n: int | Sequence[int],
     blobs: list[tuple[bytes, bytes]], calls: np.ndarray, deferred: Deferred,
+    model: type[models.Model] = TrafficMatrix,
 ) -> None:
-    """New rows: one per (source, step, layer, phase) key, ``n`` ranks, its (sent, received) blobs."""
+    """New rows of ``model``: one per (source, step, layer, phase) key, ``n`` ranks (one for all,
+    or each row's), its (sent, received) blobs."""
     source, step, layer, phase = zip(*keys, strict=True)
     insert_columns(
         cursor,
-        _table(),
+        _table(model),
         ("run_id", "source", "step", "layer", "phase", "n_ranks", "sent", "received", "calls"),
         [np.full(len(keys), run.pk), list(source), np.array(step, dtype=np.int64),
-         np.array(layer, dtype=np.int64), list(phase), np.full(len(keys), n), [b[0] for b in blobs],
+         np.array(layer, dtype=np.int64), list(phase),
+         np.broadcast_to(np.asarray(n, dtype=np.int64), len(keys)), [b[0] for b in blobs],
          [b[1] for b in blobs], calls],
         deferred,
     )

@@ -205,7 +205,24 @@ class EventIdSet(models.Model):
         return f"{self.run_id}:{self.key_hash:x} {self.bits & (2**64 - 1):064b}"
 
 
-class TrafficMatrix(models.Model):
+class _MatrixCells(models.Model):
+    """A traffic matrix's key and cells: the columns of ``TrafficMatrix`` and of its
+    ``MatrixPart`` rows alike (``matrix_rows`` writes both)."""
+
+    source = models.CharField(max_length=16)
+    step = models.BigIntegerField()  # -1: events without a step
+    layer = models.IntegerField()  # -1: events without a layer
+    phase = models.CharField(max_length=16)
+    n_ranks = models.PositiveIntegerField()
+    sent = models.BinaryField()
+    received = models.BinaryField()
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class TrafficMatrix(_MatrixCells):
     """Bytes src→dst summed over one (step, layer, phase) of a run and one event source, as two
     n×n blobs (``matrix_blobs``: narrow, sparse or "same as sent"): what senders reported sending
     and what receivers reported receiving (equal when the job is consistent; a mismatch is a
@@ -215,14 +232,6 @@ class TrafficMatrix(models.Model):
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="matrices", db_index=False, db_constraint=False
     )
-    source = models.CharField(max_length=16)
-    step = models.BigIntegerField()  # -1: events without a step
-    layer = models.IntegerField()  # -1: events without a layer
-    phase = models.CharField(max_length=16)
-    n_ranks = models.PositiveIntegerField()
-    sent = models.BinaryField()
-    received = models.BinaryField()
-    calls = models.PositiveIntegerField(default=0)
 
     class Meta:
         verbose_name_plural = "traffic matrices"
@@ -255,25 +264,18 @@ class TrafficMatrix(models.Model):
         return matrix_blobs.decode(self.received, self.n_ranks)
 
 
-class MatrixPart(models.Model):
+class MatrixPart(_MatrixCells):
     """Bytes a batch added to a ``TrafficMatrix`` of many ranks, kept beside it until folded in
-    (``matrices.settle``). Rewriting a 5,632-rank matrix (11 MB a blob) for every batch made a
-    run's ingest quadratic in its ranks: parts are appended, and folded in when they reach the
-    stored row's size (so each row is rewritten a logarithmic number of times) or before a
-    reader reads the run's matrices. Same columns and blob layout as ``TrafficMatrix``."""
+    (``matrix_parts``). Rewriting a 5,632-rank matrix (11 MB a blob) for every batch made a
+    run's ingest quadratic in its ranks: parts are appended, and folded in when they would reach
+    ``matrix_parts.FOLD_RATIO`` times the stored row's size (so each row is rewritten a
+    logarithmic number of times) or before a reader reads the run's matrices
+    (``matrix_parts.settle``). Same columns and blob layout as ``TrafficMatrix``."""
 
     # (no database constraint: see EventBlock.run)
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="matrix_parts", db_index=False, db_constraint=False
     )
-    source = models.CharField(max_length=16)
-    step = models.BigIntegerField()
-    layer = models.IntegerField()
-    phase = models.CharField(max_length=16)
-    n_ranks = models.PositiveIntegerField()
-    sent = models.BinaryField()
-    received = models.BinaryField()
-    calls = models.PositiveIntegerField(default=0)
 
     class Meta:
         # no blob is read to find a key's parts or their size (SQLite reads length() from the

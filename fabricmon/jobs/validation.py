@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from collectors.traces.schema import PHASES, SOURCES, TIME_KINDS
+from collectors.traces.schema import PEER_LISTS, PHASES, SOURCES, TIME_KINDS
 
 _PHASES = frozenset(PHASES)
 _SOURCES = frozenset(SOURCES)
@@ -116,19 +116,11 @@ def _peer_map(obj: dict[str, Any], key: str, max_rank: int = INT64_MAX) -> dict[
     return value
 
 
-# The per-peer maps' compact form, for large groups: a list aligned with ``pg_ranks`` (entry i is
-# the bytes to or from global rank pg_ranks[i]), read as the map it stands for. At 256 peers the
-# map's keys were half the numbers a line carried and most of its bytes.
-ALIGNED = (
-    ("send_bytes_per_pg_rank", "send_bytes_per_peer"),
-    ("recv_bytes_per_pg_rank", "recv_bytes_per_peer"),
-)
-
-
 def expand_aligned(obj: dict[str, Any], max_rank: int = INT64_MAX) -> None:
     """Replace each per-pg-rank list of ``obj`` by the peer map it stands for (in place, so
-    whatever reads the maps afterwards reads them), or raise ``_FieldError`` naming the problem."""
-    for key, map_key in ALIGNED:
+    whatever reads the maps afterwards reads them), or raise ``_FieldError`` naming the problem.
+    (At 256 peers the maps' keys were half the numbers a line carried and most of its bytes.)"""
+    for key, map_key in PEER_LISTS:
         values = obj.pop(key, None)
         if values is None:
             continue
