@@ -162,6 +162,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import soak
+from frame_recording import FrameRecorder
 from scale_score import cpu_us_per_port_s, peak_mb, pixel_latencies_ms, stage_cpu
 from soak_score import NS, lost_ticks, p95
 
@@ -211,6 +212,7 @@ class Scale(soak.Soak):
         # loop turn): what the product saw, window by window, beside the twin's truth in the raw file
         self.hot_states: list[dict[str, object]] = []
         self.state_redis: redis.Redis | None = None
+        self.recorder: FrameRecorder | None = None  # --record: the frames, for bench/detect_replay.py
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
         # for the worker's 6 pool children — 5 shards never collected, every tick framed at its
         # deadline with their ports NaN (the first 16k run)
@@ -277,6 +279,12 @@ class Scale(soak.Soak):
         self.hot_states.append({"elapsed": round(self.elapsed(), 2), "at_ns": time.time_ns(),
                                 **{k: saved.get(k) for k in ("hot_ts", "hot", "since", "migrations", "gap")}})
 
+    def record(self) -> None:
+        """Drains the live window into the recording (once a minute: the window holds ten)."""
+        if self.recorder is None:
+            self.recorder = FrameRecorder(connect(self.redis.url), self.stack.fabric)
+        self.recorder.drain()
+
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
         page.on("console", lambda m: self.rec.console_errors.append(f"heatmap: {m.text}")
@@ -297,7 +305,7 @@ class Scale(soak.Soak):
 
         a = self.args
         total = a.warmup_s + a.minutes * 60
-        next_sample = next_pages = next_progress = 0.0
+        next_sample = next_pages = next_progress = next_record = 0.0
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             page = self.open_heatmap(browser)
@@ -326,8 +334,13 @@ class Scale(soak.Soak):
                     self.pages()
                     next_pages = now + a.pages_s
                 self.sample_hot_set()
+                if a.record and now >= next_record:
+                    self.record()
+                    next_record = now + 60
                 page.wait_for_timeout(500)  # lets Playwright deliver the page's console events
             self.sample()
+            if a.record:
+                self.record()
             self.window = (self.window[0], self.cpu[-1][0])
             self.draws = page.evaluate("fabricmon.state.draws")
             browser.close()
@@ -447,6 +460,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--collector", choices=("gnmi", "both", "snmp"), default="gnmi",
                     help="load_topology --collector: gnmi (default: SNMP at 1 s beside gNMI for 16,896 "
                          "ports does not fit on 2 cores with the twin answering both), or both as the demo")
+    ap.add_argument("--record", action="store_true",
+                    help="keep every frame's detection metrics in frames.npz beside scale-raw.json, to "
+                         "replay detection offline (bench/detect_replay.py); ~0.4 MB a frame at 16,896 ports")
     soak.add_watch_args(ap)
     # The soak's 0.01 jumps a step and 900,300-step cycle are ~1 migration a minute at the demo's
     # ~10 steps a second; at this job's ~0.3-0.5 steps a second they were ~3 migrations and no
@@ -472,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     raw = {"hotspots": sc.rec.hotspots, "facts": facts, "rss": sc.rec.rss, "hot_states": sc.hot_states,
            "frames": sc.rec.frames, "frame_detail": sc.rec.frame_detail}
     (sc.var_dir / "scale-raw.json").write_text(json.dumps(raw, default=str))
+    if sc.recorder is not None:
+        sc.recorder.save(sc.var_dir / "frames.npz")
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")

@@ -1,0 +1,129 @@
+"""Replay moving-incast detection over a recorded run (bench/scale.py --record) and score it against
+the same twin truth the run was scored with: a detector change judged on the run's own frames in
+seconds, not on a new 16-minute run whose hotspots, load and misses all differ.
+
+    .venv/bin/python bench/detect_replay.py RUN_DIR [--set key=value …] [--misses]
+
+RUN_DIR holds frames.npz, scale-raw.json and twin-topology.yaml. ``--set`` overrides DetectConfig
+fields (as a fabric's ``detect`` settings would). Detections are the windows the detector says
+migrated, named by their hot ports, as the incast episode's trajectory records them; the live
+score (episodes in scale-raw.json) is printed beside the replay's for the same spans, so the
+replay's own gap from the product (evaluation's batching, episodes opening) is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import frame_recording
+from soak import MIN_DWELL_S, WARMUP_S, WINDOW_S
+from soak_score import (
+    NS,
+    Detection,
+    Migration,
+    merge_stretches,
+    score_migrations,
+    true_migrations,
+)
+
+from fabricmon.core.detection.config import DetectConfig
+from fabricmon.core.detection.geometry import fabric_geometry
+from fabricmon.core.detection.window import MovingState, detect_window
+from fabricmon.core.topology.port_index import build_port_index
+from fabricmon.core.topology.yaml_load import load_fabric
+
+Window = tuple[int, list[str], int, int]  # ts ns, hot port names, empty windows carried: loaded, quiet
+
+
+def replay(run: Path, cfg: DetectConfig) -> tuple[list[Detection], list[Window]]:
+    """(detections, every window) of ``cfg`` over the recorded frames."""
+    spec = load_fabric((run / "twin-topology.yaml").read_text())
+    index = build_port_index(spec)
+    geo = fabric_geometry(index, spec)
+    ts, metrics = frame_recording.load(run / "frames.npz")
+    names = np.array([f"{index.switch_names[index.switch_of[p]]}:{index.port_names[p]}"
+                      for p in range(len(index))])
+    state = MovingState.initial(geo.n_ports)
+    dets: list[Detection] = []
+    windows: list[Window] = []
+    for i, t in enumerate(ts.tolist()):
+        frame = {m: a[i] for m, a in metrics.items()}
+        state, found = detect_window(frame, geo, state, cfg, ts_ns=t)
+        hot = names[found.hot_ports].tolist()
+        windows.append((t, hot, state.gap, state.quiet))
+        if found.migrated:
+            dets.append(Detection(t, tuple(hot)))
+    return dets, windows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/detect_replay.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--misses", action="store_true", help="print each missed migration and wrong detection")
+    a = ap.parse_args(argv)
+    cfg = DetectConfig.from_mapping(dict(kv.split("=", 1) for kv in a.set))
+    raw = json.loads((a.run / "scale-raw.json").read_text())
+    scale = json.loads((a.run / "scale.json").read_text()) if (a.run / "scale.json").exists() else {}
+    step_gap_ms = float(scale.get("figures", {}).get("step_gap_ms", 2000.0))
+    stretches = merge_stretches(raw["hotspots"], gap_ns=NS // 2 + int(step_gap_ms * 1e6))
+    truth = true_migrations(stretches, int(MIN_DWELL_S * NS))
+    dets, windows = replay(a.run, cfg)
+    frames = raw["frames"]
+    start_ns = frames[0][0]
+    tolerance = 2 * int(WINDOW_S * NS) + NS // 2
+    recorded = (windows[0][0], windows[-1][0])
+    # the live run's judged span, inside the recording (and 10 s into it: the detector's state
+    # before the first recorded frame is not known)
+    judged = [(max(start_ns + int(WARMUP_S * NS), recorded[0] + 10 * NS),
+               min(frames[-1][0], recorded[1]) - tolerance)]
+    live = [Detection(int(ts), tuple(ports)) for e in raw["facts"]["episodes"]
+            if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
+    for label, d in (("live", live), ("replay", dets)):
+        s = score_migrations(truth, d, tolerance, judged=judged)
+        print(f"{label:6s} recall {s.recall:.2f} ({s.detected}/{s.migrations})  "
+              f"precision {s.precision:.2f} ({s.correct}/{s.detections})")
+    if a.misses:
+        _misses(truth, dets, windows, judged=judged[0], tolerance=tolerance, t0=start_ns)
+    s = score_migrations(truth, dets, tolerance, judged=judged)
+    sets = " ".join(a.set) or "defaults"
+    print(f"BENCH detect_replay windows={len(windows)} recall={s.recall:.2f} precision={s.precision:.2f} "
+          f"migrations={s.migrations} detections={s.detections} config={sets.replace(' ', ',')}")
+    return 0
+
+
+def _misses(truth: list[Migration], dets: list[Detection], windows: list[Window], *,
+            judged: tuple[int, int], tolerance: int, t0: int) -> None:
+    """Each missed migration with the windows around it, then each detection that matched none."""
+    lo, hi = judged
+    by_ts = {t: (hot, gap, quiet) for t, hot, gap, quiet in windows}
+    order = [w[0] for w in windows]
+    for m in truth:
+        if not lo <= m.ts_ns <= hi:
+            continue
+        hit = any(m.lands_in(d.ports) and 0 <= d.ts_ns - m.ts_ns <= tolerance for d in dets)
+        if hit:
+            continue
+        print(f"MISS {(m.ts_ns - t0) / NS:7.1f}s {m.from_port} -> {m.to_port}")
+        for t in order:
+            if m.ts_ns - 5 * NS <= t <= m.ts_ns + 4 * NS:
+                hot, gap, quiet = by_ts[t]
+                mark = "*" if any(d.ts_ns == t for d in dets) else " "
+                names = ",".join(sorted(set(hot)))[:160]
+                print(f"   {mark} {(t - t0) / NS:7.1f}s gap={gap} quiet={quiet} hot={len(hot)} {names}")
+    for d in dets:
+        if not lo <= d.ts_ns <= hi:
+            continue
+        if not any(m.lands_in(d.ports) and 0 <= d.ts_ns - m.ts_ns <= tolerance for m in truth):
+            print(f"WRONG {(d.ts_ns - t0) / NS:7.1f}s {','.join(sorted(set(d.ports)))[:160]}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
