@@ -80,7 +80,8 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
     return MovingState(hot, dwell, saved["since"], saved["migrations"], saved["dsum"], saved["dcount"],
                        no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)),
                        down_groups_rolled=rolled, down_fabric_rolled=bool(saved.get("fabric_rolled", False)),
-                       down_covered=np.asarray(saved.get("covered", []), dtype=np.int64))
+                       down_covered=np.asarray(saved.get("covered", []), dtype=np.int64),
+                       quiet=int(saved.get("quiet", 0)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -98,6 +99,7 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "dcount": s.completed_dwell_count,
                 "nodata": s.no_data.tolist() if s.no_data is not None else [],
                 "gap": s.gap,
+                "quiet": s.quiet,
                 "hot_ts": s.hot_ts_ns,
                 "groups": len(groups) if (groups := s.down_groups_rolled) is not None else 0,
                 "rolled": np.flatnonzero(groups).tolist() if groups is not None else [],

@@ -3,6 +3,8 @@ alert; a second run picks up where the first stopped (cursor + moving state in R
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,18 @@ def test_frames_in_redis_raise_a_moving_incast(redis_client, fabric_name) -> Non
         assert moving.state == "firing" and moving.details["fan_in_known"] is False
         ep = Episode.objects.get(fabric=fabric_name)
         assert ep.migrations == 3 and len(ep.trajectory) == 4
+        # the job between steps (every port idle): the hot set is carried over the quiet windows,
+        # across evaluations (the state in Redis), and the next step's hotspot moved from it
+        for t in (6, 7, 8, 9):
+            util = np.zeros(geo.n_ports, np.float32)
+            live_window.append(redis_client, Frame(fabric_name, geo.index.version, T0_NS + t * 10**9, 1.0,
+                                                   {"util": util, "watermark_bytes": util}), max_frames=100)
+            assert evaluate_fabric(fabric_name, redis_client) == 1
+        saved = json.loads(redis_client.get(keys.alerts_state(fabric_name)))
+        assert (saved["hot"], saved["quiet"], saved["gap"]) == ([int(host[7])], 4, 0)
+        push(10, [host[3]])
+        assert evaluate_fabric(fabric_name, redis_client) == 1
+        assert Episode.objects.get(fabric=fabric_name).migrations == 4
     finally:
         redis_client.delete(
             keys.frames(fabric_name), keys.alerts_cursor(fabric_name), keys.alerts_state(fabric_name)

@@ -34,6 +34,14 @@ class DetectConfig:
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
     # the hot set a migration is judged against may be this many windows back (empty ones between)
     migration_gap_windows: int = 3
+    # … and besides those, up to this many windows in which the fabric was quiet (no candidate port
+    # at rel_load_floor: the job between its steps' all-to-alls, in a backward pass or optimizer
+    # step). A quiet window says nothing about where the hotspot is, so it does not end it: at
+    # 5,632 GPUs a step's all-to-alls are seconds apart, and a hotspot that moved from one step to
+    # the next came back after 3-6 quiet windows as a hotspot "appearing" (2 of the 5 misses of a
+    # 16,896-port run). Past this many they count as the others do: a job quiet for longer (a
+    # checkpoint, a stall) starts afresh.
+    migration_quiet_windows: int = 10
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
     storm_min_ports: int = 1
     ecmp_max_over_mean: float = 1.6  # busiest uplink / mean uplink of the same leaf

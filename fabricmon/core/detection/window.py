@@ -11,7 +11,8 @@ For window w and egress port p (``frame`` metrics are per-port float32, NaN = no
     J(w)          = |H(w) ∩ H(w−1)| / |H(w) ∪ H(w−1)|  over places: a port, or that port of every SU
                     (FabricGeometry.place; in one SU a place is a port)
     migrated(w)   = H(w−1) ≠ ∅ ∧ H(w) ≠ ∅ ∧ J(w) ≤ J_max ∧ H(w) \\ H(w−1) ≠ ∅ ∧ mean F over H(w) ≥ F_min
-                    (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back)
+                    (H(w−1): the last non-empty hot set, up to ``migration_gap_windows`` back,
+                     not counting up to ``migration_quiet_windows`` windows of a quiet fabric)
     moving(w)     = H(w) ≠ ∅ ∧ a migration within the last ``moving_hold_windows``
 
 Why relative load: a 1 s poll averages MoE phases away (a 5 ms burst is 0.5 % of the sample), so
@@ -57,6 +58,7 @@ class MovingState:
     # with nothing hot (a tick without queue telemetry, the poll straddling the move) still migrated
     gap: int = 0
     hot_ts_ns: int = 0  # the window ``prev_hot`` was seen in (where a migration came from, and when)
+    quiet: int = 0  # empty windows since, in which the fabric was quiet: not counted in ``gap``
     # the target_down roll-ups held (per collection group; the fabric's), for their hysteresis
     down_groups_rolled: BoolArray | None = None
     down_fabric_rolled: bool = False
@@ -253,7 +255,13 @@ def _movement(
     rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
     ended = prev & ~hot & (state.dwell > 0)  # a stay that ended this window (not one carried on)
     since = 0 if migrated else state.windows_since_migration + 1
-    carrying = not len(hot_idx) and len(prev_idx) > 0 and state.gap + 1 < cfg.migration_gap_windows
+    # quiet: nothing hot and no candidate port carrying even the relative rule's floor (NaN, no
+    # data, is not load) — the job between all-to-alls, not a hotspot that ended
+    with np.errstate(invalid="ignore"):
+        quiet_now = not len(hot_idx) and not bool((hs.load[geo.incast_candidate] >= cfg.rel_load_floor).any())
+    quiet_now = quiet_now and state.quiet < cfg.migration_quiet_windows  # past the bound: as loaded
+    carrying = not len(hot_idx) and len(prev_idx) > 0 and (
+        quiet_now or state.gap + 1 < cfg.migration_gap_windows)
     carried = MovingState(
         no_data=state.no_data,
         prev_hot=prev if carrying else hot,
@@ -262,7 +270,8 @@ def _movement(
         migrations=(state.migrations + int(migrated)) if len(hot_idx) or carrying else 0,
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
-        gap=state.gap + 1 if carrying else 0,
+        gap=state.gap + int(not quiet_now) if carrying else 0,
+        quiet=state.quiet + int(quiet_now) if carrying else 0,
         hot_ts_ns=state.hot_ts_ns if carrying else ts_ns,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)

@@ -165,6 +165,40 @@ def test_a_hotspot_that_moves_through_an_empty_window_still_migrated(geo) -> Non
     assert found.incast and not found.migrated
 
 
+def test_a_hotspot_that_moves_across_a_quiet_fabric_still_migrated(geo) -> None:
+    # 16,896-port scale run: a 5,632-GPU job's steps are seconds apart, the fabric idle between
+    # them; a hotspot that moved from one step to the next came back after more quiet windows than
+    # migration_gap_windows, and was judged a hotspot appearing, not moving
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b = int(host[0]), int(host[-1])
+    cfg = DetectConfig()
+    assert cfg.migration_quiet_windows > cfg.migration_gap_windows
+
+    def window(state: MovingState, hot: list[int], load: float = 0.3):  # type: ignore[no-untyped-def]
+        m, fan = frame(geo, hot, load=load)
+        return detect_window(m, geo, state, cfg, fan_in=fan)
+
+    def run(hot_then: list[int], empties: int, load: float) -> bool:
+        state = MovingState.initial(geo.n_ports)
+        for _ in range(3):
+            state, _found = window(state, hot_then)
+        for _ in range(empties):
+            state, found = window(state, [], load)
+            assert not found.incast
+        state, found = window(state, [b])
+        assert found.incast
+        return found.migrated
+
+    gap, quiet = cfg.migration_gap_windows, cfg.migration_quiet_windows
+    assert run([a], quiet + gap - 1, load=0.0)  # quiet windows do not end the hotspot …
+    # … up to a bound, past which they count as the loaded ones do: a long pause starts afresh
+    assert not run([a], quiet + gap, load=0.0)
+    assert not run([a], gap, load=0.3)  # loaded windows with nothing hot do end it
+    # quiet is below rel_load_floor on every candidate port (a trickle counts as quiet, load does not)
+    assert run([a], gap + 2, load=0.5 * cfg.rel_load_floor)
+    assert not run([a], gap + 2, load=2 * cfg.rel_load_floor)
+
+
 def test_idle_ports_without_queue_telemetry_are_never_hot(geo) -> None:
     # soak: an unused spine (every port at 0) whose gNMI sample was missing for a tick had every
     # port judged hot — 0 ≥ 1.6 × 0, and no telemetry counts as pressure
