@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--misses", action="store_true", help="print each missed migration and wrong detection")
     a = ap.parse_args(argv)
-    cfg = DetectConfig.from_mapping(dict(kv.split("=", 1) for kv in a.set))
+    cfg = DetectConfig.from_mapping({k: _value(v) for k, v in (kv.split("=", 1) for kv in a.set)})
     raw = json.loads((a.run / "scale-raw.json").read_text())
     scale = json.loads((a.run / "scale.json").read_text()) if (a.run / "scale.json").exists() else {}
     step_gap_ms = float(scale.get("figures", {}).get("step_gap_ms", 2000.0))
@@ -97,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"BENCH detect_replay windows={len(windows)} recall={s.recall:.2f} precision={s.precision:.2f} "
           f"migrations={s.migrations} detections={s.detections} config={sets.replace(' ', ',')}")
     return 0
+
+
+def _value(text: str) -> object:
+    """A --set value as a rule's JSON params would hold it (``false``, ``3``, ``0.4``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _misses(truth: list[Migration], dets: list[Detection], windows: list[Window], *,

@@ -32,7 +32,8 @@ class DetectConfig:
     # one-port hot set gives J = 0.5 and must not count as a migration (static incast on the twin).
     jaccard_max: float = 0.34
     moving_hold_windows: int = 8  # a migration keeps "moving" true this long while H ≠ ∅
-    # the hot set a migration is judged against may be this many windows back (empty ones between)
+    # the hot set a migration is judged against may be this many windows back: empty ones between,
+    # or ones straddling the move (the old places and new ones hot together in one poll)
     migration_gap_windows: int = 3
     # … and besides those, up to this many windows in which the fabric was quiet (no candidate port
     # at rel_load_floor: the job between its steps' all-to-alls, in a backward pass or optimizer

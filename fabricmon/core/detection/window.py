@@ -262,17 +262,23 @@ def _movement(
     quiet_now = quiet_now and state.quiet < cfg.migration_quiet_windows  # past the bound: as loaded
     carrying = not len(hot_idx) and len(prev_idx) > 0 and (
         quiet_now or state.gap + 1 < cfg.migration_gap_windows)
+    # a window straddling the move: the old places and new ones hot together (J above J_max, so no
+    # migration, and the next window's J against it is as high). The hot set it moved from stays
+    # the one judged against, for as many windows as an empty gap
+    straddle = (both and jaccard > cfg.jaccard_max and len(new_idx) > 0
+                and state.gap + 1 < cfg.migration_gap_windows)
+    holding = carrying or straddle
     carried = MovingState(
         no_data=state.no_data,
-        prev_hot=prev if carrying else hot,
+        prev_hot=prev if holding else hot,
         dwell=np.where(hot, state.dwell + 1, 0),
         windows_since_migration=since,
         migrations=(state.migrations + int(migrated)) if len(hot_idx) or carrying else 0,
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
-        gap=state.gap + int(not quiet_now) if carrying else 0,
+        gap=state.gap + int(straddle or not quiet_now) if holding else 0,
         quiet=state.quiet + int(quiet_now) if carrying else 0,
-        hot_ts_ns=state.hot_ts_ns if carrying else ts_ns,
+        hot_ts_ns=state.hot_ts_ns if holding else ts_ns,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
     return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)

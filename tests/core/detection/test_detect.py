@@ -199,6 +199,32 @@ def test_a_hotspot_that_moves_across_a_quiet_fabric_still_migrated(geo) -> None:
     assert not run([a], gap + 2, load=2 * cfg.rel_load_floor)
 
 
+def test_a_hotspot_that_moves_within_one_poll_still_migrated(geo) -> None:
+    # 16,896-port scale run: the poll straddling the move saw the old place and the new one hot
+    # together (J = 0.5 against either neighbour, never <= J_max), and the move went unseen
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b, c = int(host[0]), int(host[-1]), int(host[3])
+    cfg = DetectConfig()
+
+    def windows(*hot_sets: list[int]) -> list[bool]:
+        state, out = MovingState.initial(geo.n_ports), []
+        for hot in hot_sets:
+            m, fan = frame(geo, hot)
+            state, found = detect_window(m, geo, state, cfg, fan_in=fan)
+            out.append(found.migrated)
+            if found.migrated:
+                assert found.from_ports.tolist() == [a]  # from where it was before the straddle
+        return out
+
+    assert windows([a], [a], [a, b], [b]) == [False, False, False, True]
+    # a port warm for a window beside a hotspot that stays is no move, before or after
+    assert windows([a], [a], [a, b], [a], [a]) == [False] * 5
+    # straddling longer than migration_gap_windows: the mixed set is the hot set from then on
+    mixed = [[a, b]] * cfg.migration_gap_windows
+    assert windows([a], *mixed, [b]) == [False] * (1 + len(mixed)) + [False]
+    assert windows([a], [a, b], [c]) == [False, False, True]
+
+
 def test_idle_ports_without_queue_telemetry_are_never_hot(geo) -> None:
     # soak: an unused spine (every port at 0) whose gNMI sample was missing for a tick had every
     # port judged hot — 0 ≥ 1.6 × 0, and no telemetry counts as pressure
