@@ -213,6 +213,9 @@ class Scale(soak.Soak):
         self.hot_states: list[dict[str, object]] = []
         self.state_redis: redis.Redis | None = None
         self.recorder: FrameRecorder | None = None  # --record: the frames, for bench/detect_replay.py
+        # --record: the twin's phase events (when each all-to-all ran, its hot GPU), beside the frames
+        self.phases: dict[tuple[int, int, str], dict[str, object]] = {}
+        self.phases_t_ns = 0
         # One shard per pool child: at the default 16 switches a shard, 176 switches are 11 shards
         # for the worker's 6 pool children — 5 shards never collected, every tick framed at its
         # deadline with their ports NaN (the first 16k run)
@@ -284,6 +287,16 @@ class Scale(soak.Soak):
         if self.recorder is None:
             self.recorder = FrameRecorder(connect(self.redis.url), self.stack.fabric)
         self.recorder.drain()
+        now = time.time_ns()
+        since = self.phases_t_ns - 5 * NS if self.phases_t_ns else now - 600 * NS
+        try:
+            with urllib.request.urlopen(f"{self.stack.twin_url}/phases?t1_ns={since}&t2_ns={now}",
+                                        timeout=30) as resp:
+                for ph in json.loads(resp.read())["phases"]:
+                    self.phases[(int(ph["step"]), int(ph["layer"]), str(ph["phase"]))] = ph
+            self.phases_t_ns = now
+        except (OSError, ValueError) as exc:
+            self.rec.notes.append(f"phases at {self.elapsed():.0f}s: {exc}")
 
     def open_heatmap(self, browser):  # type: ignore[no-untyped-def]
         page = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
@@ -490,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     (sc.var_dir / "scale-raw.json").write_text(json.dumps(raw, default=str))
     if sc.recorder is not None:
         sc.recorder.save(sc.var_dir / "frames.npz")
+        (sc.var_dir / "phases.json").write_text(json.dumps(sorted(sc.phases.values(),
+                                                                  key=lambda p: int(p["start_ns"]))))
     print(json.dumps(fig, indent=2, default=str))
     for p in problems:
         print(f"scale: soak invariant FAIL {p}")
