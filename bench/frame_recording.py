@@ -30,7 +30,7 @@ class FrameRecorder:
         self.version = ""
         self.metrics: dict[str, list[np.ndarray]] = {m: [] for m in DETECT_METRICS}
 
-    def drain(self, chunk: int = 50) -> int:
+    def drain(self, chunk: int = 10) -> int:
         got = 0
         while True:
             entries = live_window.read_window(self.r, self.fabric, after_id=self.cursor, count=chunk)
