@@ -387,10 +387,12 @@ CELERY_BEAT_SCHEDULE["alerts-evaluate"] = {
 # The rail-plan check reads every switch's LLDP neighbours and raises rail_plan_violation alerts
 # this often (an SNMP walk of LLDP-MIB or a gNMI Get per switch: small next to a poll).
 FABRICMON_CABLING_CHECK_S = env_float("FABRICMON_CABLING_CHECK_S", 60.0)
-# … paced: reads start at most this many a second, at most this many at once (a 184-switch
-# fabric's check is ~9 s of gentle reads rather than one burst that stalled telemetry every minute)
+# … paced: reads start at most this many a second (a 184-switch fabric's check is ~9 s of reads
+# rather than one burst that stalled telemetry every minute), at most this many in flight. Not
+# fewer: a busy switch answers a Get in seconds (the twin's ~3 s at 16,896 ports), and at 8 in
+# flight a check took 65-76 s, longer than its interval
 FABRICMON_CABLING_READS_PER_S = env_float("FABRICMON_CABLING_READS_PER_S", 20.0)
-FABRICMON_CABLING_CONCURRENCY = env_int("FABRICMON_CABLING_CONCURRENCY", 8)
+FABRICMON_CABLING_CONCURRENCY = env_int("FABRICMON_CABLING_CONCURRENCY", 64)
 CELERY_BEAT_SCHEDULE["alerts-check-cabling"] = {
     "task": "alerts.check_cabling",
     "schedule": FABRICMON_CABLING_CHECK_S,
