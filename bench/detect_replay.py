@@ -23,15 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import frame_recording
-from soak import MIN_DWELL_S, WARMUP_S, WINDOW_S
-from soak_score import (
-    NS,
-    Detection,
-    Migration,
-    merge_stretches,
-    score_migrations,
-    true_migrations,
-)
+from soak import MIN_DWELL_S, TOLERANCE_NS, WARMUP_S, episode_detections, hotspot_stretches
+from soak_score import NS, Detection, Migration, score_migrations, true_migrations
 
 from fabricmon.core.detection.config import DetectConfig
 from fabricmon.core.detection.geometry import fabric_geometry
@@ -68,24 +61,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", type=Path)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--misses", action="store_true", help="print each missed migration and wrong detection")
+    ap.add_argument("--step-gap-ms", type=float, default=2000.0,
+                    help="the run's --step-gap-ms (bench/scale.py's default; not kept in the run's files)")
     a = ap.parse_args(argv)
     cfg = DetectConfig.from_mapping({k: _value(v) for k, v in (kv.split("=", 1) for kv in a.set)})
     raw = json.loads((a.run / "scale-raw.json").read_text())
-    scale = json.loads((a.run / "scale.json").read_text()) if (a.run / "scale.json").exists() else {}
-    step_gap_ms = float(scale.get("figures", {}).get("step_gap_ms", 2000.0))
-    stretches = merge_stretches(raw["hotspots"], gap_ns=NS // 2 + int(step_gap_ms * 1e6))
-    truth = true_migrations(stretches, int(MIN_DWELL_S * NS))
+    truth = true_migrations(hotspot_stretches(raw["hotspots"], a.step_gap_ms), int(MIN_DWELL_S * NS))
     dets, windows = replay(a.run, cfg)
     frames = raw["frames"]
     start_ns = frames[0][0]
-    tolerance = 2 * int(WINDOW_S * NS) + NS // 2
+    tolerance = TOLERANCE_NS
     recorded = (windows[0][0], windows[-1][0])
     # the live run's judged span, inside the recording (and 10 s into it: the detector's state
     # before the first recorded frame is not known)
     judged = [(max(start_ns + int(WARMUP_S * NS), recorded[0] + 10 * NS),
                min(frames[-1][0], recorded[1]) - tolerance)]
-    live = [Detection(int(ts), tuple(ports)) for e in raw["facts"]["episodes"]
-            if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
+    live = episode_detections(raw["facts"])
     for label, d in (("live", live), ("replay", dets)):
         s = score_migrations(truth, d, tolerance, judged=judged)
         print(f"{label:6s} recall {s.recall:.2f} ({s.detected}/{s.migrations})  "

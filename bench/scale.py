@@ -301,9 +301,9 @@ class Scale(soak.Soak):
             self.recorder = FrameRecorder(connect(self.redis.url), self.stack.fabric)
         self.recorder.drain()
         now = time.time_ns()
-        since = self.phases_t_ns - 5 * NS if self.phases_t_ns else now - 600 * NS
         if now - self.phases_t_ns < 60 * NS:
             return  # the twin's phases once a minute: its HTTP answers share the twin's one core
+        since = self.phases_t_ns - 5 * NS if self.phases_t_ns else now - 600 * NS
         try:
             with urllib.request.urlopen(f"{self.stack.twin_url}/phases?t1_ns={since}&t2_ns={now}",
                                         timeout=30) as resp:
@@ -364,8 +364,9 @@ class Scale(soak.Soak):
                 self.sample_hot_set()
                 if a.record and now >= next_record:
                     self.record()
-                    # every 10 s, ~7 MB of frames: draining a minute at once (45 MB out of the
-                    # single-threaded Redis the collectors write to) lined up with collection stalls
+                    # every 10 s, ~7 MB of frames rather than 45 MB a minute out of the Redis the
+                    # collectors write to (the minute-mark stalls first blamed on it were the
+                    # cabling check's, since paced)
                     next_record = now + 10
                 page.wait_for_timeout(500)  # lets Playwright deliver the page's console events
             self.sample()

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from soak_score import (
     NS,
     Detection,
+    Stretch,
     balanced_spans,
     culprit_naming,
     false_alerts,
@@ -74,6 +75,8 @@ from fabricmon.telemetry import live_window
 WINDOW_S = 1.0  # the twin's poll interval: detection windows and ticks
 MIN_DWELL_S = 2.0  # a hotspot shorter than two polls is not a migration a 1 s poll can see
 WARMUP_S = 150.0  # collectors start, the first episode opens, RSS settles
+# a migration counts as detected when the product names its new port at most two windows after it
+TOLERANCE_NS = 2 * int(WINDOW_S * NS) + NS // 2
 # Stated bounds (MB of PSS, whole process tree) for a 256-GPU twin fabric: the product's processes, and the
 # harness's twins (their size follows the simulated fabric, not the product)
 RSS_BOUND_MB = {"web": 600, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800, "twin2": 1000}
@@ -579,18 +582,28 @@ def rss_at(series: list[tuple[float, float]], t: float) -> float:
     return near[0] if near else (series[-1][1] if series else 0.0)
 
 
+def hotspot_stretches(hotspots: list[dict[str, object]], step_gap_ms: float) -> list[Stretch]:
+    """The twin's hotspot answers as stretches: the same hot GPU across the job's backward pass
+    (no phase events then) is one stretch."""
+    return merge_stretches(hotspots, gap_ns=NS // 2 + int(step_gap_ms * 1e6))
+
+
+def episode_detections(facts: dict[str, object]) -> list[Detection]:
+    """The product's detected migrations: every incast episode's trajectory steps after its first."""
+    return [Detection(int(ts), tuple(ports)) for e in facts["episodes"]  # type: ignore[attr-defined]
+            if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
+
+
 def verdict(soak: Soak, facts: dict[str, object]) -> tuple[dict[str, object], list[str]]:
     rec, args = soak.rec, soak.args
     interval = int(WINDOW_S * NS)
     ticks = lost_ticks(rec.frames, interval, exclude=rec.outages)
     outage_ticks = sum(round((b - a) / interval) for a, b in rec.outages)
-    # the same hot GPU across the job's backward pass (no phase events then) is one stretch
-    stretches = merge_stretches(rec.hotspots, gap_ns=NS // 2 + int(getattr(args, "step_gap_ms", 0.0) * 1e6))
+    stretches = hotspot_stretches(rec.hotspots, getattr(args, "step_gap_ms", 0.0))
     truth = true_migrations(stretches, int(MIN_DWELL_S * NS))
-    detections = [Detection(int(ts), tuple(ports)) for e in facts["episodes"]  # type: ignore[attr-defined]
-                  if e["family"] == "incast" for ts, ports in e["trajectory"][1:]]
+    detections = episode_detections(facts)
     start_ns = rec.frames[0][0] if rec.frames else 0
-    tolerance = 2 * interval + NS // 2
+    tolerance = TOLERANCE_NS
     run_span = (start_ns + int(WARMUP_S * NS), rec.frames[-1][0] if rec.frames else 0)
     # a migration just before or during a Redis outage cannot be seen in time (nothing is written
     # while Redis is down, collectors reconnect after it): neither it nor what is detected then counts
