@@ -528,6 +528,24 @@ def _stamp(line: bytes) -> float | None:
     return time.mktime(time.strptime(m.group(1).decode().replace("T", " "), "%Y-%m-%d %H:%M:%S"))
 
 
+# A traceback carries no time of its own: it was printed between the stamped lines either side of it.
+# A quiet log (beat's) can leave the line before it minutes stale, so that span is cut to the last
+# TRACEBACK_SPAN_S before the line after it (a traceback is followed at once by the logger's next word).
+TRACEBACK_SPAN_S = 30.0
+
+
+def _during_fault(before: float | None, after: float | None, faults: list[tuple[float, float]]) -> bool:
+    """Whether a traceback printed between stamps ``before`` and ``after`` may have been printed
+    while one of ``faults`` (a fault's start and end, with 2 s before and 10 s after for its
+    effects to show) was on."""
+    if before is None and after is None:
+        return False
+    hi = after if after is not None else before
+    lo = before if before is not None else hi - TRACEBACK_SPAN_S
+    lo = max(lo, hi - TRACEBACK_SPAN_S)  # type: ignore[operator]
+    return any(lo <= b + 10 and a - 2 <= hi for a, b in faults)  # type: ignore[operator]
+
+
 EXCEPTION_LINE = re.compile(rb"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
 
 
@@ -552,7 +570,7 @@ def scan_logs(log_dir: Path, faults: list[tuple[float, float]]) -> LogScan:
                 while j < len(lines) and _stamp(lines[j]) is None:
                     j += 1
                 ours = any(o in ln and b"site-packages" not in ln for ln in lines[i:j] for o in OURS)
-                during = last is not None and any(a - 2 <= last <= b + 10 for a, b in faults)
+                during = _during_fault(last, _stamp(lines[j]) if j < len(lines) else None, faults)
                 if ours or not during:
                     scan.tracebacks += 1
                     # name it by its exception (the last unindented line), not by whatever log line

@@ -17,6 +17,7 @@ port lost for an optional cell, and its health says why a metric is withheld.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import logging
@@ -188,8 +189,13 @@ def test_mixed_fleet_ports_by_name_right_rates_and_no_port_lost(agents, redis_ur
         if sw in ("renum", "cache"):
             continue  # judged below: after the restart, once the cache is seen
         if (sw, port) == ("legacy", "Hu0/10"):
-            # 32-bit only at 100 Gb/s: 2**32 bytes take 0.34 s at line rate — withheld, with the reason
-            assert all(math.isnan(r["in_bps"]) and r["why_in_bps"] == "wrap_ambiguous" for r in rows), rows
+            # 32-bit only at 100 Gb/s: 2**32 bytes take 0.34 s at line rate — withheld, with the reason.
+            # On a loaded box a poll can also time out (a gap), or come < 0.34 s after the one before
+            # (no second wrap possible, so the rate is drawn, and must then be right).
+            whys = collections.Counter(r["why_in_bps"] for r in rows)
+            assert whys["wrap_ambiguous"] >= 3 and set(whys) <= {"wrap_ambiguous", "gap", "ok"}, whys
+            assert all(math.isnan(r["in_bps"]) for r in rows if r["why_in_bps"] != "ok"), rows
+            assert all(close(r["in_bps"], t_in, PER_SAMPLE) for r in rows if r["why_in_bps"] == "ok"), rows
             continue
         ok = [r for r in rows if r["why_in_bps"] == "ok"]
         assert len(ok) >= 3, (sw, port, rows)
