@@ -175,7 +175,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import soak
-from frame_recording import FrameRecorder
 from scale_score import cpu_us_per_port_s, peak_mb, pixel_latencies_ms, stage_cpu
 from soak_score import NS, lost_ticks, p95
 
@@ -225,7 +224,6 @@ class Scale(soak.Soak):
         # loop turn): what the product saw, window by window, beside the twin's truth in the raw file
         self.hot_states: list[dict[str, object]] = []
         self.state_redis: redis.Redis | None = None
-        self.recorder: FrameRecorder | None = None  # --record: the frames, for bench/detect_replay.py
         # --record: the twin's phase events (when each all-to-all ran, its hot GPU), beside the frames
         self.phases: dict[tuple[int, int, str], dict[str, object]] = {}
         self.phases_t_ns = 0
@@ -297,9 +295,7 @@ class Scale(soak.Soak):
 
     def record(self) -> None:
         """Drains the live window into the recording (the window holds ten minutes)."""
-        if self.recorder is None:
-            self.recorder = FrameRecorder(connect(self.redis.url), self.stack.fabric)
-        self.recorder.drain()
+        self.drain_recording()
         now = time.time_ns()
         if now - self.phases_t_ns < 60 * NS:
             return  # the twin's phases once a minute: its HTTP answers share the twin's one core

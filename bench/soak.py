@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from frame_recording import FrameRecorder
 from soak_score import (
     NS,
     Detection,
@@ -223,6 +224,17 @@ class Soak:
         self.last_id: bytes = b"-"
         self.t0 = time.monotonic()
         self.hot_t_ns = time.time_ns()
+        self.recorder: FrameRecorder | None = None  # --record: the frames, for bench/detect_replay.py
+
+    def drain_recording(self) -> None:
+        """--record: the live window's new frames into the recording (drained every 10 s: the
+        window holds ten minutes). Not while Redis is down: the next drain reads on from the cursor."""
+        if self.recorder is None:
+            self.recorder = FrameRecorder(connect(self.redis.url), self.stack.fabric)
+        try:
+            self.recorder.drain()
+        except redis.RedisError as exc:
+            self.rec.notes.append(f"recording at {self.elapsed():.0f}s: {exc}")
 
     def memory_bounds(self) -> dict[str, float]:
         """PSS bounds per process at the end (MB): the demo-size fabric's (``RSS_BOUND_MB``)."""
@@ -422,7 +434,7 @@ class Soak:
         total = a.minutes * 60
         faults = sorted([(total * f, "kill") for f in np.linspace(0.3, 0.75, a.kills)]
                         + ([(total * 0.5, "redis")] if a.redis_outage_s > 0 else []))
-        next_sample = next_pages = next_progress = 0.0
+        next_sample = next_pages = next_progress = next_record = 0.0
         browsed_mid = False
         while self.elapsed() < total:
             dead = self.sup.dead()
@@ -444,8 +456,13 @@ class Soak:
             if not browsed_mid and now > total / 2 and a.browser:
                 self.browser("mid")
                 browsed_mid = True
+            if a.record and now >= next_record:
+                self.drain_recording()
+                next_record = now + 10
             time.sleep(0.5)
         self.sample()
+        if a.record:
+            self.drain_recording()
         if a.browser:
             self.browser("end")
         return self.db_facts()
@@ -768,6 +785,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--kills", type=int, default=2, help="forced kills of the lease-holding pool child")
     ap.add_argument("--redis-outage-s", type=float, default=20.0)
+    ap.add_argument("--record", action="store_true",
+                    help="keep every frame the detector read (frames.npz), for bench/detect_replay.py")
     add_watch_args(ap)
     return ap.parse_args(argv)
 
@@ -798,6 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     (soak.var_dir / "soak.json").write_text(json.dumps({"figures": figures, "problems": problems,
                                                         "notes": soak.rec.notes}, indent=2, default=str))
     (soak.var_dir / "soak-raw.json").write_text(json.dumps(raw, default=str))
+    if soak.recorder is not None:
+        soak.recorder.save(soak.var_dir / "frames.npz")
     print(json.dumps(figures, indent=2, default=str))
     for p in problems:
         print(f"soak: FAIL {p}")

@@ -81,7 +81,10 @@ def _load_state(r: redis.Redis, fabric: str, geo: FabricGeometry) -> MovingState
                        no_data, int(saved.get("gap", 0)), int(saved.get("hot_ts", 0)),
                        down_groups_rolled=rolled, down_fabric_rolled=bool(saved.get("fabric_rolled", False)),
                        down_covered=np.asarray(saved.get("covered", []), dtype=np.int64),
-                       quiet=int(saved.get("quiet", 0)))
+                       quiet=int(saved.get("quiet", 0)),
+                       pending=np.asarray(saved["pending"], dtype=np.int64) if saved.get("pending") else None,
+                       pending_ts_ns=int(saved.get("pending_ts", 0)),
+                       pending_seen=int(saved.get("pending_seen", 0)))
 
 
 def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState) -> None:
@@ -101,6 +104,9 @@ def _save_state(r: redis.Redis, fabric: str, geo: FabricGeometry, s: MovingState
                 "gap": s.gap,
                 "quiet": s.quiet,
                 "hot_ts": s.hot_ts_ns,
+                "pending": s.pending.tolist() if s.pending is not None else [],
+                "pending_ts": s.pending_ts_ns,
+                "pending_seen": s.pending_seen,
                 "groups": len(groups) if (groups := s.down_groups_rolled) is not None else 0,
                 "rolled": np.flatnonzero(groups).tolist() if groups is not None else [],
                 "fabric_rolled": s.down_fabric_rolled,

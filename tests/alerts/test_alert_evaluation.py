@@ -189,3 +189,33 @@ def test_a_switch_heard_from_after_its_frame_was_built_is_late_not_down(redis_cl
     finally:
         redis_client.delete(keys.frames(fabric_name), keys.alerts_cursor(fabric_name),
                             keys.alerts_state(fabric_name), keys.health(fabric_name))
+
+
+def test_a_move_awaiting_confirmation_is_kept_across_evaluations(redis_client, fabric_name) -> None:
+    """A move seen in one window and confirmed in the next, each frame evaluated by its own run
+    (as the beat does): the candidate is in the Redis state between them, and the episode's
+    trajectory steps to the new ports at the window they were first seen."""
+    topology.import_fabric(two_leaf_two_spine(fabric_name, servers=4))
+    geo = geometry(fabric_name)
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b, c = int(host[0]), int(host[5]), int(host[6])
+    try:
+        for t, hot in enumerate([[a], [a], [a, b, c], [b, c]]):
+            util = np.where(geo.is_leaf_host, 0.3, 0.0).astype(np.float32)
+            wm = np.full(geo.n_ports, 0.1 * KMAX, np.float32)
+            util[hot], wm[hot] = 0.97, 3 * KMAX
+            live_window.append(redis_client, Frame(fabric_name, geo.index.version, T0_NS + t * 10**9, 1.0,
+                                                   {"util": util, "watermark_bytes": wm}), max_frames=100)
+            assert evaluate_fabric(fabric_name, redis_client) == 1
+            saved = json.loads(redis_client.get(keys.alerts_state(fabric_name)))
+            if t == 2:  # the candidate, and the hot set it left still the one judged against
+                assert (saved["pending"], saved["pending_ts"], saved["hot"]) == ([b, c], T0_NS + 2 * 10**9, [a])
+        assert saved["pending"] == [] and saved["hot"] == [b, c]
+        ep = Episode.objects.get(fabric=fabric_name)
+        assert ep.migrations == 1
+        assert (ep.trajectory[-1]["ts_ns"], len(ep.trajectory[-1]["ports"])) == (T0_NS + 2 * 10**9, 2)
+        assert ep.trajectory[-2]["ts_ns"] <= T0_NS + 1 * 10**9  # where it came from: port a
+    finally:
+        redis_client.delete(
+            keys.frames(fabric_name), keys.alerts_cursor(fabric_name), keys.alerts_state(fabric_name)
+        )

@@ -32,7 +32,11 @@ class TrajectoryStep:
 def trajectory_step(
     findings: WindowFindings, geo: FabricGeometry, rank_of_port: Mapping[int, int] | None = None
 ) -> TrajectoryStep:
-    """Names for the hot set of one window (small: hot set only)."""
+    """Names for the hot set of one window (small: hot set only); for a migration, the hot set it
+    moved to when first seen (a move confirmed a window later happened then, not now)."""
+    if findings.migrated and len(findings.moved_ports):
+        return _step(findings.moved_ports, findings.moved_ts_ns, geo, rank_of_port,
+                     jumps=(findings.leaf_jump, findings.rail_jump))
     return _step(findings.hot_ports, findings.ts_ns, geo, rank_of_port,
                  jumps=(findings.leaf_jump, findings.rail_jump))
 

@@ -43,6 +43,18 @@ class DetectConfig:
     # 16,896-port run). Past this many they count as the others do: a job quiet for longer (a
     # checkpoint, a stall) starts afresh.
     migration_quiet_windows: int = 10
+    # Selective confirmation. A move is raised the window it is seen when it is *clean*: the places
+    # it moved to hold at least ``migration_clean_place_share`` of the hot ports (it moved as a
+    # whole), and the busiest of them is hot in at least ``migration_clean_su_share`` of the SUs
+    # that have it (a job's hot expert shows at one place in every SU). Any other move — part of
+    # the hot set, a one-SU hotspot at 16,896 ports — is a candidate until the hot set has been
+    # at its new places in ``migration_confirm_windows`` windows (the first sight counting as
+    # one): a stall's partial frame, or a burst that lands on a few ports for one poll, looks like
+    # that, and a real move dwells. A confirmed move is dated at its first sight (when it
+    # happened) and raised at confirmation. 1 = every move raised at once.
+    migration_confirm_windows: int = 2
+    migration_clean_place_share: float = 0.75
+    migration_clean_su_share: float = 0.5
     storm_paused_fraction: float = 0.3  # PFC storm: port paused for ≥ this share of the window
     storm_min_ports: int = 1
     ecmp_max_over_mean: float = 1.6  # busiest uplink / mean uplink of the same leaf
@@ -76,6 +88,12 @@ class DetectConfig:
         if not 0.0 <= self.down_rollup_hold_fraction <= self.down_rollup_fraction:
             problems.append("down_rollup_hold_fraction must be within [0, down_rollup_fraction] "
                             f"(got {self.down_rollup_hold_fraction})")
+        if self.migration_confirm_windows < 1:
+            problems.append(
+                f"migration_confirm_windows must be at least 1 (got {self.migration_confirm_windows})")
+        for name in ("migration_clean_place_share", "migration_clean_su_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be within [0, 1] (got {getattr(self, name)})")
         if not 0.0 <= self.jaccard_max <= 1.0:
             problems.append(f"jaccard_max must be within [0, 1] (got {self.jaccard_max})")
         if self.top_m < 1 or self.moving_hold_windows < 1 or self.down_windows < 1:

@@ -5,7 +5,7 @@ port → host / GPU for trajectories.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +39,8 @@ class FabricGeometry:
     # expert at the same place in each SU, and each window sees another subset of them)
     place: IntArray
     host_names: tuple[str, ...] = ()
+    # per place: how many ports share it (the SUs that have that leaf port; 1 for any other port)
+    place_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_ports(self) -> int:
@@ -87,4 +89,5 @@ def fabric_geometry(index: PortIndex, fabric: FabricSpec | None = None) -> Fabri
         gpu_of=gpu_of,
         host_names=host_names,
         place=place,
+        place_ports=np.bincount(place, minlength=len(ids)).astype(np.int64),
     )

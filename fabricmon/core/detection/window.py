@@ -63,6 +63,12 @@ class MovingState:
     down_groups_rolled: BoolArray | None = None
     down_fabric_rolled: bool = False
     down_covered: IntArray | None = None  # switch ids the roll-ups stood for (their members)
+    # a move awaiting confirmation (``DetectConfig.migration_confirm_windows``): the hot set it was
+    # first seen as, that window, and in how many windows it has been seen; ``prev_hot`` meanwhile
+    # stays the hot set it moved from
+    pending: IntArray | None = None
+    pending_ts_ns: int = 0
+    pending_seen: int = 0
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -106,6 +112,10 @@ class WindowFindings:
     # opens on a migration starts its trajectory there, so the hop that opened it is one of its steps
     from_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     from_ts_ns: int = 0
+    # when it migrated: the hot set it moved to and the window it was first seen in — this window's
+    # for a move raised at once, an earlier one's for a move confirmed now
+    moved_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    moved_ts_ns: int = 0
 
     @property
     def incast(self) -> bool:
@@ -216,6 +226,11 @@ class _Movement:
     moving: bool
     leaf_jump: bool
     rail_jump: bool
+    moved_idx: IntArray  # on a migration: the hot set it moved to, at first sight
+    moved_ts_ns: int
+
+
+_NONE = np.zeros(0, np.int64)
 
 
 def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -> tuple[float, IntArray]:
@@ -231,6 +246,59 @@ def _place_jaccard(hot_idx: IntArray, prev_idx: IntArray, geo: FabricGeometry) -
     union = len(np.union1d(now, before))
     jaccard = len(np.intersect1d(now, before, assume_unique=True)) / union if union else float("nan")
     return jaccard, hot_idx[~np.isin(place[hot_idx], before)]
+
+
+def _clean_move(hot_idx: IntArray, new_idx: IntArray, geo: FabricGeometry, cfg: DetectConfig) -> bool:
+    """A move raised the window it is seen: the hot set moved as a whole (its new places hold most
+    of its hot ports) and its busiest new place is hot in enough of the SUs that have it
+    (``DetectConfig.migration_clean_*``)."""
+    places, counts = np.unique(geo.place[new_idx], return_counts=True)
+    if not len(places):
+        return False
+    b = int(np.argmax(counts))
+    return (len(new_idx) >= cfg.migration_clean_place_share * len(hot_idx)
+            and int(counts[b]) >= cfg.migration_clean_su_share * int(geo.place_ports[places[b]]))
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """Selective confirmation's answer for one window."""
+
+    migrated: bool
+    moved_idx: IntArray = field(default_factory=lambda: _NONE)  # on a migration: the set at first sight
+    moved_ts_ns: int = 0
+    pending: IntArray = field(default_factory=lambda: _NONE)  # a move still awaiting confirmation
+    pending_ts_ns: int = 0
+    pending_seen: int = 0
+
+
+def _confirm(
+    hot_idx: IntArray, new_idx: IntArray, state: MovingState, geo: FabricGeometry, cfg: DetectConfig,
+    *, moved: bool, fan_high: bool, ts_ns: int,
+) -> _Verdict:
+    """Selective confirmation of this window's move (``moved``: the Jaccard rule's verdict against
+    the hot set ``state.prev_hot``).
+
+    A pending move is confirmed by a window whose hot ports are, by half or more, at its places
+    (ports weigh, not places: the straggler ports of the set it left do not outvote the move); a
+    window whose hot set is elsewhere drops it, and is judged as a move of its own; an empty window
+    keeps it (the caller drops it with the hot set it moved from, past the gap bound)."""
+    pending = state.pending if state.pending is not None else _NONE
+    if len(pending) and not len(hot_idx):
+        return _Verdict(False, pending=pending, pending_ts_ns=state.pending_ts_ns,
+                        pending_seen=state.pending_seen)
+    if len(pending) and fan_high:
+        at = np.isin(geo.place[hot_idx], geo.place[pending])
+        if 2 * int(np.count_nonzero(at)) >= len(hot_idx):
+            seen = state.pending_seen + 1
+            if seen >= cfg.migration_confirm_windows:
+                return _Verdict(True, pending, state.pending_ts_ns)
+            return _Verdict(False, pending=pending, pending_ts_ns=state.pending_ts_ns, pending_seen=seen)
+    if not moved:
+        return _Verdict(False)
+    if cfg.migration_confirm_windows <= 1 or _clean_move(hot_idx, new_idx, geo, cfg):
+        return _Verdict(True, hot_idx, ts_ns)
+    return _Verdict(False, pending=new_idx, pending_ts_ns=ts_ns, pending_seen=1)
 
 
 def _movement(
@@ -249,10 +317,13 @@ def _movement(
         else float("nan")
     )
     fan_high = (mean_fan >= cfg.fan_in_min) if np.isfinite(mean_fan) else cfg.assume_fan_in_when_unknown
-    migrated = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
-    sw = geo.index.switch_of
-    leaf_jump = bool(migrated and not np.isin(sw[new_idx], sw[prev_idx]).any())
-    rail_jump = bool(migrated and not np.isin(geo.index.rail[new_idx], geo.index.rail[prev_idx]).any())
+    moved = bool(both and jaccard <= cfg.jaccard_max and len(new_idx) > 0 and fan_high)
+    v = _confirm(hot_idx, new_idx, state, geo, cfg, moved=moved, fan_high=fan_high, ts_ns=ts_ns)
+    migrated, moved_idx = v.migrated, v.moved_idx
+    sw, place = geo.index.switch_of, geo.place
+    went = moved_idx[~np.isin(place[moved_idx], place[prev_idx])]  # the ports it moved to
+    leaf_jump = bool(migrated and not np.isin(sw[went], sw[prev_idx]).any())
+    rail_jump = bool(migrated and not np.isin(geo.index.rail[went], geo.index.rail[prev_idx]).any())
     ended = prev & ~hot & (state.dwell > 0)  # a stay that ended this window (not one carried on)
     since = 0 if migrated else state.windows_since_migration + 1
     # quiet: nothing hot and no candidate port carrying even the relative rule's floor (NaN, no
@@ -265,9 +336,11 @@ def _movement(
     # a window straddling the move: the old places and new ones hot together (J above J_max, so no
     # migration, and the next window's J against it is as high). The hot set it moved from stays
     # the one judged against, for as many windows as an empty gap
-    straddle = (both and jaccard > cfg.jaccard_max and len(new_idx) > 0
+    straddle = (both and not migrated and jaccard > cfg.jaccard_max and len(new_idx) > 0
                 and state.gap + 1 < cfg.migration_gap_windows)
-    holding = carrying or straddle
+    waiting = len(v.pending) > 0 and len(hot_idx) > 0  # a move seen, not yet confirmed
+    holding = carrying or straddle or waiting
+    keep = len(v.pending) > 0 and (carrying or waiting)  # else: the hot set it moved from is let go
     carried = MovingState(
         no_data=state.no_data,
         prev_hot=prev if holding else hot,
@@ -276,12 +349,15 @@ def _movement(
         migrations=(state.migrations + int(migrated)) if len(hot_idx) or carrying else 0,
         completed_dwell_sum=state.completed_dwell_sum + int(state.dwell[ended].sum()),
         completed_dwell_count=state.completed_dwell_count + int(np.count_nonzero(ended)),
-        gap=state.gap + int(straddle or not quiet_now) if holding else 0,
+        gap=state.gap + int(straddle or waiting or not quiet_now) if holding else 0,
         quiet=state.quiet + int(quiet_now) if carrying else 0,
         hot_ts_ns=state.hot_ts_ns if holding else ts_ns,
+        pending=v.pending if keep else None,
+        pending_ts_ns=v.pending_ts_ns if keep else 0,
+        pending_seen=v.pending_seen if keep else 0,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
-    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump)
+    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump, moved_idx, v.moved_ts_ns)
 
 
 def _rail_violations(
@@ -373,6 +449,8 @@ def detect_window(
         # where it migrated from: the hot set the move was judged against (``state.prev_hot``)
         from_ports=np.flatnonzero(state.prev_hot).astype(np.int64) if mv.migrated else np.zeros(0, np.int64),
         from_ts_ns=state.hot_ts_ns if mv.migrated else 0,
+        moved_ports=mv.moved_idx.astype(np.int64),
+        moved_ts_ns=mv.moved_ts_ns,
     )
     return carried, findings
 

@@ -102,6 +102,66 @@ def test_subsets_of_one_place_in_every_su_are_one_hot_set() -> None:
     assert found.migrated and found.rail_jump and found.jaccard == 0.0
 
 
+def _three_su():
+    from fabricmon.core.topology.railgen import rail_optimized
+
+    fabric = rail_optimized("three-su", servers=12, gpus_per_server=2, spines=2, servers_per_su=4)
+    g = fabric_geometry(build_port_index(fabric), fabric)
+    place_of = {(g.host_names[g.host_of[p]], int(g.gpu_of[p])): p for p in np.flatnonzero(g.is_leaf_host)}
+    return g, [[place_of[(f"node{3 + 4 * su:03d}", gpu)] for su in range(3)] for gpu in (0, 1)]
+
+
+def test_a_move_seen_in_one_su_of_three_is_raised_when_a_second_window_confirms_it() -> None:
+    """Selective confirmation: the expert's move to GPU 0 seen in one SU of three (below
+    migration_clean_su_share) is a candidate; the next window at the same place confirms it, and
+    the migration is dated and named at its first sight, from the hot set it left."""
+    g, (at_gpu0, at_gpu1) = _three_su()
+    cfg = DetectConfig()
+
+    def run(*hot_sets: list[int], cfg: DetectConfig = cfg) -> list:  # type: ignore[type-arg]
+        state, out = MovingState.initial(g.n_ports), []
+        for w, hot in enumerate(hot_sets):
+            m, fan = frame(g, hot)
+            state, found = detect_window(m, g, state, cfg, fan_in=fan, ts_ns=w)
+            out.append(found)
+        return out
+
+    found = run(at_gpu1, at_gpu1, at_gpu0[:1], at_gpu0[1:2], at_gpu0[1:])
+    assert [f.migrated for f in found] == [False, False, False, True, False]
+    hop = found[3]
+    assert (hop.moved_ts_ns, hop.moved_ports.tolist(), sorted(hop.from_ports.tolist())) == (
+        2, [at_gpu0[0]], sorted(at_gpu1))
+    assert hop.rail_jump and trajectory_step(hop, g).ts_ns == 2
+    # a one-window flicker to another place, then back: no move either way
+    assert not any(f.migrated for f in run(at_gpu1, at_gpu1, at_gpu0[:1], at_gpu1, at_gpu1))
+    # a move seen in two SUs of three is clean: raised the window it is seen, dated then
+    clean = run(at_gpu1, at_gpu1, at_gpu0[:2], at_gpu0)
+    assert [f.migrated for f in clean] == [False, False, True, False] and clean[2].moved_ts_ns == 2
+    # an empty window between first sight and confirmation (within the gap bound) still confirms
+    assert [f.migrated for f in run(at_gpu1, at_gpu0[:1], [], at_gpu0[2:])] == [False, False, False, True]
+    # 1: every move raised at once (the rule before confirmation)
+    once = run(at_gpu1, at_gpu1, at_gpu0[:1], at_gpu0[1:2], cfg=DetectConfig(migration_confirm_windows=1))
+    assert [f.migrated for f in once] == [False, False, True, False]
+
+
+def test_part_of_a_hot_set_moving_waits_for_confirmation(geo) -> None:
+    """In one SU: two new hot ports beside the one that stays (J = 1/3, a move by the Jaccard
+    rule) hold 2/3 of the hot set, below migration_clean_place_share: raised once the next window
+    has them without it."""
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b, c = int(host[0]), int(host[5]), int(host[6])
+    state, got = MovingState.initial(geo.n_ports), []
+    for w, hot in enumerate([[a], [a], [a, b, c], [b, c]]):
+        m, fan = frame(geo, hot)
+        state, found = detect_window(m, geo, state, DetectConfig(), fan_in=fan, ts_ns=w)
+        got.append((found.migrated, found.moved_ports.tolist(), found.moved_ts_ns))
+    assert got == [(False, [], 0), (False, [], 0), (False, [], 0), (True, [b, c], 2)]
+    with pytest.raises(ValueError, match="migration_confirm_windows"):
+        DetectConfig(migration_confirm_windows=0)
+    with pytest.raises(ValueError, match="migration_clean_su_share"):
+        DetectConfig(migration_clean_su_share=1.5)
+
+
 def test_a_hotspot_cycling_among_ports_migrates_at_every_hop(geo) -> None:
     """In one SU a place is a port: a hot port that hops A → B → C → A … every two windows (the
     live heatmap's e2e feeder) migrates at every hop, revisits included."""
