@@ -104,9 +104,6 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         self.ticks = 0
         self._tick_lock = threading.Lock()
         self._last_tick_ns = 0
-        # scheduled traffic owed to the counters (per port and metric, in counts): what the last
-        # segment was given minus what its actual length carried (see ``_tick``)
-        self._owed: np.ndarray | None = None
         self._ticker_stop = threading.Event()
         self._ticker_thread: threading.Thread | None = None
         self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
@@ -315,26 +312,9 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         return rates
 
     def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
-        """Close the counters' running segment and start the next with the traffic the schedule put
-        in the span since the last tick, spread over one period: the counters run one tick behind
-        the schedule and carry every scheduled byte however irregular the ticks. (Rates looked
-        ahead over [now, now + period] lost the traffic of every tick's lateness and overcounted its
-        own: at 16,896 ports, with the twin ticking at ~7.6 Hz beside the product, whole steps'
-        all-to-alls fell between ticks and others landed twice as large, so frames showed a moved
-        hotspot seconds after its step.) What a segment was given and did not carry (a late tick
-        ran it long; an early one cut it short) is owed to the next."""
         with self._tick_lock:  # the ticker's and a fault's (on the agents' loop) in time order
             now_ns = max(now_ns, self._last_tick_ns)
-            last_ns = self._last_tick_ns or self.t0_ns
-            period_s = period_ns / NS
-            counts = self._rates(last_ns, now_ns) * ((now_ns - last_ns) / NS) if now_ns > last_ns else 0.0
-            if self._owed is not None:  # the last segment's rates over its actual length
-                ran = self.clock.latest_rates() * ((now_ns - last_ns) / NS)
-                counts = counts + self._owed - ran
-            counts = np.asarray(counts, dtype=np.float64) + np.zeros((len(self.ports), len(METRICS)))
-            rates = np.maximum(counts, 0.0) / period_s
-            self._owed = counts  # all of it, until the next tick says how much the segment carried
-            self.clock.advance(now_ns, rates, overrides=overrides)
+            self.clock.advance(now_ns, self._rates(now_ns, now_ns + period_ns), overrides=overrides)
             if self.queues is not None:  # keep the queues current: the timeline forgets old phases
                 self.queues.advance_to(now_ns)
             self._last_tick_ns = now_ns

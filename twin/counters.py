@@ -113,11 +113,6 @@ class CounterClock:
             s = (self._count - 1) % self.capacity
             return Tick(int(self._t[s]), self._v[s].copy(), self._r[s].astype(np.float64))
 
-    def latest_rates(self) -> F64:
-        """The running segment's rates (P, M), without copying its values."""
-        with self._lock:
-            return self._r[(self._count - 1) % self.capacity].astype(np.float64)
-
     def values_at(self, t_ns: int, ports: slice | None = None) -> U64:
         """Counter values (P, M) at ``t_ns``; raises if ``t_ns`` is older than the kept history."""
         with self._lock:
