@@ -99,15 +99,25 @@ def true_migrations(stretches: Sequence[Stretch], min_dwell_ns: int) -> list[Mig
     step's all-to-alls and the next step's the fabric carries none of the job's traffic, so nothing
     takes its place (a one-step hotspot of a job with a 2 s backward pass has 0.4 s of events and
     owns every poll of the next 2.4 s); a hotspot replaced within a fraction of a poll still counts
-    as short. The last stretch stays until its end."""
+    as short. The last stretch stays until its end.
+
+    A short stretch between two that held is passed over, not a wall: a → b (300 ms) → c is the
+    hotspot moving from a to c, at c's start — what a poll can see, and what the product rightly
+    reports (the soak scored its detection of c as wrong while counting no move to find). A
+    balanced stretch that held (no hot GPU) ends the chain: what follows is an onset."""
     held = [b.start_ns - a.start_ns for a, b in itertools.pairwise(stretches)]
     held += [stretches[-1].end_ns - stretches[-1].start_ns] if stretches else []
-    out = []
-    for i, (a, b) in enumerate(itertools.pairwise(stretches)):
-        if a.hot_gpu < 0 or b.hot_gpu < 0 or a.hot_gpu == b.hot_gpu:
+    out: list[Migration] = []
+    last: Stretch | None = None  # the last stretch that held, while no balanced one came after it
+    for s, h in zip(stretches, held, strict=True):
+        if h < min_dwell_ns:
             continue
-        if held[i] >= min_dwell_ns and held[i + 1] >= min_dwell_ns:
-            out.append(Migration(b.start_ns, a.port, b.port, b.ports))
+        if s.hot_gpu < 0:
+            last = None
+            continue
+        if last is not None and last.hot_gpu != s.hot_gpu:
+            out.append(Migration(s.start_ns, last.port, s.port, s.ports))
+        last = s
     return out
 
 

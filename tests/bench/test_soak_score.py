@@ -47,8 +47,13 @@ def test_stretches_merge_across_overlapping_answers_and_migrations_need_dwell() 
     st = merge_stretches(raw)
     assert [(s.hot_gpu, s.start_ns // NS, s.end_ns // NS) for s in st][:2] == [(1, 0, 9), (2, 9, 9)]
     moves = true_migrations(st, 2 * NS)
-    # a→b and b→c do not count (b lived 200 ms); c→balanced→d is an onset, not a migration
-    assert moves == []
+    # b lived 200 ms: no move to or from it, but the hotspot did move from a to c when c began;
+    # c→balanced→d is an onset, not a migration
+    assert moves == [Migration(9 * NS + NS // 5, "a", "c")]
+    # a blip that returns to where it was is no move at all
+    back = [Stretch(0, 10 * NS, 1, "a"), Stretch(10 * NS, 10 * NS + NS // 5, 2, "b"),
+            Stretch(10 * NS + NS // 5, 30 * NS, 1, "a")]
+    assert true_migrations(back, 2 * NS) == []
     st2 = [Stretch(0, 10 * NS, 1, "a"), Stretch(10 * NS, 20 * NS, 2, "b"), Stretch(20 * NS, 30 * NS, 3, "c")]
     assert true_migrations(st2, 2 * NS) == [Migration(10 * NS, "a", "b"), Migration(20 * NS, "b", "c")]
 
