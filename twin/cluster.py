@@ -104,6 +104,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         self.ticks = 0
         self._tick_lock = threading.Lock()
         self._last_tick_ns = 0
+        self._grid_k = 0  # the newest counter tick laid on the grid t0 + k·period (_tick)
+        self.late_ticks = 0  # grid ticks laid after their time by a late ticker (status)
         self._ticker_stop = threading.Event()
         self._ticker_thread: threading.Thread | None = None
         self.queues: FabricQueues | None = None  # with cfg.gnmi: the egress queue model
@@ -137,6 +139,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             buffer_bytes=cfg.buffer_bytes,
         )
         self.timeline.max_lag_ns = MAX_JOB_LAG_NS  # past this behind, the job stalls (see /status)
+        first_end = self.t0_ns + int(NS / cfg.tick_hz)  # the tick at t0: the job's first span counted too
+        self.clock.advance(self.t0_ns, self._rates(self.t0_ns, first_end), until_ns=first_end)
         if cfg.report_url:
             self._start_reporter()
         if cfg.gnmi:
@@ -312,9 +316,31 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         return rates
 
     def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
+        """Lay the counters' ticks on the grid t0 + k·period up to ``now_ns``, each with the
+        schedule's rates over its own span, then a fault's ``overrides`` at ``now_ns`` itself.
+
+        A late ticker (at 16,896 ports on a busy box it stalls past a second) lays the ticks it
+        missed: a segment's rates hold only over the span they were computed for (the counter is
+        held after it, twin/counters.py), so the traffic of a stalled second is counted when the
+        ticker comes back, not replaced by the rates of the second before. Without it, a step's
+        whole all-to-all could fall in a stall and never reach the counters.
+        """
         with self._tick_lock:  # the ticker's and a fault's (on the agents' loop) in time order
             now_ns = max(now_ns, self._last_tick_ns)
-            self.clock.advance(now_ns, self._rates(now_ns, now_ns + period_ns), overrides=overrides)
+            k_now = (now_ns - self.t0_ns) // period_ns
+            # past MAX_JOB_LAG_NS behind, the job stalls (the timeline's rule): counters held flat
+            first = max(self._grid_k + 1, k_now - MAX_JOB_LAG_NS // period_ns + 1)
+            for k in range(first, k_now + 1):
+                g = self.t0_ns + k * period_ns
+                if g < self._last_tick_ns:  # a fault's tick already started this span
+                    continue
+                self.clock.advance(g, self._rates(g, g + period_ns), until_ns=g + period_ns)
+                self._last_tick_ns = g
+            self.late_ticks += max(0, k_now - first)  # laid after their time (the last one is now's)
+            self._grid_k = max(self._grid_k, k_now)
+            if overrides:  # a fault between grid ticks: its rates run to the next grid tick
+                nxt = self.t0_ns + (k_now + 1) * period_ns
+                self.clock.advance(now_ns, self._rates(now_ns, nxt), until_ns=nxt, overrides=overrides)
             if self.queues is not None:  # keep the queues current: the timeline forgets old phases
                 self.queues.advance_to(now_ns)
             self._last_tick_ns = now_ns

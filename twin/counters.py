@@ -1,12 +1,16 @@
 """Interface counters as continuous piecewise-linear functions of time, with a bounded history.
 
-At each tick k (≥ 10 Hz) the clock stores the counter values V_k (uint64, exact) and the rates r_k
-that hold until the next tick. Between ticks a counter reads::
+At each tick k (≥ 10 Hz) the clock stores the counter values V_k (uint64, exact), the rates r_k
+and the instant u_k up to which they hold (the span the tick's rates were computed for). Between
+ticks a counter reads::
 
-    value(t) = V_k + ⌊r_k · (t − t_k)⌋            t_k ≤ t < t_{k+1}      (uint64: wraps at 2^64)
+    value(t) = V_k + ⌊r_k · (min(t, u_k) − t_k)⌋    t_k ≤ t < t_{k+1}      (uint64: wraps at 2^64)
 
 and the next tick starts from exactly that value, so a counter never jumps (unless a fault says so)
-and a poller's rate over [t1, t2] equals the truth integrated over exactly [t1, t2]. The truth
+and a poller's rate over [t1, t2] equals the truth integrated over exactly [t1, t2]. A tick that
+comes late (a starved ticker) finds the counter held at u_k, not run on at rates meant for another
+span: the ticker then lays the missed ticks, so what the schedule put in that span is counted, late
+but whole, and no value already read is ever taken back. The truth
 (``mean_rates``) integrates the stored rates — a separate path from the counter values, so tests
 can hold one against the other.
 """
@@ -40,6 +44,7 @@ RATE_NAMES: tuple[str, ...] = (
 )
 HC_METRICS = np.array([0, 1, 2, 3])  # 64-bit counters (the ones a wrap fault moves)
 U64 = npt.NDArray[np.uint64]
+_NO_END = np.iinfo(np.int64).max  # a segment whose rates hold until the next tick, however late
 F64 = npt.NDArray[np.float64]
 
 
@@ -63,22 +68,26 @@ class CounterClock:
         self._t = np.zeros(self.capacity, dtype=np.int64)
         self._v = np.zeros((self.capacity, n_ports, m), dtype=np.uint64)
         self._r = np.zeros((self.capacity, n_ports, m), dtype=np.float32)
+        self._u = np.zeros(self.capacity, dtype=np.int64)  # each segment's rates hold until then
         self._count = 0  # ticks ever stored; physical slot = k % capacity
         self._lock = threading.Lock()
-        self._append(t0_ns, initial.astype(np.uint64), np.zeros((n_ports, m)))
+        self._append(t0_ns, initial.astype(np.uint64), np.zeros((n_ports, m)), _NO_END)
 
     # -- writing (ticker thread) ------------------------------------------------------------------
-    def _append(self, t_ns: int, values: U64, rates: F64) -> None:
+    def _append(self, t_ns: int, values: U64, rates: F64, until_ns: int) -> None:
         slot = self._count % self.capacity
         self._t[slot] = t_ns
         self._v[slot] = values
         self._r[slot] = rates
+        self._u[slot] = max(t_ns, until_ns)
         self._count += 1
 
     def advance(
-        self, t_ns: int, rates: F64, *, overrides: list[tuple[object, U64 | int]] | None = None
+        self, t_ns: int, rates: F64, *, until_ns: int | None = None,
+        overrides: list[tuple[object, U64 | int]] | None = None,
     ) -> None:
-        """Close the running segment at ``t_ns`` and start one with ``rates``.
+        """Close the running segment at ``t_ns`` and start one with ``rates``, holding until
+        ``until_ns`` (no bound by default); after it the counters stay put until the next tick.
 
         ``overrides`` are (index into the (P, M) value array, new value) applied at ``t_ns`` — the
         discontinuities faults inject (restart → 0, wrap → near 2^64).
@@ -90,11 +99,11 @@ class CounterClock:
             values = self._value_in(last, t_ns)
             for where, val in overrides or ():
                 values[where] = val  # type: ignore[call-overload]
-            self._append(t_ns, values, rates)
+            self._append(t_ns, values, rates, _NO_END if until_ns is None else until_ns)
 
     # -- reading ----------------------------------------------------------------------------------
     def _value_in(self, slot: int, t_ns: int) -> U64:
-        dt_s = (t_ns - int(self._t[slot])) / 1e9
+        dt_s = (min(t_ns, int(self._u[slot])) - int(self._t[slot])) / 1e9
         inc = np.floor(self._r[slot].astype(np.float64) * dt_s).astype(np.uint64)
         return self._v[slot] + inc  # uint64 addition wraps modulo 2^64, like the real counter
 
@@ -122,7 +131,7 @@ class CounterClock:
             if k < 0:
                 raise ValueError(f"t_ns={t_ns} is before the kept history (oldest {int(times[0])})")
             slot = int(slots[k])
-            dt_s = (t_ns - int(self._t[slot])) / 1e9
+            dt_s = (min(t_ns, int(self._u[slot])) - int(self._t[slot])) / 1e9
             sl = ports if ports is not None else slice(None)
             inc = np.floor(self._r[slot, sl].astype(np.float64) * dt_s).astype(np.uint64)
             return self._v[slot, sl] + inc
@@ -136,7 +145,7 @@ class CounterClock:
             starts = self._t[slots].astype(np.float64)
             if t1_ns < starts[0]:
                 raise ValueError(f"t1_ns={t1_ns} is before the kept history (oldest {int(starts[0])})")
-            ends = np.append(starts[1:], np.inf)
+            ends = np.minimum(np.append(starts[1:], np.inf), self._u[slots].astype(np.float64))
             overlap = np.clip(np.minimum(ends, t2_ns) - np.maximum(starts, t1_ns), 0.0, None)
             used = overlap > 0
             sl = ports if ports is not None else slice(None)

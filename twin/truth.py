@@ -117,6 +117,8 @@ class TwinTruth:
             "t0_ns": self.t0_ns,
             "now_ns": time.time_ns(),
             "ticks": self.ticks,
+            # counter ticks the ticker laid after their time, each with its own span's traffic
+            "late_ticks": self.late_ticks,
             "ports": len(self.ports),
             # the job's own progress: steps simulated, and time it stalled because the twin fell
             # behind real time (a starved CPU; 0 when it keeps up)

@@ -53,3 +53,19 @@ def test_asking_before_the_kept_history_is_a_clear_error():
         c.mean_rates(NS, 8 * NS)
     with pytest.raises(ValueError, match="empty interval"):
         c.mean_rates(8 * NS, 8 * NS)
+
+
+def test_a_segment_holds_only_over_its_span_and_a_late_tick_takes_nothing_back():
+    """A tick's rates are for [t_k, u_k]: past u_k the counter stays put (a starved ticker is late),
+    the next tick starts from there, and the truth integrates the same held span."""
+    c = _clock()
+    c.advance(NS, _rates(1e9, 2e9), until_ns=NS + NS // 10)
+    held = c.values_at(NS + NS // 10)[:, 0]
+    np.testing.assert_array_equal(held, [100_000_000, 200_000_000])
+    np.testing.assert_array_equal(c.values_at(3 * NS)[:, 0], held)  # a read while the tick is late
+    c.advance(3 * NS, _rates(5e8, 5e8))  # the tick, 1.9 s late
+    assert np.all(c.values_at(3 * NS)[:, 0] == held)  # nothing already read is taken back
+    truth = c.mean_rates(NS, 4 * NS)[:, 0] * 3
+    measured = (c.values_at(4 * NS)[:, 0] - c.values_at(NS)[:, 0]).astype(float)
+    np.testing.assert_allclose(measured, truth, rtol=1e-9)
+    np.testing.assert_allclose(measured, [1e8 + 5e8, 2e8 + 5e8], rtol=1e-9)
