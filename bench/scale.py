@@ -217,7 +217,7 @@ class Scale(soak.Soak):
         self.cpu: list[tuple[float, dict[str, float]]] = []  # (elapsed, name → tree CPU s)
         self.draws: list[dict[str, float]] = []
         # (elapsed, twin simulation ticks, seconds its job stalled behind real time; -1: no answer)
-        self.twin_ticks: list[tuple[float, int, float]] = []
+        self.twin_ticks: list[tuple[float, int, float, int]] = []
         self.measure_from_ms = 0.0
         self.window: tuple[float, float] = (0.0, 0.0)  # measured span, elapsed s
         # the moving-incast detector's hot set after each evaluation (its Redis state, read every
@@ -375,16 +375,17 @@ class Scale(soak.Soak):
         return self.db_facts()
 
 
-def twin_ticks(twin_url: str) -> tuple[int, float]:
-    """How many simulation ticks (10 Hz when it keeps up) the twin has advanced its counters by,
-    and how long its job stalled because the twin fell behind real time (twin/schedule.py: past
-    2 s behind, the job pauses instead of owing the simulation). (-1, -1.0): no answer."""
+def twin_ticks(twin_url: str) -> tuple[int, float, int]:
+    """How many times the twin's ticker ran (10 Hz when it keeps up), how long its job stalled
+    because the twin fell behind real time (twin/schedule.py: past 2 s behind, the job pauses
+    instead of owing the simulation), and how many counter ticks a late ticker laid after their
+    time (twin/cluster.py). (-1, -1.0, -1): no answer."""
     try:
         with urllib.request.urlopen(twin_url + "/status", timeout=10) as resp:
             st = json.loads(resp.read())
-        return int(st.get("ticks", -1)), float(st.get("job_stalled_s", 0.0))
+        return int(st.get("ticks", -1)), float(st.get("job_stalled_s", 0.0)), int(st.get("late_ticks", -1))
     except (OSError, ValueError):
-        return -1, -1.0
+        return -1, -1.0, -1
 
 
 def replay_framing(redis_url: str, spec, ticks: int) -> float:  # type: ignore[no-untyped-def]
@@ -424,7 +425,7 @@ def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
     measured = [f for f in sc.rec.frames if f[0] / NS >= sc.measure_from_ms / 1e3]
     tc = lost_ticks(measured, NS)
     lat = pixel_latencies_ms(sc.draws, sc.measure_from_ms)
-    answered = [(t, n, st) for t, n, st in sc.twin_ticks if n >= 0 and t >= w0]
+    answered = [(t, n, st, late) for t, n, st, late in sc.twin_ticks if n >= 0 and t >= w0]
     span = answered[-1][0] - answered[0][0] if len(answered) >= 2 else 0.0
     twin_hz = (answered[-1][1] - answered[0][1]) / span if span > 0 else float("nan")
     # the share of wall time the twin's job ran (1: it kept up; the rest it stalled, its ports idle)
@@ -437,6 +438,8 @@ def figures(sc: Scale, verdict_fig: dict[str, object]) -> dict[str, object]:
         "frame_lag_s_p95": round(p95(sc.lag_s), 2),
         "twin_ticks_end": sc.twin_ticks[-1][1] if sc.twin_ticks else -1,
         "twin_job_stalled_s_end": sc.twin_ticks[-1][2] if sc.twin_ticks else -1.0,
+        # counter ticks laid late in the measured span (each with its own span's traffic)
+        "twin_late_ticks": answered[-1][3] - answered[0][3] if len(answered) >= 2 else -1,
         "twin_tick_hz": round(twin_hz, 2),  # the twin's target: 10
         "twin_job_share": round(job_share, 3),
         "pixel_columns": len(lat), "pixel_p50_ms": round(float(np.median(lat)), 0) if lat else float("nan"),
@@ -458,7 +461,8 @@ def bench_line(fig: dict[str, object]) -> str:
     parts = [f"ports={fig['ports']}", f"collector={fig['collector']}", f"minutes={fig['minutes']}",
              f"lost_ticks={fig['lost_ticks']}",
              f"no_data_ticks={fig['no_data_ticks']}", f"frame_lag_s_max={fig['frame_lag_s_max']}",
-             f"twin_tick_hz={fig['twin_tick_hz']}", f"twin_job_share={fig['twin_job_share']}",
+             f"twin_tick_hz={fig['twin_tick_hz']}", f"twin_late_ticks={fig['twin_late_ticks']}",
+             f"twin_job_share={fig['twin_job_share']}",
              f"pixel_p95_ms={fig['pixel_p95_ms']}"]
     parts += [f"cpu_us_per_port_s_{k}={v}" for k, v in per.items()]  # type: ignore[attr-defined]
     parts += [f"box_share={fig['box_share']}"]
