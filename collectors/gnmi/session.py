@@ -11,7 +11,13 @@
 * Backoff: capped exponential with full jitter (``uniform(0, min(cap, base·2^k))``); ``k`` is
   reset only by a sync_response, so a target that accepts connections and then fails keeps
   backing off.
-* Stale stream: no message for ``stale_after_s`` (default 3 sample intervals) counts as loss.
+* Stale stream: no message for ``stale_after_s`` (default 3 sample intervals + 1 s) marks the
+  target down (counted, health says so) but keeps the stream; only ``dead_after_s`` of silence
+  (default 4 × stale, at least 10 s) ends it and re-subscribes. A target or collector that is
+  merely slow (a busy control-plane CPU, a starved process) resumes the same stream: tearing it
+  down made the target build a full snapshot per re-subscribe, on the CPU that was short already,
+  and the 16,896-port scale run cascaded that way for minutes (six collector processes'
+  streams going stale every few seconds, frames 71 % filled).
 * Malformed input never ends the session: decode.py counts and skips it (``problems``).
 """
 
@@ -56,7 +62,8 @@ class GnmiTargetSpec:
     root_cert_pem: bytes | None = field(default=None, repr=False)
     backoff_base_s: float = 0.2
     backoff_max_s: float = 5.0
-    stale_after_s: float | None = None  # None = 3 × sample interval
+    stale_after_s: float | None = None  # None = 3 × sample interval + 1 s: marked down
+    dead_after_s: float | None = None  # None = 4 × stale, at least 10 s: re-subscribed
 
 
 def subscribe_request(spec: GnmiTargetSpec) -> pb.SubscribeRequest:
@@ -111,7 +118,7 @@ class GnmiSession:
             except grpc.aio.AioRpcError as exc:
                 self._fail(f"rpc_{exc.code().name.lower()}", exc.details() or exc.code().name)
             except TimeoutError:
-                self._fail("stale", f"no message for {self._stale_s():.1f} s")
+                self._fail("dead", f"no message for {self._dead_s():.1f} s: re-subscribing")
             except Exception as exc:  # a bug or a broken target must not end the loop
                 log.exception("gNMI session %s", self.spec.name)
                 self._fail("internal", repr(exc))
@@ -121,6 +128,9 @@ class GnmiSession:
 
     def _stale_s(self) -> float:
         return self.spec.stale_after_s or 3.0 * self.spec.sample_interval_s + 1.0
+
+    def _dead_s(self) -> float:
+        return max(self.spec.dead_after_s or max(10.0, 4.0 * self._stale_s()), self._stale_s())
 
     def _channel(self) -> grpc.aio.Channel:
         target = f"{self.spec.address}:{self.spec.port}"
@@ -138,16 +148,27 @@ class GnmiSession:
             stub = pbg.gNMIStub(channel)
             call = stub.Subscribe()
             await call.write(subscribe_request(self.spec))
-            stale = self._stale_s()
+            stale, dead = self._stale_s(), self._dead_s()
             synced = False
             while True:
                 # a big target may take seconds to build its first snapshot: staleness counts
-                # only once the stream has synced
+                # only once the stream has synced. asyncio.wait on a read task, not wait_for (on
+                # 3.11 wait_for loses a cancel that races a message, cpython gh-86296, and the
+                # session then outlives stop() forever) nor asyncio.timeout (its cancel ends the
+                # RPC: a stale stream could not be kept)
+                read = asyncio.ensure_future(call.read())
                 limit = stale if synced else max(stale, FIRST_SYNC_TIMEOUT_S)
-                # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that races a
-                # message (cpython gh-86296), and the session then outlives stop() forever
-                async with asyncio.timeout(limit):
-                    resp = await call.read()
+                try:
+                    done, _ = await asyncio.wait({read}, timeout=limit)
+                    if not done and synced:
+                        self._mark_stale(stale)
+                        done, _ = await asyncio.wait({read}, timeout=dead - stale)
+                    if not done:
+                        raise TimeoutError
+                finally:
+                    if not read.done():
+                        read.cancel()
+                resp = read.result()
                 if resp is grpc.aio.EOF:
                     return
                 synced = self._on_response(resp) or synced
@@ -172,6 +193,13 @@ class GnmiSession:
             self.up = True
             self.last_success_ns = time.time_ns()
         return kind == "sync"
+
+    def _mark_stale(self, stale_s: float) -> None:
+        """Down and counted, the stream kept: its next message brings the target back up."""
+        self.up = False
+        self.errors += 1
+        self.error_counts["stale"] = self.error_counts.get("stale", 0) + 1
+        self.last_error = f"stale: no message for {stale_s:.1f} s (stream kept)"
 
     def _fail(self, code: str, message: str) -> None:
         self.up = False

@@ -273,3 +273,46 @@ def test_one_cancel_stops_a_session_whatever_it_is_awaiting(fabric: GnmiFabric) 
 
 
 CANCEL_TRIES = 150
+
+
+def test_a_silent_target_is_marked_down_at_stale_and_resubscribed_only_when_dead(fabric: GnmiFabric) -> None:
+    """A target that stops sending for longer than ``stale_after_s`` (a busy control plane) is down
+    for that long and back up on its next message, on the same stream: no re-subscribe, so no full
+    snapshot to build on the CPU that was short. Silent past ``dead_after_s``, it is re-subscribed."""
+    silent = {"on": False}
+    fabric.servicers["leaf-a"].mangle = lambda resp: () if silent["on"] else (resp,)
+
+    async def main() -> dict[str, object]:
+        coll = GnmiCollector([spec(fabric, "leaf-a", stale_after_s=0.6, dead_after_s=3.0)], seed=2)
+        coll.start()
+        s = coll.sessions["leaf-a"]
+        seen: dict[str, object] = {}
+        try:
+            assert await s.wait_synced(10)
+            silent["on"] = True
+            await asyncio.sleep(1.5)  # past stale, short of dead
+            seen["during"] = s.health()
+            silent["on"] = False
+            await asyncio.sleep(0.5)
+            seen["after"] = s.health()
+            silent["on"] = True
+            await asyncio.sleep(4.0)  # past dead: the stream is given up and re-subscribed
+            silent["on"] = False
+            t0 = time.monotonic()
+            while not s.health()["up"]:
+                assert time.monotonic() - t0 < 10, "no data after the re-subscribe"
+                await asyncio.sleep(0.05)
+            seen["revived"] = s.health()
+            return seen
+        finally:
+            await coll.stop()
+
+    seen = asyncio.run(main())
+    during, after, revived = seen["during"], seen["after"], seen["revived"]
+    assert not during["up"] and during["last_error"].startswith("stale")  # type: ignore[index]
+    assert during["subscriptions"] == 1 and during["reconnects"] == 0  # type: ignore[index]
+    assert after["up"] and after["reconnects"] == 0  # type: ignore[index]
+    assert after["error_counts"] == {"stale": 1}  # type: ignore[index]
+    assert revived["reconnects"] == 1 and revived["error_counts"]["dead"] == 1  # type: ignore[index]
+    sv = fabric.servicers["leaf-a"]
+    assert sv.subscribes == 2 and sv.max_active_streams == 1
