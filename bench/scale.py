@@ -151,6 +151,26 @@ scorer's 2.5 s; within 6 s recall is 0.90 (119/132). The same runs showed the ca
 LLDP reads (all 184 switches at once, every minute) stalling every gNMI stream 2-6 s a minute;
 they are now paced (FABRICMON_CABLING_READS_PER_S).
 
+2026-12-07, four runs with --record (12 min each). The twin's ticker runs at 7-8 Hz beside the
+product and stalls past a second; its counters had run on at the last tick's look-ahead rates
+through a stall, so a step's all-to-all that fell in one never reached them. Counter ticks are now
+laid on the 10 Hz grid, each segment's rates held to its own span, and a late ticker lays the ticks
+it missed (twin_late_ticks: 1,578-2,287 a run): recall / precision 0.83 / 0.95 (S) and 0.74 / 0.81
+(T, same code: one collector process's 17 gNMI streams went stale, re-subscribed, went stale again
+every 6.5 s, and within a minute every process's did — frames 71 % filled). With a stale stream
+kept and re-subscribed only when dead (collectors/gnmi/session.py): 0.83 / 0.95 twice (U, V), no
+re-subscribe in either, raise delay median 1.8 s. The four misses left in S, U and V are the same
+four migrations, all inside the ~40 s the box spends posting the job's 5,632-rank events block
+(564-601 s), when streams still go stale for seconds. V:
+
+    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=0
+    frame_lag_s_max=2.02 twin_tick_hz=8.07 twin_late_ticks=1578 twin_job_share=1.0
+    pixel_p95_ms=613.0 cpu_us_per_port_s_twin=44.49 cpu_us_per_port_s_detection=5.34
+    cpu_us_per_port_s_web=5.22 cpu_us_per_port_s_redis=4.11 cpu_us_per_port_s_other=1.32
+    cpu_us_per_port_s_framing=1.66 cpu_us_per_port_s_collection=44.38 box_share=0.9
+    peak_rss_mb_twin=1607 peak_rss_mb_worker=1294 peak_rss_mb_evaluation=392
+    peak_rss_mb_delivery=233 peak_rss_mb_beat=142 peak_rss_mb_web=443 peak_rss_mb_redis=695
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8] [--record]
 """
 
