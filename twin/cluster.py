@@ -162,7 +162,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
                 entries=sorted([*build_switch_mib(sw.name, local, self.wiring.peer[sl], len(METRICS),
                                                   f"fabricmon twin {sw.role} {sw.name}"),
                                 *self.lldp_mib(sw.name)], key=lambda e: e.oid),
-                read_counters=lambda t, sl=sl: self.clock.values_at(t, sl),
+                read_counters=lambda t, sl=sl: self._counters_at(t, sl),
                 boot_ns=self.t0_ns,
                 discontinuity_ticks=[0] * len(local),
             )
@@ -203,7 +203,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             sl = self.ports.slice_of(sw.name)
             sources[sw.name] = TwinSwitchSource(
                 self.ports.port_names[sl], self.ports.speed_bps[sl], sl,
-                read_counters=self.clock.values_at, queues=self.queues, t0_ns=self.t0_ns,
+                read_counters=self._counters_at, queues=self.queues, t0_ns=self.t0_ns,
             )
         base = self.cfg.gnmi_port_base
         ports = {sw.name: base + k for k, sw in enumerate(self.fabric.switches)} if base else None
@@ -305,6 +305,40 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             nxt = max(nxt, now)  # behind (a starved CPU): the next tick now, never a burst of them
             self._ticker_stop.wait((nxt - now) / NS)
 
+    def _lay_grid(self, now_ns: int, period_ns: int) -> int:
+        """Lay the counter ticks on the grid t0 + k·period up to ``now_ns``, each with the
+        schedule's rates over its own span; the newest grid index. Under ``_tick_lock``.
+
+        A late ticker (at 16,896 ports on a busy box it stalls past a second) lays the ticks it
+        missed: a segment's rates hold only over the span they were computed for (the counter is
+        held after it, twin/counters.py), so the traffic of a stalled second is counted, not
+        replaced by the rates of the second before. Without it, a step's whole all-to-all could
+        fall in a stall and never reach the counters. Past MAX_JOB_LAG_NS behind, the job stalls
+        (the timeline's rule): the counters are held flat over what is skipped.
+        """
+        k_now = (now_ns - self.t0_ns) // period_ns
+        first = max(self._grid_k + 1, k_now - MAX_JOB_LAG_NS // period_ns + 1)
+        for k in range(first, k_now + 1):
+            g = self.t0_ns + k * period_ns
+            if g < self._last_tick_ns:  # a fault's tick already started this span
+                continue
+            self.clock.advance(g, self._rates(g, g + period_ns), until_ns=g + period_ns)
+            self._last_tick_ns = g
+        self.late_ticks += max(0, k_now - first)  # laid after their time (the last one is now's)
+        self._grid_k = max(self._grid_k, k_now)
+        return k_now
+
+    def _counters_at(self, t_ns: int, ports: slice | None = None) -> np.ndarray:
+        """The counters at ``t_ns`` as a read finds them: exact, the grid ticks up to ``t_ns`` laid
+        first when the ticker is late, so an agent never answers a held value that the ticker's
+        catch-up would revise upwards afterwards."""
+        period_ns = int(NS / self.cfg.tick_hz)
+        # past the newest grid segment's span (unlocked look: the common case costs nothing)
+        if t_ns >= self.t0_ns + (self._grid_k + 1) * period_ns:
+            with self._tick_lock:
+                self._lay_grid(t_ns, period_ns)
+        return self.clock.values_at(t_ns, ports)
+
     def _rates(self, a_ns: int, b_ns: int) -> np.ndarray:
         in_b, out_b, drop_b = self.timeline.window_bytes(a_ns, b_ns)
         dt = (b_ns - a_ns) / NS
@@ -316,28 +350,11 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         return rates
 
     def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
-        """Lay the counters' ticks on the grid t0 + k·period up to ``now_ns``, each with the
-        schedule's rates over its own span, then a fault's ``overrides`` at ``now_ns`` itself.
-
-        A late ticker (at 16,896 ports on a busy box it stalls past a second) lays the ticks it
-        missed: a segment's rates hold only over the span they were computed for (the counter is
-        held after it, twin/counters.py), so the traffic of a stalled second is counted when the
-        ticker comes back, not replaced by the rates of the second before. Without it, a step's
-        whole all-to-all could fall in a stall and never reach the counters.
-        """
+        """Lay the counters' grid ticks up to ``now_ns`` (``_lay_grid``), then a fault's
+        ``overrides`` at ``now_ns`` itself, and advance the queue model."""
         with self._tick_lock:  # the ticker's and a fault's (on the agents' loop) in time order
             now_ns = max(now_ns, self._last_tick_ns)
-            k_now = (now_ns - self.t0_ns) // period_ns
-            # past MAX_JOB_LAG_NS behind, the job stalls (the timeline's rule): counters held flat
-            first = max(self._grid_k + 1, k_now - MAX_JOB_LAG_NS // period_ns + 1)
-            for k in range(first, k_now + 1):
-                g = self.t0_ns + k * period_ns
-                if g < self._last_tick_ns:  # a fault's tick already started this span
-                    continue
-                self.clock.advance(g, self._rates(g, g + period_ns), until_ns=g + period_ns)
-                self._last_tick_ns = g
-            self.late_ticks += max(0, k_now - first)  # laid after their time (the last one is now's)
-            self._grid_k = max(self._grid_k, k_now)
+            k_now = self._lay_grid(now_ns, period_ns)
             if overrides:  # a fault between grid ticks: its rates run to the next grid tick
                 nxt = self.t0_ns + (k_now + 1) * period_ns
                 self.clock.advance(now_ns, self._rates(now_ns, nxt), until_ns=nxt, overrides=overrides)

@@ -47,7 +47,7 @@ class TwinTruth:
 
     def counters_at(self, switch: str | None, t_ns: int) -> dict[str, np.ndarray]:
         """Counter values (uint64) per port at ``t_ns``, as the agent would have answered then."""
-        v = self.clock.values_at(t_ns, self._slice(switch))
+        v = self._counters_at(t_ns, self._slice(switch))
         return {name: v[:, k] for k, name in enumerate(METRICS)}
 
     def hottest_port(self, t1_ns: int, t2_ns: int) -> HotPort:

@@ -64,3 +64,20 @@ def test_a_fault_between_grid_ticks_lands_at_its_instant(stopped_twin) -> None: 
     tw._tick(t0 + 8 * PERIOD, PERIOD)
     in_b, _, _ = tw.timeline.window_bytes(at, t0 + 8 * PERIOD)
     np.testing.assert_allclose(tw.clock.values_at(t0 + 8 * PERIOD)[sl, 0].astype(float), in_b[sl], atol=4)
+
+
+def test_what_an_agent_reads_while_the_ticker_is_late_is_final(stopped_twin) -> None:  # type: ignore[no-untyped-def]
+    """An agent's read lays the grid ticks up to its instant itself: it answers the exact counter,
+    never a held value that the ticker's catch-up would revise upwards afterwards (a poll would
+    then see the counter jump and a later truth disagree with what it was told)."""
+    tw = stopped_twin
+    t0 = tw.t0_ns
+    tw._tick(t0 + PERIOD, PERIOD)
+    at = t0 + NS + 37_000_000  # the ticker 0.9 s late
+    read = tw.counters_at(None, at)["ifHCInOctets"]
+    tw._tick(t0 + 2 * NS, PERIOD)  # the ticker comes back
+    np.testing.assert_array_equal(tw.counters_at(None, at)["ifHCInOctets"], read)
+    # and it counted every byte up to the grid tick before it (within a tick, a segment's mean)
+    in_b, _, _ = tw.timeline.window_bytes(t0, t0 + NS)
+    counted = tw.counters_at(None, t0 + NS)["ifHCInOctets"] - tw.counters_at(None, t0)["ifHCInOctets"]
+    np.testing.assert_allclose(counted.astype(float), in_b, rtol=1e-6, atol=11)
