@@ -160,8 +160,9 @@ it missed (twin_late_ticks: 1,578-2,287 a run): recall / precision 0.83 / 0.95 (
 every 6.5 s, and within a minute every process's did — frames 71 % filled). With a stale stream
 kept and re-subscribed only when dead (collectors/gnmi/session.py): 0.83 / 0.95 twice (U, V), no
 re-subscribe in either, raise delay median 1.8 s. The four misses left in S, U and V are the same
-four migrations, all inside the ~40 s the box spends posting the job's 5,632-rank events block
-(564-601 s), when streams still go stale for seconds. V:
+four migrations (V, from the job's first phase: 592, 615, 618 and 629 s): the job's first
+5,632-rank events block was posted at 585-615 s, streams went stale for seconds at 589-612 s and
+frames were 3-61 % filled until 620 s; the fourth hop leaves a hot set that sat in that tail. V:
 
     BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=0
     frame_lag_s_max=2.02 twin_tick_hz=8.07 twin_late_ticks=1578 twin_job_share=1.0

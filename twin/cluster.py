@@ -320,8 +320,6 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         first = max(self._grid_k + 1, k_now - MAX_JOB_LAG_NS // period_ns + 1)
         for k in range(first, k_now + 1):
             g = self.t0_ns + k * period_ns
-            if g < self._last_tick_ns:  # a fault's tick already started this span
-                continue
             self.clock.advance(g, self._rates(g, g + period_ns), until_ns=g + period_ns)
             self._last_tick_ns = g
         self.late_ticks += max(0, k_now - first)  # laid after their time (the last one is now's)

@@ -102,10 +102,10 @@ class CounterClock:
             self._append(t_ns, values, rates, _NO_END if until_ns is None else until_ns)
 
     # -- reading ----------------------------------------------------------------------------------
-    def _value_in(self, slot: int, t_ns: int) -> U64:
+    def _value_in(self, slot: int, t_ns: int, ports: slice = slice(None)) -> U64:
         dt_s = (min(t_ns, int(self._u[slot])) - int(self._t[slot])) / 1e9
-        inc = np.floor(self._r[slot].astype(np.float64) * dt_s).astype(np.uint64)
-        return self._v[slot] + inc  # uint64 addition wraps modulo 2^64, like the real counter
+        inc = np.floor(self._r[slot, ports].astype(np.float64) * dt_s).astype(np.uint64)
+        return self._v[slot, ports] + inc  # uint64 addition wraps modulo 2^64, like the real counter
 
     def _ordered_slots(self) -> npt.NDArray[np.int64]:
         n = min(self._count, self.capacity)
@@ -130,11 +130,7 @@ class CounterClock:
             k = int(np.searchsorted(times, t_ns, side="right")) - 1
             if k < 0:
                 raise ValueError(f"t_ns={t_ns} is before the kept history (oldest {int(times[0])})")
-            slot = int(slots[k])
-            dt_s = (min(t_ns, int(self._u[slot])) - int(self._t[slot])) / 1e9
-            sl = ports if ports is not None else slice(None)
-            inc = np.floor(self._r[slot, sl].astype(np.float64) * dt_s).astype(np.uint64)
-            return self._v[slot, sl] + inc
+            return self._value_in(int(slots[k]), t_ns, ports if ports is not None else slice(None))
 
     def mean_rates(self, t1_ns: int, t2_ns: int, ports: slice | None = None) -> F64:
         """The truth: rates (P, M) averaged over exactly [t1, t2], integrated from stored rates."""

@@ -194,18 +194,19 @@ class GnmiSession:
             self.last_success_ns = time.time_ns()
         return kind == "sync"
 
-    def _mark_stale(self, stale_s: float) -> None:
-        """Down and counted, the stream kept: its next message brings the target back up."""
-        self.up = False
-        self.errors += 1
-        self.error_counts["stale"] = self.error_counts.get("stale", 0) + 1
-        self.last_error = f"stale: no message for {stale_s:.1f} s (stream kept)"
-
-    def _fail(self, code: str, message: str) -> None:
+    def _down(self, code: str, message: str) -> None:
+        """Down and counted; the stream, if any, is kept: its next message brings the target up."""
         self.up = False
         self.errors += 1
         self.error_counts[code] = self.error_counts.get(code, 0) + 1
         self.last_error = f"{code}: {message}"[:200]
+
+    def _mark_stale(self, stale_s: float) -> None:
+        self._down("stale", f"no message for {stale_s:.1f} s (stream kept)")
+
+    def _fail(self, code: str, message: str) -> None:
+        """Down, the stream lost: the next one must sync again."""
+        self._down(code, message)
         self._synced.clear()
 
     async def wait_synced(self, timeout_s: float) -> bool:
