@@ -28,6 +28,8 @@ def stage_cpu(
     out = {"twin": used.get("twin", 0.0), "detection": used.get("evaluation", 0.0),
            "web": used.get("web", 0.0), "redis": used.get("redis", 0.0),
            "other": used.get("beat", 0.0) + used.get("delivery", 0.0)}
+    if "ingest" in used:  # the jobs' event posts, on their own server (demo's "ingest")
+        out["ingest"] = used["ingest"]
     framing = max(0.0, framing_cpu_per_tick_s) * max(0, ticks)
     worker = used.get("worker", 0.0)
     out["framing"] = min(framing, worker)

@@ -80,7 +80,8 @@ WARMUP_S = 150.0  # collectors start, the first episode opens, RSS settles
 TOLERANCE_NS = 2 * int(WINDOW_S * NS) + NS // 2
 # Stated bounds (MB of PSS, whole process tree) for a 256-GPU twin fabric: the product's processes, and the
 # harness's twins (their size follows the simulated fabric, not the product)
-RSS_BOUND_MB = {"web": 600, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800, "twin2": 1000}
+RSS_BOUND_MB = {"web": 600, "ingest": 600, "worker": 1600, "beat": 200, "redis": 300, "twin": 1800,
+                "twin2": 1000}
 GROWTH_SPAN_MIN_S = 120.0  # memory growth is judged over at least this much of the run's end
 DB_SLACK_MB = 300  # history frames, alerts, topology and SQLite's free pages beside the run budgets
 PAGE_BOUND_S = 1.0

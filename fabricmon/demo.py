@@ -91,6 +91,12 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "{python}", "-m", "fabricmon.serve", "-b", "{web_host}", "-p", "{web_port}",
         "fabricmon.asgi:application",
     ],
+    # the same application for the jobs' event posts only, at a lower CPU priority: bulk ingest
+    # takes what the collectors leave (bench/scale.py runs it; the demo's small job does not need it)
+    "ingest": [
+        "{python}", "-m", "fabricmon.serve", "--nice", "{ingest_nice}", "-b", "{web_host}",
+        "-p", "{ingest_port}", "fabricmon.asgi:application",
+    ],
 }
 
 
@@ -361,6 +367,8 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
     topology_file = var_dir / "twin-topology.yaml"
     topology_file.unlink(missing_ok=True)
     web_port = free_port(args.port)
+    # with an "ingest" service the twin's job posts its events there, not to the pages' server
+    ingest_port = free_port(web_port + 1) if "ingest" in services else web_port
     gpus = args.servers * args.gpus_per_server
     values = {
         "python": python, "servers": str(args.servers), "gpus": str(args.gpus_per_server),
@@ -371,7 +379,8 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
         "web_port": str(web_port),
         # the web starts after the twin: the twin's reporter retries run creation until it answers
-        "report_url": f"http://127.0.0.1:{web_port}", "report_token_file": str(token_file),
+        "ingest_port": str(ingest_port), "ingest_nice": "10",
+        "report_url": f"http://127.0.0.1:{ingest_port}", "report_token_file": str(token_file),
         # a share of the steps only: 256 GPUs x 16 phases per step is ~4k events, ~11k events/s in
         # all, a lot for a laptop. Blocks of 4 steps (~1.5 s: a whole 1 s poll interval of only
         # reported steps, which verifies the projection) in every 16 blocks at 256 GPUs (~24 s):

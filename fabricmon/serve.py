@@ -18,10 +18,12 @@ Django for servers that stream bodies themselves.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
@@ -204,10 +206,40 @@ class FlowControlledCLI(CommandLineInterface):  # type: ignore[misc]
     server_class = FlowControlledServer
 
 
+def take_nice(argv: list[str]) -> tuple[int, list[str]]:
+    """``--nice N`` (ours; the rest is Daphne's): serve at a lower CPU priority. An ingest-only
+    server beside the collectors on a small box runs so (``deploy/``, ``fabricmon.demo``'s
+    ``ingest``): a 5,632-rank job's reported steps are ~50 CPU seconds of event ingest posted in
+    ~10 s, and at the same priority they took the cores the collectors' samples needed (frames
+    40-80 % empty for over a minute, bench/scale.py). A whole process, not a thread: nice is per
+    thread on Linux, and a low-priority thread holding the GIL stalls the pages beside it."""
+    ap = argparse.ArgumentParser(prog="fabricmon.serve", add_help=False, allow_abbrev=False)
+    ap.add_argument("--nice", type=int, default=0)
+    known, rest = ap.parse_known_args(argv)
+    if not 0 <= known.nice <= 19:
+        raise SystemExit(f"fabricmon.serve: --nice must be 0-19 (a lower priority), got {known.nice}")
+    return known.nice, rest
+
+
+def lower_priority(nice: int) -> None:
+    """Every thread of this process ``nice`` steps lower, before the reactor and its thread pool
+    start (each new thread inherits its creator's value). Each thread by its id: on Linux the
+    value is per thread, and importing the application has started threads already."""
+    target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    tasks = Path("/proc/self/task")
+    for tid in [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]:
+        with contextlib.suppress(ProcessLookupError):  # (a thread that ended meanwhile)
+            os.setpriority(os.PRIO_PROCESS, tid, target)
+    print(f"fabricmon.serve: serving at nice {target}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    nice, rest = take_nice(sys.argv[1:] if argv is None else argv)
+    if nice:
+        lower_priority(nice)
     # Daphne's Server.run builds its factory from this module name: the one seam it offers
     daphne_server.HTTPFactory = GuardedHTTPFactory
-    FlowControlledCLI().run(sys.argv[1:] if argv is None else argv)
+    FlowControlledCLI().run(rest)
 
 
 if __name__ == "__main__":

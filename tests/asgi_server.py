@@ -89,15 +89,18 @@ def server_env(tmp: Path, redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_daphne(env: dict[str, str], log: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
-    """Daphne on a free loopback port (or ``port``: a restart where clients already point)."""
+def start_daphne(env: dict[str, str], log: Path, port: int = 0,
+                 serve_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """Daphne on a free loopback port (or ``port``: a restart where clients already point);
+    ``serve_args``: fabricmon.serve's own options (``--nice``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricmon.serve", "--fd", str(sock.fileno()), "fabricmon.asgi:application"],
+        [sys.executable, "-m", "fabricmon.serve", *serve_args, "--fd", str(sock.fileno()),
+         "fabricmon.asgi:application"],
         env=env,
         cwd=ROOT,
         pass_fds=[sock.fileno()],
@@ -120,11 +123,11 @@ def start_daphne(env: dict[str, str], log: Path, port: int = 0) -> tuple[subproc
         time.sleep(0.2)
 
 
-def live_server(tmp: Path, redis_url: str, **extra_env: str) -> LiveServer:
+def live_server(tmp: Path, redis_url: str, serve_args: tuple[str, ...] = (), **extra_env: str) -> LiveServer:
     """Migrate a fresh SQLite database and start Daphne on it."""
     env = server_env(tmp, redis_url, **extra_env)
     manage(env, "migrate", "--noinput")
-    proc, url = start_daphne(env, tmp / "daphne.log")
+    proc, url = start_daphne(env, tmp / "daphne.log", serve_args=serve_args)
     return LiveServer(url=url, env=env, proc=proc)
 
 

@@ -28,6 +28,8 @@ def test_stage_cpu_splits_the_collection_worker_by_the_replayed_framing() -> Non
     assert math.isclose(got["framing"], 6.0) and math.isclose(got["collection"], 24.0)
     assert got["detection"] == 3.0 and got["web"] == 6.0 and got["redis"] == 2.0
     assert math.isclose(got["other"], 0.4)  # beat's 0.1 + delivery's 0.3 (started in the window)
+    assert "ingest" not in got  # (no ingest server: its posts are the web's)
+    assert stage_cpu({"ingest": 1.0}, {"ingest": 9.5}, framing_cpu_per_tick_s=0.0, ticks=0)["ingest"] == 8.5
 
 
 def test_framing_never_exceeds_what_the_worker_used() -> None:
