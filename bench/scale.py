@@ -209,8 +209,8 @@ from fabricmon.telemetry import live_window
 from fabricmon.telemetry.framing import FabricFramer
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-# the jobs' event posts on their own server at nice 10 (demo's "ingest"): the twin job's reported
-# steps are ~50 CPU s of ingest in ~10 s, which at the collectors' priority emptied their frames
+# the jobs' event posts on their own server (demo's "ingest"): the twin job's reported steps are
+# ~50 CPU s of ingest in ~10 s, which in the pages' process took port.json's p95 to 975 ms
 SERVICES = ("worker", "evaluation", "delivery", "beat", "web", "ingest")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
@@ -275,10 +275,6 @@ class Scale(soak.Soak):
         return max(end_s / 2, full)
 
     def start(self) -> None:
-        # the product (its processes and Redis) below the twin, which stands in for the switches'
-        # and the job's hosts' own CPUs: a late twin tick is a late switch, which real ones are not
-        self.redis.nice = self.args.product_nice
-        self.sup.nice = dict.fromkeys(SERVICES, self.args.product_nice)
         self.redis.start()
         self.sup.env["REDIS_URL"] = self.redis.url
         a = self.args
@@ -518,11 +514,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--collector", choices=("gnmi", "both", "snmp"), default="gnmi",
                     help="load_topology --collector: gnmi (default: SNMP at 1 s beside gNMI for 16,896 "
                          "ports does not fit on 2 cores with the twin answering both), or both as the demo")
-    ap.add_argument("--product-nice", type=int, default=5,
-                    help="the product's processes and Redis this much lower in CPU priority than the twin "
-                         "(0: equal, as before 2026-12-07). The twin stands in for 184 switches and 5,632 "
-                         "GPU hosts, whose CPUs a real deployment does not share: equal, its ticks and "
-                         "gNMI samples came late whenever the product was busy, and frames emptied")
     ap.add_argument("--record", action="store_true",
                     help="keep every frame's detection metrics in frames.npz beside scale-raw.json, to "
                          "replay detection offline (bench/detect_replay.py); ~0.4 MB a frame at 16,896 ports")

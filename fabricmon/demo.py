@@ -91,8 +91,9 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
         "{python}", "-m", "fabricmon.serve", "-b", "{web_host}", "-p", "{web_port}",
         "fabricmon.asgi:application",
     ],
-    # the same application for the jobs' event posts only, at a lower CPU priority: bulk ingest
-    # takes what the collectors leave (bench/scale.py runs it; the demo's small job does not need it)
+    # the same application for the jobs' event posts only: a job's burst of events runs beside the
+    # pages, not in their process (bench/scale.py runs it; the demo's small job does not need it).
+    # --nice N lowers its CPU priority below the collectors' (docs/deploy.md: what that costs)
     "ingest": [
         "{python}", "-m", "fabricmon.serve", "--nice", "{ingest_nice}", "-b", "{web_host}",
         "-p", "{ingest_port}", "fabricmon.asgi:application",
@@ -169,15 +170,9 @@ class Supervisor:
     log_dir: Path
     env: dict[str, str]
     children: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
-    # name → how much lower a child's CPU priority is than ours (bench/scale.py: the product below
-    # the twin that stands in for the switches' and the job's own CPUs)
-    nice: dict[str, int] = field(default_factory=dict)
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"{name}.log").open("ab")
-        lower = self.nice.get(name, 0)
-        # nice(1) execs the command with the lower priority, one thread then: all of its inherit it
-        argv = ["nice", "-n", str(lower), *argv] if lower else argv
         proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.children.append((name, proc))
@@ -385,7 +380,7 @@ def start_stack(sup: Supervisor, var_dir: Path, args: argparse.Namespace,
         "beat_schedule": str(var_dir / "celerybeat-schedule"), "web_host": "127.0.0.1",
         "web_port": str(web_port),
         # the web starts after the twin: the twin's reporter retries run creation until it answers
-        "ingest_port": str(ingest_port), "ingest_nice": "10",
+        "ingest_port": str(ingest_port), "ingest_nice": "0",
         "report_url": f"http://127.0.0.1:{ingest_port}", "report_token_file": str(token_file),
         # a share of the steps only: 256 GPUs x 16 phases per step is ~4k events, ~11k events/s in
         # all, a lot for a laptop. Blocks of 4 steps (~1.5 s: a whole 1 s poll interval of only
