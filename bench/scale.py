@@ -172,6 +172,31 @@ frames were 3-61 % filled until 620 s; the fourth hop leaves a hot set that sat 
     peak_rss_mb_twin=1607 peak_rss_mb_worker=1294 peak_rss_mb_evaluation=392
     peak_rss_mb_delivery=233 peak_rss_mb_beat=142 peak_rss_mb_web=443 peak_rss_mb_redis=695
 
+Later on 2026-12-07, four more 12-minute runs (--record), per-process CPU and disk writes sampled
+every 2 s from /proc beside them. W (the code above, agent reads final): every invariant held —
+recall / precision 0.83 / 0.95, 9 of 10 nameable culprits named, port.json p95 975 ms. While the
+job's block posts, the pages' process ran the ingest (and folded the matrix parts it appended,
+11 MB a phase, whenever a page read the run) beside every page. X: the jobs post to their own
+server (demo's "ingest") at nice 10 — port.json p95 469 ms, but that server got so little CPU that
+14 % of the block's events were stored (the job's spool shed the rest) and 7 of 12 named culprits
+failed the invariant; the frames were no fuller (0.76 filled; 40-97 % empty from 562 to 680 s).
+Y: the product's processes at nice 5 below the twin — frames 0.62 filled, recall 0.70: the
+collectors, not the twin, are what runs short. Z (ingest server at nice 0, as shipped): every
+invariant held — recall / precision 0.83 / 1.00, no false alert, port.json p95 730 ms, 4 of 4
+nameable culprits named (too few to judge: the check needs 5). The same four hops as S, U, V and W
+are missed, in the block's minute, where the job's own probe (the twin's reporter process, 30-43 %
+of a core), the ingest and the pages' matrix folds (up to 70 MB/s of writes) together leave the
+collectors short. Z:
+
+    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=2
+    frame_lag_s_max=2.91 twin_tick_hz=7.92 twin_late_ticks=1685 twin_job_share=1.0
+    pixel_p95_ms=906.0 cpu_us_per_port_s_twin=41.45 cpu_us_per_port_s_detection=5.93
+    cpu_us_per_port_s_web=5.39 cpu_us_per_port_s_redis=3.92 cpu_us_per_port_s_other=1.33
+    cpu_us_per_port_s_ingest=0.68 cpu_us_per_port_s_framing=1.43 cpu_us_per_port_s_collection=45.99
+    box_share=0.896 peak_rss_mb_twin=1568 peak_rss_mb_worker=1304 peak_rss_mb_evaluation=360
+    peak_rss_mb_delivery=232 peak_rss_mb_beat=140 peak_rss_mb_web=471 peak_rss_mb_ingest=176
+    peak_rss_mb_redis=620
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8] [--record]
 """
 
