@@ -139,7 +139,8 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             buffer_bytes=cfg.buffer_bytes,
         )
         self.timeline.max_lag_ns = MAX_JOB_LAG_NS  # past this behind, the job stalls (see /status)
-        first_end = self.t0_ns + int(NS / cfg.tick_hz)  # the tick at t0: the job's first span counted too
+        self.tick_ns = int(NS / cfg.tick_hz)  # the counters' grid: t0 + k·tick_ns
+        first_end = self.t0_ns + self.tick_ns  # the tick at t0: the job's first span counted too
         self.clock.advance(self.t0_ns, self._rates(self.t0_ns, first_end), until_ns=first_end)
         if cfg.report_url:
             self._start_reporter()
@@ -293,20 +294,19 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
             s.close()
 
     def _ticker(self) -> None:
-        period_ns = int(NS / self.cfg.tick_hz)
         nxt = self.t0_ns
         while not self._ticker_stop.is_set():
             try:
-                self._tick(time.time_ns(), period_ns)
+                self._tick(time.time_ns())
             except Exception:  # a tick that failed must not end the counters; say so, go on
                 log.exception("twin tick failed")
-            nxt += period_ns
+            nxt += self.tick_ns
             now = time.time_ns()
             nxt = max(nxt, now)  # behind (a starved CPU): the next tick now, never a burst of them
             self._ticker_stop.wait((nxt - now) / NS)
 
-    def _lay_grid(self, now_ns: int, period_ns: int) -> int:
-        """Lay the counter ticks on the grid t0 + k·period up to ``now_ns``, each with the
+    def _lay_grid(self, now_ns: int) -> int:
+        """Lay the counter ticks on the grid t0 + k·tick_ns up to ``now_ns``, each with the
         schedule's rates over its own span; the newest grid index. Under ``_tick_lock``.
 
         A late ticker (at 16,896 ports on a busy box it stalls past a second) lays the ticks it
@@ -316,6 +316,7 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         fall in a stall and never reach the counters. Past MAX_JOB_LAG_NS behind, the job stalls
         (the timeline's rule): the counters are held flat over what is skipped.
         """
+        period_ns = self.tick_ns
         k_now = (now_ns - self.t0_ns) // period_ns
         first = max(self._grid_k + 1, k_now - MAX_JOB_LAG_NS // period_ns + 1)
         for k in range(first, k_now + 1):
@@ -330,11 +331,10 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         """The counters at ``t_ns`` as a read finds them: exact, the grid ticks up to ``t_ns`` laid
         first when the ticker is late, so an agent never answers a held value that the ticker's
         catch-up would revise upwards afterwards."""
-        period_ns = int(NS / self.cfg.tick_hz)
         # past the newest grid segment's span (unlocked look: the common case costs nothing)
-        if t_ns >= self.t0_ns + (self._grid_k + 1) * period_ns:
+        if t_ns >= self.t0_ns + (self._grid_k + 1) * self.tick_ns:
             with self._tick_lock:
-                self._lay_grid(t_ns, period_ns)
+                self._lay_grid(t_ns)
         return self.clock.values_at(t_ns, ports)
 
     def _rates(self, a_ns: int, b_ns: int) -> np.ndarray:
@@ -347,14 +347,14 @@ class Twin(TwinFaults, TwinTruth, TwinLldp):
         rates[:, 5] = drop_b / pkt / dt
         return rates
 
-    def _tick(self, now_ns: int, period_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
+    def _tick(self, now_ns: int, overrides: list[tuple[Any, Any]] | None = None) -> None:
         """Lay the counters' grid ticks up to ``now_ns`` (``_lay_grid``), then a fault's
         ``overrides`` at ``now_ns`` itself, and advance the queue model."""
         with self._tick_lock:  # the ticker's and a fault's (on the agents' loop) in time order
             now_ns = max(now_ns, self._last_tick_ns)
-            k_now = self._lay_grid(now_ns, period_ns)
+            k_now = self._lay_grid(now_ns)
             if overrides:  # a fault between grid ticks: its rates run to the next grid tick
-                nxt = self.t0_ns + (k_now + 1) * period_ns
+                nxt = self.t0_ns + (k_now + 1) * self.tick_ns
                 self.clock.advance(now_ns, self._rates(now_ns, nxt), until_ns=nxt, overrides=overrides)
             if self.queues is not None:  # keep the queues current: the timeline forgets old phases
                 self.queues.advance_to(now_ns)

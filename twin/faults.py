@@ -40,7 +40,7 @@ class TwinFaults:
 
         def apply() -> None:
             now = time.time_ns()
-            self._tick(now, int(NS / self.cfg.tick_hz), overrides=[((sl, slice(None)), 0)])
+            self._tick(now, overrides=[((sl, slice(None)), 0)])
             state.boot_ns = now
             state.discontinuity_ticks = [0] * len(state.discontinuity_ticks)
 
@@ -69,7 +69,7 @@ class TwinFaults:
             headroom = np.ceil(np.maximum(ahead[sl], 1.0)).astype(np.uint64)
             with np.errstate(over="ignore"):
                 near = np.uint64(0) - headroom  # 2^64 − headroom, in wrapping uint64
-            self._tick(now, int(NS / self.cfg.tick_hz), overrides=[((sl, HC_METRICS), near)])
+            self._tick(now, overrides=[((sl, HC_METRICS), near)])
             ticks = ((now - state.boot_ns) * TICKS_PER_S // NS) & 0xFFFFFFFF
             state.discontinuity_ticks = [int(ticks)] * len(state.discontinuity_ticks)
 

@@ -26,9 +26,9 @@ def stopped_twin(monkeypatch):  # type: ignore[no-untyped-def]
 def test_a_stalled_second_is_counted_whole_when_the_ticker_comes_back(stopped_twin) -> None:  # type: ignore[no-untyped-def]
     tw = stopped_twin
     t0 = tw.t0_ns
-    tw._tick(t0 + PERIOD, PERIOD)  # on time
+    tw._tick(t0 + PERIOD)  # on time
     read_in_stall = tw.clock.values_at(t0 + NS)[:, 0]  # a poll while the ticker is stalled
-    tw._tick(t0 + 2 * NS + PERIOD // 3, PERIOD)  # 1.9 s late
+    tw._tick(t0 + 2 * NS + PERIOD // 3)  # 1.9 s late
     after = tw.clock.values_at(t0 + 2 * NS)[:, 0]
     counted = (after - tw.clock.values_at(t0)[:, 0]).astype(float)
     in_b, _, _ = tw.timeline.window_bytes(t0, t0 + 2 * NS)
@@ -44,9 +44,9 @@ def test_past_the_job_lag_bound_the_counters_hold_as_the_job_stalls(stopped_twin
     the timeline's job stalls when the twin falls that far behind — bounded work, counted late."""
     tw = stopped_twin
     t0 = tw.t0_ns
-    tw._tick(t0 + PERIOD, PERIOD)
+    tw._tick(t0 + PERIOD)
     held = tw.clock.values_at(t0 + 2 * PERIOD)[:, 0]
-    tw._tick(t0 + 5 * NS, PERIOD)
+    tw._tick(t0 + 5 * NS)
     np.testing.assert_array_equal(tw.clock.values_at(t0 + 3 * NS)[:, 0], held)
     in_b, _, _ = tw.timeline.window_bytes(t0 + 3 * NS, t0 + 5 * NS)
     counted = (tw.clock.values_at(t0 + 5 * NS)[:, 0] - held).astype(float)
@@ -58,10 +58,10 @@ def test_a_fault_between_grid_ticks_lands_at_its_instant(stopped_twin) -> None: 
     tw = stopped_twin
     t0, sl = tw.t0_ns, tw.ports.slice_of(tw.fabric.switches[0].name)
     at = t0 + 5 * PERIOD + PERIOD // 2
-    tw._tick(at, PERIOD, overrides=[((sl, slice(None)), 0)])  # a restart, the ticker late too
+    tw._tick(at, overrides=[((sl, slice(None)), 0)])  # a restart, the ticker late too
     assert np.all(tw.clock.values_at(at)[sl] == 0)
     assert np.all(tw.clock.values_at(at - 1)[sl, 0] > 0)  # the counters ran before it
-    tw._tick(t0 + 8 * PERIOD, PERIOD)
+    tw._tick(t0 + 8 * PERIOD)
     in_b, _, _ = tw.timeline.window_bytes(at, t0 + 8 * PERIOD)
     np.testing.assert_allclose(tw.clock.values_at(t0 + 8 * PERIOD)[sl, 0].astype(float), in_b[sl], atol=4)
 
@@ -72,10 +72,10 @@ def test_what_an_agent_reads_while_the_ticker_is_late_is_final(stopped_twin) -> 
     then see the counter jump and a later truth disagree with what it was told)."""
     tw = stopped_twin
     t0 = tw.t0_ns
-    tw._tick(t0 + PERIOD, PERIOD)
+    tw._tick(t0 + PERIOD)
     at = t0 + NS + 37_000_000  # the ticker 0.9 s late
     read = tw.counters_at(None, at)["ifHCInOctets"]
-    tw._tick(t0 + 2 * NS, PERIOD)  # the ticker comes back
+    tw._tick(t0 + 2 * NS)  # the ticker comes back
     np.testing.assert_array_equal(tw.counters_at(None, at)["ifHCInOctets"], read)
     # and it counted every byte up to the grid tick before it (within a tick, a segment's mean)
     in_b, _, _ = tw.timeline.window_bytes(t0, t0 + NS)
