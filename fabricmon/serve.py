@@ -207,12 +207,11 @@ class FlowControlledCLI(CommandLineInterface):  # type: ignore[misc]
 
 
 def take_nice(argv: list[str]) -> tuple[int, list[str]]:
-    """``--nice N`` (ours; the rest is Daphne's): serve at a lower CPU priority. An ingest-only
-    server beside the collectors on a small box runs so (``deploy/``, ``fabricmon.demo``'s
-    ``ingest``): a 5,632-rank job's reported steps are ~50 CPU seconds of event ingest posted in
-    ~10 s, and at the same priority they took the cores the collectors' samples needed (frames
-    40-80 % empty for over a minute, bench/scale.py). A whole process, not a thread: nice is per
-    thread on Linux, and a low-priority thread holding the GIL stalls the pages beside it."""
+    """``--nice N`` (ours; the rest is Daphne's): serve at a lower CPU priority — an ingest server
+    (``fabricmon.demo``'s and compose's ``ingest``) on a host whose collectors must never wait; its
+    jobs' spools hold what it cannot take yet (docs/deploy.md: on the saturated scale box at 10,
+    14 % of a job's burst was stored). A whole process, not a thread: nice is per thread on Linux,
+    and a low-priority thread holding the GIL stalls the pages beside it."""
     ap = argparse.ArgumentParser(prog="fabricmon.serve", add_help=False, allow_abbrev=False)
     ap.add_argument("--nice", type=int, default=0)
     known, rest = ap.parse_known_args(argv)
