@@ -1,7 +1,8 @@
 """Per-(source, step, layer, phase) traffic matrices: rank×rank bytes sent and received, kept
 current as events arrive (one scatter-add per batch, one SELECT and one multi-row statement
 each for UPDATE and INSERT; matrices of many ranks through ``matrix_parts``), and summed for the
-API and pages. Readers call ``matrix_parts.settle(run)`` before reading a run's rows.
+API and pages. On-demand readers call ``matrix_parts.settle(run)`` before reading a run's rows;
+the live phase views sum rows and parts without writing (``matrix_read.window``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ copies): 747 µs an event, three quarters of it SQLite writing those rows.
 Here a batch's cells for a key whose row exists become a ``MatrixPart`` row (written once, never
 read back by ingest), and a key's parts are folded into its row when they would reach
 ``FOLD_RATIO`` times the row's size — so each row is rewritten O(log) times as it grows, about 1.3
-times its final size in all — and before a reader reads the run's matrices: readers call
-``settle(run)`` first and then read ``TrafficMatrix`` rows as before.
+times its final size in all. The live phase views read a row and its parts and sum them
+(``matrix_read.window``), writing nothing; the on-demand readers (matrix API, exports, What-if,
+retention) call ``settle(run)`` first and then read ``TrafficMatrix`` rows as before.
 
 Folding reads a key's row and parts and replaces them, so it runs under a per-run lock (``lock``):
 SQLite's write transaction is ``BEGIN IMMEDIATE``; on PostgreSQL a transaction-scoped advisory

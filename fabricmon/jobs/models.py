@@ -269,8 +269,9 @@ class MatrixPart(_MatrixCells):
     (``matrix_parts``). Rewriting a 5,632-rank matrix (11 MB a blob) for every batch made a
     run's ingest quadratic in its ranks: parts are appended, and folded in when they would reach
     ``matrix_parts.FOLD_RATIO`` times the stored row's size (so each row is rewritten a
-    logarithmic number of times) or before a reader reads the run's matrices
-    (``matrix_parts.settle``). Same columns and blob layout as ``TrafficMatrix``."""
+    logarithmic number of times) or before an on-demand reader reads the run's matrices
+    (``matrix_parts.settle``; the live phase views sum them in without writing). Same columns and
+    blob layout as ``TrafficMatrix``."""
 
     # (no database constraint: see EventBlock.run)
     run = models.ForeignKey(

@@ -45,8 +45,9 @@ from fabricmon.core.phases.projector import ProjectorCache
 from fabricmon.core.phases.routing import Routing
 from fabricmon.core.phases.rows import shown_ports
 from fabricmon.core.phases.timeline import grouped_median, instances
-from fabricmon.jobs import blocks, matrix_blobs, matrix_parts
+from fabricmon.jobs import blocks, matrix_blobs, matrix_read
 from fabricmon.jobs.matrices import PAIRS_FROM_CELLS
+from fabricmon.jobs.matrix_read import KeyPieces
 from fabricmon.jobs.models import RankMapEntry, Run, TrafficMatrix
 from fabricmon.phases import counters
 from fabricmon.topology.fabric_view import fabric_view
@@ -94,9 +95,12 @@ class NoViewError(Exception):
 class _Projected:
     """Projected per-port bytes of the columns already routed, for one routing context."""
 
-    calls: dict[Key, tuple[int, int, int]] = field(default_factory=dict)  # key → (matrix id, calls, n_ranks)
-    rows_in: dict[Key, FloatArray] = field(default_factory=dict)
+    calls: dict[Key, KeyPieces] = field(default_factory=dict)  # key → the row and parts summed
+    rows_in: dict[Key, FloatArray] = field(default_factory=dict)  # key → row + parts, projected
     rows_out: dict[Key, FloatArray] = field(default_factory=dict)
+    # key → its row's (id, calls, n_ranks) and projection; part id → a part's projection
+    base: dict[Key, tuple[tuple[int, int, int], FloatArray, FloatArray]] = field(default_factory=dict)
+    parts: dict[int, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,48 @@ class StepWindow:
         return cls(count=MAX_WINDOW_STEPS, lo=lo, hi=hi)
 
 
+# a dense (K, R, R) float32 stack is projected at most this many bytes at a time
+_STACK_BYTES = 256 << 20
+
+
+def _project_blobs(
+    projector: Any, routing: Routing, world: int, blobs: Any
+) -> dict[tuple[str, int], tuple[FloatArray, FloatArray]]:
+    """(kind, id) → (in, out) per-port bytes of each ("row" | "part", id, n_ranks, sent) read."""
+    out: dict[tuple[str, int], tuple[FloatArray, FloatArray]] = {}
+    if world * world > PAIRS_FROM_CELLS and routing.mode == "pxn":
+        # many ranks: each matrix folded from its nonzero cells, one at a time — a (K, R, R)
+        # stack was 127 MB a key at 5,632 ranks, and the scale bench's views.json took 2.9 s
+        for kind, mid, n, sent in blobs:
+            cells, vals = matrix_blobs.decode_pairs(sent, n)
+            src, dst = np.divmod(cells, n)
+            keep = (src < world) & (dst < world)
+            folded = projector.fold_cells(src[keep], dst[keep], vals[keep].astype(np.float64))
+            pb = projector.project_folded(folded[None, :])
+            out[(kind, mid)] = (pb.in_bytes[0], pb.out_bytes[0])
+        return out
+    per = max(1, _STACK_BYTES // (4 * world * world))
+    batch: list[tuple[tuple[str, int], np.ndarray]] = []
+
+    def flush() -> None:
+        # (float32: half the bytes; ~6e-8 relative)
+        stack = np.zeros((len(batch), world, world), dtype=np.float32)
+        for i, (_, a) in enumerate(batch):
+            stack[i, : a.shape[0], : a.shape[1]] = a[:world, :world]
+        pb = projector.project(stack)
+        for i, (name, _) in enumerate(batch):
+            out[name] = (pb.in_bytes[i], pb.out_bytes[i])
+        batch.clear()
+
+    for kind, mid, n, sent in blobs:
+        batch.append(((kind, mid), matrix_blobs.decode(sent, n)))
+        if len(batch) >= per:
+            flush()
+    if batch:
+        flush()
+    return out
+
+
 class RunPhaseState:
     """Everything already read and projected for one run, one event source (None = all) and one
     step window (the newest steps by default)."""
@@ -247,7 +293,10 @@ class RunPhaseState:
     def _project_new(
         self, run: Run, layout: FabricLayout, placement: Any, routing: Routing, *, world: int, keys: list[Key]
     ) -> tuple[FloatArray, FloatArray]:
-        """Per-port bytes of ``keys``; only matrices new or grown since the last call are read."""
+        """Per-port bytes of ``keys``; only rows and parts new since the last call are read. A key
+        is its row's projection plus its unfolded parts' (projection is linear in the bytes), so
+        the view never folds parts into rows — reading writes nothing — and a part is projected
+        once, a row again only when ingest has folded parts into it."""
         ctx = (layout.index.version, placement.key, routing, world)
         cache = self.projected.get(ctx)
         if cache is None:
@@ -258,44 +307,35 @@ class RunPhaseState:
         lo, hi = min(k[0] for k in keys), max(k[0] for k in keys)
         for old_key in [k for k in cache.calls if k[0] < lo]:  # slid out of the window
             del cache.calls[old_key], cache.rows_in[old_key], cache.rows_out[old_key]
-        matrices = TrafficMatrix.objects.filter(run=run, step__gte=lo, step__lte=hi, layer__gte=0)
-        if self.source:
-            matrices = matrices.filter(source=self.source)
-        newest: dict[Key, tuple[int, int, int]] = {}
-        for mid, step, layer, phase, n_ranks, calls in matrices.values_list(
-            "id", "step", "layer", "phase", "n_ranks", "calls"
-        ).order_by("id"):
-            newest[(step, layer, phase)] = (mid, calls, n_ranks)  # several sources: the newest row
+            cache.base.pop(old_key, None)
+        pieces = matrix_read.window(run, lo, hi, self.source)
         wanted = set(keys)
-        todo = [k for k, sig in newest.items() if k in wanted and cache.calls.get(k) != sig]
+        todo = [k for k, p in pieces.items() if k in wanted and cache.calls.get(k) != p]
         if todo:
-            by_id = {newest[k][0]: k for k in todo}
-            projector = _PROJECTORS.get(layout, placement, routing)
-            rows = TrafficMatrix.objects.filter(pk__in=list(by_id)).only("id", "n_ranks", "sent")
-            if world * world > PAIRS_FROM_CELLS and routing.mode == "pxn":
-                # many ranks: each matrix folded from its nonzero cells, one at a time — a (K, R, R)
-                # stack was 127 MB a key at 5,632 ranks, and the scale bench's views.json took 2.9 s
-                for m in rows:
-                    k = by_id[m.pk]
-                    cells, vals = matrix_blobs.decode_pairs(m.sent, m.n_ranks)
-                    src, dst = np.divmod(cells, m.n_ranks)
-                    keep = (src < world) & (dst < world)
-                    folded = projector.fold_cells(src[keep], dst[keep], vals[keep].astype(np.float64))
-                    pb = projector.project_folded(folded[None, :])
-                    cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[0], pb.out_bytes[0]
-                    cache.calls[k] = newest[k]
-            else:
-                # (float32: half the bytes; ~6e-8 relative)
-                stack = np.zeros((len(todo), world, world), dtype=np.float32)
-                pos = {k: i for i, k in enumerate(todo)}
-                for m in rows:
-                    a = m.sent_array()
-                    stack[pos[by_id[m.pk]], : a.shape[0], : a.shape[1]] = a[:world, :world]
-                pb = projector.project(stack)
-                for i, k in enumerate(todo):
-                    cache.rows_in[k], cache.rows_out[k] = pb.in_bytes[i], pb.out_bytes[i]
-                    cache.calls[k] = newest[k]
-            self.stats["matrices_read"] += len(todo)
+            rows = {pieces[k].row[0]: k for k in todo
+                    if (b := cache.base.get(k)) is None or b[0] != pieces[k].row}
+            parts = [pid for k in todo for pid in pieces[k].parts if pid not in cache.parts]
+            got = _project_blobs(_PROJECTORS.get(layout, placement, routing), routing, world,
+                                 matrix_read.sent_blobs(rows, parts))
+            for (kind, mid), (p_in, p_out) in got.items():
+                if kind == "row":
+                    cache.base[rows[mid]] = (pieces[rows[mid]].row, p_in, p_out)
+                else:
+                    cache.parts[mid] = (p_in, p_out)
+            for k in todo:
+                base = cache.base.get(k)
+                missing = any(p not in cache.parts for p in pieces[k].parts)
+                if base is None or base[0] != pieces[k].row or missing:
+                    continue  # (folded or deleted since the window was read: read again next time)
+                _, b_in, b_out = base
+                staged = [cache.parts[pid] for pid in pieces[k].parts]
+                cache.rows_in[k] = b_in + sum(p[0] for p in staged) if staged else b_in
+                cache.rows_out[k] = b_out + sum(p[1] for p in staged) if staged else b_out
+                cache.calls[k] = pieces[k]
+            live = {pid for p in pieces.values() for pid in p.parts}
+            for pid in [pid for pid in cache.parts if pid not in live]:  # folded into their rows since
+                del cache.parts[pid]
+            self.stats["matrices_read"] += len(rows) + len(parts)
             self.stats["columns_projected"] += len(todo)
         have = [k for k in keys if k in cache.rows_in]
         if not have:
@@ -385,7 +425,6 @@ class RunPhaseState:
         return live
 
     def _compute(self, run: Run, routing: Routing) -> PhaseSnapshot:
-        matrix_parts.settle(run)  # (a large run's newest batches, appended beside its matrices)
         view = fabric_view(run.fabric)
         layout = view.layout
         steps = self.window.steps(run, self.source)

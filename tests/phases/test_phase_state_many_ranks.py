@@ -9,7 +9,7 @@ import pytest
 from phase_twin import recording, write_counters
 from test_phase_state import post
 
-from collectors.probe import IngestClient
+from collectors.probe import EventPoster, IngestClient
 from fabricmon.base import keys
 from fabricmon.jobs import runs
 from fabricmon.jobs.models import Run
@@ -48,5 +48,70 @@ def test_views_from_matrix_cells_equal_views_from_dense_matrices(
                 assert w.load_bytes is None, name
             else:  # (the dense path sums in float32, the cells in float64)
                 np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+    finally:
+        redis_client.delete(keys.frames(fabric_name))
+
+
+def test_views_read_unfolded_parts_without_writing_and_equal_the_settled_views(
+    live_server, django_user_model, redis_client, fabric_name, monkeypatch
+) -> None:
+    """A large run's newest batches are parts beside its matrices (``matrix_parts``): the views sum
+    them in without folding (reading writes nothing, in either table), an update reads only the
+    new parts, and the answer is the one computed after the parts are folded in."""
+    from fabricmon.jobs import matrices, matrix_parts
+    from fabricmon.jobs.models import MatrixPart, TrafficMatrix
+
+    rec = recording(fabric_name)
+    write_counters(redis_client, rec)
+    user = django_user_model.objects.create_user("owner-parts", password="pw")
+    run = runs.create_run(user, "parts", fabric=fabric_name, world_size=rec.world_size)
+    client = IngestClient(live_server.url, issue_token(user)[1])
+    status, body = client.post_rank_map(run.pk, rec.rank_map())
+    assert status < 300, body
+    monkeypatch.setattr(matrices, "PAIRS_FROM_CELLS", 0)  # the ingest appends parts (same process)
+
+    def tables() -> tuple[list[tuple[int, int]], list[int]]:
+        return (sorted(TrafficMatrix.objects.filter(run=run).values_list("id", "calls")),
+                sorted(MatrixPart.objects.filter(run=run).values_list("id", flat=True)))
+
+    def post(events) -> None:  # type: ignore[no-untyped-def]
+        # small batches: a (step, layer, phase) spreads over several, so most become parts
+        poster = EventPoster(client, run.pk, batch_size=40, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
+                             measure_clock=True)
+        for ev in events:
+            poster.submit(ev)
+        stats = poster.close(timeout_s=300)
+        assert stats.posted == len(events) and stats.rejected == 0 and stats.dropped == 0, stats
+
+    try:
+        events = sorted(rec.events(), key=lambda e: e["start_ns"])
+        half = len(events) // 2
+        live = RunPhaseState(run.pk, None)
+        post(events[:half])
+        before = tables()
+        assert before[1], "no parts: the test would not read any"
+        first = live.snapshot(Run.objects.get(pk=run.pk), PXN)
+        assert first.error is None and tables() == before  # read, nothing folded or written
+        post(events[half:])
+        before = tables()
+        read_before = live.stats["matrices_read"]
+        second = live.snapshot(Run.objects.get(pk=run.pk), PXN)
+        assert tables() == before
+        new_parts = len(set(before[1]))
+        assert 0 < live.stats["matrices_read"] - read_before <= new_parts + len(before[0])
+        assert matrix_parts.settle(Run.objects.get(pk=run.pk)) == len(before[1])
+        settled = RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN)
+        again = live.snapshot(Run.objects.get(pk=run.pk), PXN)  # (settling changed no byte: same answer)
+        for got in (second, again):
+            assert got.error is None and set(got.views) == set(settled.views)
+            for name, v in settled.views.items():
+                w = got.views[name]
+                assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
+                    w.verdict, w.columns, [g.reason for g in w.gates]), name
+                if v.load_bytes is None:
+                    assert w.load_bytes is None, name
+                else:  # (a row plus its parts summed in float32 projections)
+                    np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+        assert settled.views["projected"].verdict == "show"
     finally:
         redis_client.delete(keys.frames(fabric_name))
