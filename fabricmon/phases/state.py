@@ -98,9 +98,10 @@ class _Projected:
     calls: dict[Key, KeyPieces] = field(default_factory=dict)  # key → the row and parts summed
     rows_in: dict[Key, FloatArray] = field(default_factory=dict)  # key → row + parts, projected
     rows_out: dict[Key, FloatArray] = field(default_factory=dict)
-    # key → its row's (id, calls, n_ranks) and projection; part id → a part's projection
+    # key → its row's (id, calls, n_ranks) and projection; key → the ids of the parts summed so
+    # far and their summed projection (parts are only added until a fold takes them all)
     base: dict[Key, tuple[tuple[int, int, int], FloatArray, FloatArray]] = field(default_factory=dict)
-    parts: dict[int, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
+    staged: dict[Key, tuple[tuple[int, ...], FloatArray, FloatArray]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -192,22 +193,15 @@ _STACK_BYTES = 256 << 20
 
 def _project_blobs(
     projector: Any, routing: Routing, world: int, blobs: Any
-) -> dict[tuple[str, int], tuple[FloatArray, FloatArray]]:
-    """(kind, id) → (in, out) per-port bytes of each ("row" | "part", id, n_ranks, sent) read."""
-    out: dict[tuple[str, int], tuple[FloatArray, FloatArray]] = {}
-    if world * world > PAIRS_FROM_CELLS and routing.mode == "pxn":
-        # many ranks: each matrix folded from its nonzero cells, one at a time — a (K, R, R)
-        # stack was 127 MB a key at 5,632 ranks, and the scale bench's views.json took 2.9 s
-        for kind, mid, n, sent in blobs:
-            cells, vals = matrix_blobs.decode_pairs(sent, n)
-            src, dst = np.divmod(cells, n)
-            keep = (src < world) & (dst < world)
-            folded = projector.fold_cells(src[keep], dst[keep], vals[keep].astype(np.float64))
-            pb = projector.project_folded(folded[None, :])
-            out[(kind, mid)] = (pb.in_bytes[0], pb.out_bytes[0])
+) -> dict[int, tuple[FloatArray, FloatArray]]:
+    """id → (in, out) per-port bytes of each (kind, id, n_ranks, sent) read, one at a time."""
+    out: dict[int, tuple[FloatArray, FloatArray]] = {}
+    if _by_cells(world, routing):
+        for _, mid, n, sent in blobs:
+            out[mid] = _project_sum(projector, routing, world, [(n, sent)])
         return out
     per = max(1, _STACK_BYTES // (4 * world * world))
-    batch: list[tuple[tuple[str, int], np.ndarray]] = []
+    batch: list[tuple[int, np.ndarray]] = []
 
     def flush() -> None:
         # (float32: half the bytes; ~6e-8 relative)
@@ -215,17 +209,48 @@ def _project_blobs(
         for i, (_, a) in enumerate(batch):
             stack[i, : a.shape[0], : a.shape[1]] = a[:world, :world]
         pb = projector.project(stack)
-        for i, (name, _) in enumerate(batch):
-            out[name] = (pb.in_bytes[i], pb.out_bytes[i])
+        for i, (mid, _) in enumerate(batch):
+            out[mid] = (pb.in_bytes[i], pb.out_bytes[i])
         batch.clear()
 
-    for kind, mid, n, sent in blobs:
-        batch.append(((kind, mid), matrix_blobs.decode(sent, n)))
+    for _, mid, n, sent in blobs:
+        batch.append((mid, matrix_blobs.decode(sent, n)))
         if len(batch) >= per:
             flush()
     if batch:
         flush()
     return out
+
+
+def _by_cells(world: int, routing: Routing) -> bool:
+    # many ranks: each matrix folded from its nonzero cells — a (K, R, R) stack was 127 MB a key
+    # at 5,632 ranks, and the scale bench's views.json took 2.9 s
+    return world * world > PAIRS_FROM_CELLS and routing.mode == "pxn"
+
+
+def _project_sum(projector: Any, routing: Routing, world: int, blobs: list[tuple[int, Any]]) -> tuple[
+    FloatArray, FloatArray
+]:
+    """(in, out) per-port bytes of the sum of ``blobs`` ((n_ranks, sent) each): one projection
+    however many parts a key has gathered (a job whose ranks post alone appends thousands)."""
+    if _by_cells(world, routing):
+        src_l, dst_l, val_l = [], [], []
+        for n, sent in blobs:
+            cells, vals = matrix_blobs.decode_pairs(sent, n)
+            src, dst = np.divmod(cells, n)
+            keep = (src < world) & (dst < world)
+            src_l.append(src[keep])
+            dst_l.append(dst[keep])
+            val_l.append(vals[keep].astype(np.float64))
+        folded = projector.fold_cells(np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(val_l))
+        pb = projector.project_folded(folded[None, :])
+        return pb.in_bytes[0], pb.out_bytes[0]
+    total = np.zeros((world, world), dtype=np.float32)
+    for n, sent in blobs:
+        a = matrix_blobs.decode(sent, n)
+        total[: a.shape[0], : a.shape[1]] += a[:world, :world]
+    pb = projector.project(total[None])
+    return pb.in_bytes[0], pb.out_bytes[0]
 
 
 class RunPhaseState:
@@ -308,34 +333,47 @@ class RunPhaseState:
         for old_key in [k for k in cache.calls if k[0] < lo]:  # slid out of the window
             del cache.calls[old_key], cache.rows_in[old_key], cache.rows_out[old_key]
             cache.base.pop(old_key, None)
+            cache.staged.pop(old_key, None)
         pieces = matrix_read.window(run, lo, hi, self.source)
         wanted = set(keys)
         todo = [k for k, p in pieces.items() if k in wanted and cache.calls.get(k) != p]
         if todo:
+            projector = _PROJECTORS.get(layout, placement, routing)
             rows = {pieces[k].row[0]: k for k in todo
                     if (b := cache.base.get(k)) is None or b[0] != pieces[k].row}
-            parts = [pid for k in todo for pid in pieces[k].parts if pid not in cache.parts]
-            got = _project_blobs(_PROJECTORS.get(layout, placement, routing), routing, world,
-                                 matrix_read.sent_blobs(rows, parts))
-            for (kind, mid), (p_in, p_out) in got.items():
-                if kind == "row":
-                    cache.base[rows[mid]] = (pieces[rows[mid]].row, p_in, p_out)
+            got = _project_blobs(projector, routing, world, matrix_read.sent_blobs(rows, ()))
+            for mid, k in rows.items():
+                if mid in got:
+                    cache.base[k] = (pieces[k].row, *got[mid])
+                    cache.staged.pop(k, None)  # (a row read anew: its parts are summed anew)
                 else:
-                    cache.parts[mid] = (p_in, p_out)
+                    cache.base.pop(k, None)  # (deleted since the window was read)
+            read = len(got)
             for k in todo:
-                base = cache.base.get(k)
-                missing = any(p not in cache.parts for p in pieces[k].parts)
-                if base is None or base[0] != pieces[k].row or missing:
-                    continue  # (folded or deleted since the window was read: read again next time)
-                _, b_in, b_out = base
-                staged = [cache.parts[pid] for pid in pieces[k].parts]
-                cache.rows_in[k] = b_in + sum(p[0] for p in staged) if staged else b_in
-                cache.rows_out[k] = b_out + sum(p[1] for p in staged) if staged else b_out
+                if k not in cache.base:
+                    continue
+                ids, s_in, s_out = cache.staged.get(k, ((), None, None))
+                if not set(ids) <= set(pieces[k].parts):  # folded since: the row is read again
+                    cache.base.pop(k, None)
+                    cache.staged.pop(k, None)
+                    continue
+                new = [pid for pid in pieces[k].parts if pid not in set(ids)]
+                if new:
+                    blobs = [(n, sent) for _, _, n, sent in matrix_read.sent_blobs((), new)]
+                    read += len(blobs)
+                    if len(blobs) < len(new):  # folded into the row since the window was read
+                        cache.base.pop(k, None)
+                        cache.staged.pop(k, None)
+                        continue
+                    n_in, n_out = _project_sum(projector, routing, world, blobs)
+                    s_in = n_in if s_in is None else s_in + n_in
+                    s_out = n_out if s_out is None else s_out + n_out
+                    cache.staged[k] = (pieces[k].parts, s_in, s_out)
+                _, b_in, b_out = cache.base[k]
+                cache.rows_in[k] = b_in if s_in is None else b_in + s_in
+                cache.rows_out[k] = b_out if s_out is None else b_out + s_out
                 cache.calls[k] = pieces[k]
-            live = {pid for p in pieces.values() for pid in p.parts}
-            for pid in [pid for pid in cache.parts if pid not in live]:  # folded into their rows since
-                del cache.parts[pid]
-            self.stats["matrices_read"] += len(rows) + len(parts)
+            self.stats["matrices_read"] += read
             self.stats["columns_projected"] += len(todo)
         have = [k for k in keys if k in cache.rows_in]
         if not have:

@@ -74,44 +74,52 @@ def test_views_read_unfolded_parts_without_writing_and_equal_the_settled_views(
         return (sorted(TrafficMatrix.objects.filter(run=run).values_list("id", "calls")),
                 sorted(MatrixPart.objects.filter(run=run).values_list("id", flat=True)))
 
-    def post(events) -> None:  # type: ignore[no-untyped-def]
+    def post(events, batch_size: int) -> None:  # type: ignore[no-untyped-def]
         # small batches: a (step, layer, phase) spreads over several, so most become parts
-        poster = EventPoster(client, run.pk, batch_size=40, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
+        poster = EventPoster(client, run.pk, batch_size=batch_size, max_buffer=1 << 22, max_buffer_bytes=1 << 36,
                              measure_clock=True)
         for ev in events:
             poster.submit(ev)
         stats = poster.close(timeout_s=300)
         assert stats.posted == len(events) and stats.rejected == 0 and stats.dropped == 0, stats
 
+    def same(got, want) -> None:  # type: ignore[no-untyped-def]
+        assert got.error is None and want.error is None and set(got.views) == set(want.views)
+        for name, v in want.views.items():
+            w = got.views[name]
+            assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
+                w.verdict, w.columns, [g.reason for g in w.gates]), name
+            if v.load_bytes is None:
+                assert w.load_bytes is None, name
+            else:  # (a row plus its parts summed in float32 projections)
+                np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+
+    def settled_answer():  # type: ignore[no-untyped-def]
+        parts = len(tables()[1])
+        assert matrix_parts.settle(Run.objects.get(pk=run.pk)) == parts and not tables()[1]
+        return RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN)
+
     try:
         events = sorted(rec.events(), key=lambda e: e["start_ns"])
-        half = len(events) // 2
+        # a quarter of every phase's ranks first (batches of 6: half the phases over two), then the
+        # rest: the first answer sums parts beside rows; before the second, those rows are folded
+        quarter = rec.world_size // 4
         live = RunPhaseState(run.pk, None)
-        post(events[:half])
+        post([e for e in events if e["rank"] < quarter], 6)
         before = tables()
         assert before[1], "no parts: the test would not read any"
         first = live.snapshot(Run.objects.get(pk=run.pk), PXN)
-        assert first.error is None and tables() == before  # read, nothing folded or written
-        post(events[half:])
+        assert tables() == before  # read; nothing folded or written
+        same(first, settled_answer())  # (the fold changes the rows: the next answer reads them anew)
+        post([e for e in events if e["rank"] >= quarter], 60)
         before = tables()
         read_before = live.stats["matrices_read"]
         second = live.snapshot(Run.objects.get(pk=run.pk), PXN)
         assert tables() == before
-        new_parts = len(set(before[1]))
-        assert 0 < live.stats["matrices_read"] - read_before <= new_parts + len(before[0])
-        assert matrix_parts.settle(Run.objects.get(pk=run.pk)) == len(before[1])
-        settled = RunPhaseState(run.pk, None).snapshot(Run.objects.get(pk=run.pk), PXN)
-        again = live.snapshot(Run.objects.get(pk=run.pk), PXN)  # (settling changed no byte: same answer)
-        for got in (second, again):
-            assert got.error is None and set(got.views) == set(settled.views)
-            for name, v in settled.views.items():
-                w = got.views[name]
-                assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
-                    w.verdict, w.columns, [g.reason for g in w.gates]), name
-                if v.load_bytes is None:
-                    assert w.load_bytes is None, name
-                else:  # (a row plus its parts summed in float32 projections)
-                    np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+        assert 0 < live.stats["matrices_read"] - read_before <= len(before[0]) + len(before[1])
+        settled = settled_answer()
+        same(second, settled)
+        same(live.snapshot(Run.objects.get(pk=run.pk), PXN), settled)  # (settling changes no byte)
         assert settled.views["projected"].verdict == "show"
     finally:
         redis_client.delete(keys.frames(fabric_name))
