@@ -356,17 +356,28 @@ class FabricQueues:
         seg = self.segments[k]
         return self._replay(seg, (t_ns - seg.t0_ns) / NS, sl, cum), cum
 
-    def counters_at(self, t_ns: int, ports: slice | None = None) -> dict[str, FloatArray]:
+    def counters_at(
+        self, t_ns: int, ports: slice | None = None, *, or_oldest: bool = False
+    ) -> dict[str, FloatArray]:
         """Cumulative fluid counters (float) per port at ``t_ns``, plus the occupancy ``q_bytes``:
-        of every port, or of the ports ``ports`` (one switch's slice; arrays of its length)."""
+        of every port, or of the ports ``ports`` (one switch's slice; arrays of its length).
+        ``or_oldest``: an instant pruned meanwhile answers for the oldest kept one (a live read
+        that checked ``oldest_ns`` before another thread's advance pruned past it), not an error."""
         sl = ports if ports is not None else self._all
         with self._lock:
+            t_ns = self._at_least_oldest(t_ns) if or_oldest else t_ns
             res, cum = self._state(self._index(t_ns), t_ns, sl)
         out = {k: cum[i] for i, k in enumerate(CUM)}
         out["q_bytes"] = res.q_bytes
         return out
 
-    def peak_bytes(self, a_ns: int, b_ns: int, ports: slice | None = None) -> FloatArray:
+    def _at_least_oldest(self, t_ns: int) -> int:
+        self.advance_to(t_ns)  # (what prunes: the oldest kept instant is known after it)
+        return max(t_ns, self._starts[0]) if self._starts else t_ns
+
+    def peak_bytes(
+        self, a_ns: int, b_ns: int, ports: slice | None = None, *, or_oldest: bool = False
+    ) -> FloatArray:
         """Max occupancy per port over [a, b] (what a read-and-clear watermark at b reports when
         the previous clear was at a): of every port, or of the ports ``ports``."""
         if b_ns < a_ns:
@@ -374,6 +385,9 @@ class FabricQueues:
         sl = ports if ports is not None else self._all
         with self._lock:
             self.advance_to(b_ns)
+            if or_oldest:  # (as counters_at's)
+                a_ns = self._at_least_oldest(a_ns)
+                b_ns = max(a_ns, b_ns)
             k0 = self._index(a_ns)
             first = self.segments[k0]
             cfg, lam = self._cfg_for(sl), take(first.lam, sl)

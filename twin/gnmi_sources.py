@@ -192,10 +192,13 @@ class TwinSwitchSource:
                 "in_discards": v[:, 4], "out_discards": v[:, 5], "in_errors": v[:, 6],
             }
             # the queue model runs for this switch's ports only (twin/fabric_queues.py)
-            leaves.update(queue_leaves(self.queues.counters_at(t, self.sl), self.queues.cfg.pkt_bytes))
+            # (or_oldest: the ticker thread may prune past ``t`` between the check above and the
+            # read — seen once in a scale run as a ValueError that ended the switch's stream)
+            queues = self.queues.counters_at(t, self.sl, or_oldest=True)
+            leaves.update(queue_leaves(queues, self.queues.cfg.pkt_bytes))
             # a watermark nobody read for longer than the queue history covers that history only
             since = max(self._last_clear_ns, self.queues.oldest_ns)
-            peak = self.queues.peak_bytes(min(since, t), t, self.sl)
+            peak = self.queues.peak_bytes(min(since, t), t, self.sl, or_oldest=True)
             leaves["q_max_len"] = np.floor(peak).astype(np.uint64)
             if clear:
                 self._last_clear_ns = t

@@ -107,3 +107,14 @@ def test_history_is_bounded_in_bytes_and_keeps_whole_phases() -> None:
     assert q.oldest_ns >= T0 + 2_000_000_000  # min_keep_s, not keep_s, once over the budget
     with pytest.raises(ValueError, match="before the kept queue history"):
         q.counters_at(T0)
+    # a live read that took the oldest instant just before another thread's advance pruned past
+    # it answers for the oldest kept instant (or_oldest), where a plain read is refused
+    checked = q.oldest_ns
+    q.advance_to(T0 + 40 * 100_000_000)
+    assert q.oldest_ns > checked
+    with pytest.raises(ValueError, match="before the kept queue history"):
+        q.counters_at(checked)
+    got, want = q.counters_at(checked, or_oldest=True), q.counters_at(q.oldest_ns)
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+    end = T0 + 40 * 100_000_000 - 1
+    assert np.array_equal(q.peak_bytes(checked, end, or_oldest=True), q.peak_bytes(q.oldest_ns, end))
