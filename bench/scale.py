@@ -197,6 +197,26 @@ collectors short. Z:
     peak_rss_mb_delivery=232 peak_rss_mb_beat=140 peak_rss_mb_web=471 peak_rss_mb_ingest=176
     peak_rss_mb_redis=620
 
+2026-12-07 evening, on another machine of the same kind (framing replay 58-70 ms a tick, against
+~24 ms on the machine above; the twin ticked 5.9-7.1 Hz). The phase views now read a large run's
+matrix parts without folding them (bench/matrix_read.py: 6 ms a refresh and nothing written,
+against 293 ms and 84 MB a refresh settling first). Sampled from /proc beside run C, the pages'
+process wrote 0 MB/s through the block's minute (up to 70 MB/s in Y). But every run on this
+machine failed the detection invariants, the code before the change (B) as well: A (phase views
+reading parts) recall / precision 0.65 / 0.71; B (398f1d0, as before) 0.73 / 0.89 and the first
+alert 69.7 s late; C (as A) 0.59 / 0.68, twin 5.88 Hz. Besides the block's four hops, hops all
+through these runs were found 2.9-3.1 s after they happened, past the 2.5 s tolerance, with hot
+sets that first held some of the SUs' leaves (frames part-filled): on a box this much slower the
+collectors and the twin do not keep up with 16,896 ports at 1 s. C also caught a twin bug: a gNMI
+read whose instant the ticker pruned between the read's check and the queue read raised and ended
+that switch's stream (fixed: FabricQueues reads or_oldest). B:
+
+    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=8
+    frame_lag_s_max=3.8 twin_tick_hz=7.14 twin_late_ticks=2147 twin_job_share=1.0 pixel_p95_ms=921.0
+    cpu_us_per_port_s_twin=42.65 cpu_us_per_port_s_detection=5.55 cpu_us_per_port_s_web=5.73
+    cpu_us_per_port_s_redis=4.31 cpu_us_per_port_s_other=1.47 cpu_us_per_port_s_ingest=0.79
+    cpu_us_per_port_s_framing=4.13 cpu_us_per_port_s_collection=41.5 box_share=0.897
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8] [--record]
 """
 
