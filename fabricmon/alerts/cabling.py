@@ -57,7 +57,11 @@ def record_cabling(check: CablingCheck, *, now: datetime | None = None) -> list[
 def check_fabric(fabric: str, *, now: datetime | None = None, r: redis.Redis | None = None) -> CablingCheck:
     """Read the fabric's LLDP, record the alerts, log what could not be read; returns the check."""
     check = check_cabling(fabric)
-    _log_changes(fabric, check.errors, r or connect())
+    try:
+        _log_changes(fabric, check.errors, r or connect())
+    except redis.RedisError as exc:  # (the alerts are the database's: recorded all the same)
+        log.warning("cabling check %s: unreadable switches not logged this pass: Redis unreachable (%s); "
+                    "%d switch(es) unread", fabric, exc, len(check.errors))
     record_cabling(check, now=now)
     return check
 

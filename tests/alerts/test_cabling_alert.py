@@ -116,6 +116,29 @@ def test_an_unreachable_switch_is_an_error_logged_once(twin: Twin, fabric: Fabri
     r.delete(keys.cabling_errors("cab"))
 
 
+@pytest.mark.parametrize("fabric", ["snmp"], indirect=True)
+def test_a_check_while_redis_is_down_records_its_alert_and_says_so_in_one_line(
+    twin: Twin, fabric: Fabric, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis only dedupes the check's log lines: with it down (a real refused connection, as in the
+    soak's outage, where the task ended in a traceback) the mis-cabled NIC still raises its alert."""
+    import socket
+
+    import redis
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+    twin.miscable("node002", "mlx5_1", "leaf-r0", "Ethernet2")
+    with caplog.at_level(logging.WARNING, logger="fabricmon.alerts.cabling"):
+        check = check_fabric("cab", now=T0, r=down)
+    assert [v.port for v in check.report.violations] == ["Ethernet2"]
+    assert Alert.objects.get(kind="rail_plan_violation", fabric="cab").state == "firing"
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert len(lines) == 1 and "Redis unreachable" in lines[0] and f":{port}" in lines[0], lines
+
+
 def test_control_api_lldp_and_miscable_bad_input(twin: Twin) -> None:
     from twin.control import ApiError, handle
 
