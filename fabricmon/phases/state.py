@@ -103,6 +103,11 @@ class _Projected:
     base: dict[Key, tuple[tuple[int, int, int], FloatArray, FloatArray]] = field(default_factory=dict)
     staged: dict[Key, tuple[tuple[int, ...], FloatArray, FloatArray]] = field(default_factory=dict)
 
+    def forget_row(self, key: Key) -> None:
+        """Its row and parts are read again next time (folded, deleted or slid out since)."""
+        self.base.pop(key, None)
+        self.staged.pop(key, None)
+
 
 @dataclass(frozen=True)
 class PhaseSnapshot:
@@ -332,8 +337,7 @@ class RunPhaseState:
         lo, hi = min(k[0] for k in keys), max(k[0] for k in keys)
         for old_key in [k for k in cache.calls if k[0] < lo]:  # slid out of the window
             del cache.calls[old_key], cache.rows_in[old_key], cache.rows_out[old_key]
-            cache.base.pop(old_key, None)
-            cache.staged.pop(old_key, None)
+            cache.forget_row(old_key)
         pieces = matrix_read.window(run, lo, hi, self.source)
         wanted = set(keys)
         todo = [k for k, p in pieces.items() if k in wanted and cache.calls.get(k) != p]
@@ -347,23 +351,22 @@ class RunPhaseState:
                     cache.base[k] = (pieces[k].row, *got[mid])
                     cache.staged.pop(k, None)  # (a row read anew: its parts are summed anew)
                 else:
-                    cache.base.pop(k, None)  # (deleted since the window was read)
+                    cache.forget_row(k)  # (deleted since the window was read)
             read = len(got)
             for k in todo:
                 if k not in cache.base:
                     continue
                 ids, s_in, s_out = cache.staged.get(k, ((), None, None))
-                if not set(ids) <= set(pieces[k].parts):  # folded since: the row is read again
-                    cache.base.pop(k, None)
-                    cache.staged.pop(k, None)
+                summed = set(ids)
+                if not summed <= set(pieces[k].parts):  # folded since: the row is read again
+                    cache.forget_row(k)
                     continue
-                new = [pid for pid in pieces[k].parts if pid not in set(ids)]
+                new = [pid for pid in pieces[k].parts if pid not in summed]
                 if new:
                     blobs = [(n, sent) for _, _, n, sent in matrix_read.sent_blobs((), new)]
                     read += len(blobs)
                     if len(blobs) < len(new):  # folded into the row since the window was read
-                        cache.base.pop(k, None)
-                        cache.staged.pop(k, None)
+                        cache.forget_row(k)
                         continue
                     n_in, n_out = _project_sum(projector, routing, world, blobs)
                     s_in = n_in if s_in is None else s_in + n_in
