@@ -20,6 +20,21 @@ from fabricmon.phases.state import PXN, RunPhaseState
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
+def same_views(got, want) -> None:  # type: ignore[no-untyped-def]
+    """Both answered, with the same views, verdicts, columns and gates, and load bytes equal to
+    float32 precision (the dense path and a row plus its parts sum in float32, the cells in
+    float64)."""
+    assert got.error is None and want.error is None and set(got.views) == set(want.views)
+    for name, v in want.views.items():
+        w = got.views[name]
+        assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
+            w.verdict, w.columns, [g.reason for g in w.gates]), name
+        if v.load_bytes is None:
+            assert w.load_bytes is None, name
+        else:
+            np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+
+
 def test_views_from_matrix_cells_equal_views_from_dense_matrices(
     live_server, django_user_model, redis_client, fabric_name, monkeypatch
 ) -> None:
@@ -38,16 +53,8 @@ def test_views_from_matrix_cells_equal_views_from_dense_matrices(
         cells_state = RunPhaseState(run.pk, None)
         cells = cells_state.snapshot(Run.objects.get(pk=run.pk), PXN)
         assert cells_state.stats["matrices_read"] == dense_state.stats["matrices_read"] > 0
-        assert dense.error is None and cells.error is None and set(dense.views) == set(cells.views)
         assert dense.views["projected"].verdict == "show"
-        for name, v in dense.views.items():
-            w = cells.views[name]
-            assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
-                w.verdict, w.columns, [g.reason for g in w.gates]), name
-            if v.load_bytes is None:
-                assert w.load_bytes is None, name
-            else:  # (the dense path sums in float32, the cells in float64)
-                np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
+        same_views(cells, dense)
     finally:
         redis_client.delete(keys.frames(fabric_name))
 
@@ -83,17 +90,6 @@ def test_views_read_unfolded_parts_without_writing_and_equal_the_settled_views(
         stats = poster.close(timeout_s=300)
         assert stats.posted == len(events) and stats.rejected == 0 and stats.dropped == 0, stats
 
-    def same(got, want) -> None:  # type: ignore[no-untyped-def]
-        assert got.error is None and want.error is None and set(got.views) == set(want.views)
-        for name, v in want.views.items():
-            w = got.views[name]
-            assert (v.verdict, v.columns, [g.reason for g in v.gates]) == (
-                w.verdict, w.columns, [g.reason for g in w.gates]), name
-            if v.load_bytes is None:
-                assert w.load_bytes is None, name
-            else:  # (a row plus its parts summed in float32 projections)
-                np.testing.assert_allclose(w.load_bytes, v.load_bytes, rtol=1e-5, atol=1.0)
-
     def settled_answer():  # type: ignore[no-untyped-def]
         parts = len(tables()[1])
         assert matrix_parts.settle(Run.objects.get(pk=run.pk)) == parts and not tables()[1]
@@ -112,7 +108,7 @@ def test_views_read_unfolded_parts_without_writing_and_equal_the_settled_views(
         assert before[1], "no parts: the test would not read any"
         first = live.snapshot(Run.objects.get(pk=run.pk), PXN)
         assert tables() == before  # read; nothing folded or written
-        same(first, settled_answer())  # (the fold changes the rows: the next answer reads them anew)
+        same_views(first, settled_answer())  # (the fold changes the rows: the next answer reads them anew)
         post([e for e in events if e["rank"] >= quarter], 60)
         before = tables()
         read_before = live.stats["matrices_read"]
@@ -120,8 +116,8 @@ def test_views_read_unfolded_parts_without_writing_and_equal_the_settled_views(
         assert tables() == before
         assert 0 < live.stats["matrices_read"] - read_before <= len(before[0]) + len(before[1])
         settled = settled_answer()
-        same(second, settled)
-        same(live.snapshot(Run.objects.get(pk=run.pk), PXN), settled)  # (settling changes no byte)
+        same_views(second, settled)
+        same_views(live.snapshot(Run.objects.get(pk=run.pk), PXN), settled)  # (settling changes no byte)
         assert settled.views["projected"].verdict == "show"
     finally:
         redis_client.delete(keys.frames(fabric_name))
