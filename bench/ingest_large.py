@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import _backend_cpu_s, _cpu_s, _pg_database, previous_tree
@@ -73,8 +74,10 @@ def phase_lines(phase_no: int, form: str) -> list[bytes]:
     return lines
 
 
-def _child(db_url: str, phases: int, form: str) -> None:
-    """One measured ingest into a fresh database; prints one JSON line."""
+def child_setup(db_url: str, name: str, phases: int, form: str) -> tuple[Any, list[bytes]]:
+    """In a bench child: Django on ``db_url`` migrated, one run of the large job and its phases'
+    events as the twin's reporter posts them (batches of BATCH NDJSON lines). Shared with
+    bench/matrix_read.py's child."""
     os.environ["DATABASE_URL"] = db_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
     from tests import secret_env
@@ -83,20 +86,28 @@ def _child(db_url: str, phases: int, form: str) -> None:
     import django
 
     django.setup()
-    import hashlib
-
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
+
+    from fabricmon.jobs.models import Run
+
+    call_command("migrate", verbosity=0)
+    run = Run.objects.create(owner=get_user_model().objects.create_user("bench"), name=name,
+                             world_size=GROUP * GROUPS)
+    lines = [line for p in range(phases) for line in phase_lines(p, form)]
+    return run, [b"\n".join(lines[a: a + BATCH]) for a in range(0, len(lines), BATCH)]
+
+
+def _child(db_url: str, phases: int, form: str) -> None:
+    """One measured ingest into a fresh database; prints one JSON line."""
+    run, bodies = child_setup(db_url, "large", phases, form)
+    import hashlib
+
     from django.db import connection
 
     from fabricmon.jobs import ingest
-    from fabricmon.jobs.models import Run, TrafficMatrix
+    from fabricmon.jobs.models import TrafficMatrix
 
-    call_command("migrate", verbosity=0)
-    run = Run.objects.create(owner=get_user_model().objects.create_user("bench"), name="large",
-                             world_size=GROUP * GROUPS)
-    lines = [line for p in range(phases) for line in phase_lines(p, form)]
-    bodies = [b"\n".join(lines[a: a + BATCH]) for a in range(0, len(lines), BATCH)]
     backend = None
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest_large import BATCH, GROUP, GROUPS, phase_lines
+from ingest_large import BATCH, GROUP, GROUPS, child_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,21 +55,25 @@ class _Reader:
         self.parts: dict = {}  # part id → decoded total
         self.cells = 0
 
+    def _total(self, sent: bytes, n: int) -> int:
+        from fabricmon.jobs import matrix_blobs
+
+        cells, vals = matrix_blobs.decode_pairs(sent, n)
+        self.cells += len(cells)
+        return int(vals.sum())
+
     def refresh(self) -> None:
-        from fabricmon.jobs import matrix_blobs, matrix_parts, matrix_read
+        from fabricmon.jobs import matrix_parts, matrix_read
 
         if self.variant == "settle":
             matrix_parts.settle(self.run)
         pieces = matrix_read.window(self.run, 0, 1 << 62, None)
         rows = {p.row[0]: k for k, p in pieces.items() if self.rows.get(k, (None,))[0] != p.row}
         parts = [pid for p in pieces.values() for pid in p.parts if pid not in self.parts]
-        for kind, mid, n, sent in matrix_read.sent_blobs(rows, parts):
-            cells, vals = matrix_blobs.decode_pairs(sent, n)
-            self.cells += len(cells)
-            if kind == "row":
-                self.rows[rows[mid]] = (pieces[rows[mid]].row, int(vals.sum()))
-            else:
-                self.parts[mid] = int(vals.sum())
+        for mid, n, sent in matrix_read.sent_blobs(rows, ()):
+            self.rows[rows[mid]] = (pieces[rows[mid]].row, self._total(sent, n))
+        for mid, n, sent in matrix_read.sent_blobs((), parts):
+            self.parts[mid] = self._total(sent, n)
         live = {pid for p in pieces.values() for pid in p.parts}
         self.parts = {pid: v for pid, v in self.parts.items() if pid in live}
         self.totals = {k: self.rows[k][1] + sum(self.parts[pid] for pid in p.parts)
@@ -77,25 +81,10 @@ class _Reader:
 
 
 def _child(db_url: str, phases: int, every: int, variant: str) -> None:
-    os.environ["DATABASE_URL"] = db_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fabricmon.settings")
-    from tests import secret_env
-
-    secret_env.apply(os.environ)
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
+    run, bodies = child_setup(db_url, "live", phases, "lists")
     from fabricmon.jobs import ingest, matrix_blobs, matrix_parts
-    from fabricmon.jobs.models import Run, TrafficMatrix
+    from fabricmon.jobs.models import TrafficMatrix
 
-    call_command("migrate", verbosity=0)
-    run = Run.objects.create(owner=get_user_model().objects.create_user("bench"), name="live",
-                             world_size=GROUP * GROUPS)
-    lines = [line for p in range(phases) for line in phase_lines(p, "lists")]
-    bodies = [b"\n".join(lines[a: a + BATCH]) for a in range(0, len(lines), BATCH)]
     reader = _Reader(run, variant)
     ingest_cpu = read_cpu = 0.0
     written = refreshes = 0

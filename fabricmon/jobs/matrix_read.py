@@ -130,11 +130,11 @@ def window(run: Run, lo: int, hi: int, source: str | None) -> dict[Key, KeyPiece
 
 def sent_blobs(
     row_ids: Iterable[int], part_ids: Iterable[int], *, chunk: int = 8
-) -> Iterator[tuple[str, int, int, bytes]]:
-    """("row" | "part", id, n_ranks, sent blob) of the rows and parts named, fetched ``chunk`` at a
-    time (memory follows the chunk)."""
-    for kind, model, ids in (("row", TrafficMatrix, list(row_ids)), ("part", MatrixPart, list(part_ids))):
+) -> Iterator[tuple[int, int, bytes]]:
+    """(id, n_ranks, sent blob) of the rows named, then of the parts named, fetched ``chunk`` at a
+    time (memory follows the chunk). Callers that need to tell them apart ask for one kind a call."""
+    for model, ids in ((TrafficMatrix, list(row_ids)), (MatrixPart, list(part_ids))):
         if ids:
             got = model.objects.filter(pk__in=ids).values_list("id", "n_ranks", "sent")
             for mid, n, sent in got.iterator(chunk_size=chunk):
-                yield kind, int(mid), int(n), sent
+                yield int(mid), int(n), sent

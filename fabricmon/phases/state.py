@@ -199,10 +199,10 @@ _STACK_BYTES = 256 << 20
 def _project_blobs(
     projector: Any, routing: Routing, world: int, blobs: Any
 ) -> dict[int, tuple[FloatArray, FloatArray]]:
-    """id → (in, out) per-port bytes of each (kind, id, n_ranks, sent) read, one at a time."""
+    """id → (in, out) per-port bytes of each (id, n_ranks, sent) read, one at a time."""
     out: dict[int, tuple[FloatArray, FloatArray]] = {}
     if _by_cells(world, routing):
-        for _, mid, n, sent in blobs:
+        for mid, n, sent in blobs:
             out[mid] = _project_sum(projector, routing, world, [(n, sent)])
         return out
     per = max(1, _STACK_BYTES // (4 * world * world))
@@ -218,7 +218,7 @@ def _project_blobs(
             out[mid] = (pb.in_bytes[i], pb.out_bytes[i])
         batch.clear()
 
-    for _, mid, n, sent in blobs:
+    for mid, n, sent in blobs:
         batch.append((mid, matrix_blobs.decode(sent, n)))
         if len(batch) >= per:
             flush()
@@ -363,7 +363,7 @@ class RunPhaseState:
                     continue
                 new = [pid for pid in pieces[k].parts if pid not in summed]
                 if new:
-                    blobs = [(n, sent) for _, _, n, sent in matrix_read.sent_blobs((), new)]
+                    blobs = [(n, sent) for _, n, sent in matrix_read.sent_blobs((), new)]
                     read += len(blobs)
                     if len(blobs) < len(new):  # folded into the row since the window was read
                         cache.forget_row(k)
