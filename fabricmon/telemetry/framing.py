@@ -21,7 +21,9 @@ due in a tick contributes its latest slice while that is younger than its interv
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import redis
@@ -110,11 +112,35 @@ class FabricFramer:
 
     def report(self, r: redis.Redis, switch: str, tick_ns: int, blob: bytes) -> Frame | None:
         """Record a switch's slice (``b""`` = failed poll); build the frame if the tick is complete."""
-        reported = int(r.eval(_REPORT, 2, keys.tick(self.fabric, tick_ns), keys.latest_slices(self.fabric),
-                              switch, blob, TICK_TTL_MS))
-        if reported >= len(self.due(tick_ns)):
-            return self.build(r, tick_ns)
-        return None
+        frames = self.report_many(r, [(switch, tick_ns, blob)])
+        return frames[0] if frames else None
+
+    def report_many(
+        self, r: redis.Redis, reports: Sequence[tuple[str, int, bytes]], *,
+        also: Callable[[Any], None] | None = None,
+    ) -> list[Frame]:
+        """Record many (switch, tick, slice) in one round trip, ``also`` adding its own commands to
+        the same pipeline; build every tick they made complete. A shard's gNMI switches all take
+        their slices at the tick boundary: a call each (and one for its health) was two blocking
+        round trips a switch a tick on the collector's event loop, a third of its time at 16,896
+        ports, while the streams it should be reading queued up."""
+        if not reports and also is None:
+            return []
+        pipe = r.pipeline(transaction=False)
+        for switch, tick_ns, blob in reports:
+            pipe.eval(_REPORT, 2, keys.tick(self.fabric, tick_ns), keys.latest_slices(self.fabric),
+                      switch, blob, TICK_TTL_MS)
+        if also is not None:
+            also(pipe)
+        counts = pipe.execute()[: len(reports)]
+        reported: dict[int, int] = {}  # tick → how many switches had reported (the most seen)
+        for (_, tick_ns, _), n in zip(reports, counts, strict=True):
+            reported[tick_ns] = max(reported.get(tick_ns, 0), int(n))
+        frames = []
+        for tick_ns, n in sorted(reported.items()):
+            if n >= len(self.due(tick_ns)) and (frame := self.build(r, tick_ns)) is not None:
+                frames.append(frame)
+        return frames
 
     def build(
         self, r: redis.Redis, tick_ns: int, *, at_deadline: bool = False, gap: bool = False

@@ -16,6 +16,7 @@ framing, history, alerts and the phase views; ``async_*`` ones for the WebSocket
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +174,14 @@ def forget(r: redis.Redis, fabric: str) -> None:
 
 
 def write_health(r: redis.Redis, fabric: str, switch: str, health: dict[str, Any]) -> None:
-    r.hset(keys.health(fabric), switch, json.dumps(health, separators=(",", ":")))
+    write_healths(r, fabric, {switch: health})
+
+
+def write_healths(r: Any, fabric: str, healths: Mapping[str, dict[str, Any]]) -> None:
+    """Several switches' health in one HSET (``r``: a client or a pipeline)."""
+    if healths:
+        encoded = {s: json.dumps(h, separators=(",", ":")) for s, h in healths.items()}
+        r.hset(keys.health(fabric), mapping=encoded)
 
 
 def read_health(r: redis.Redis, fabric: str) -> dict[str, dict[str, Any]]:

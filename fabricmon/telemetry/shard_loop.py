@@ -195,6 +195,11 @@ class ShardCollector:
         self._stopping = False
         self._handback_tick: int | None = None  # no poll of this tick or later (handing over)
         self._gnmi_ticks: dict[str, int] = {}  # switch → last tick gNMI delivered data for
+        # gNMI slices and health taken since the last flush: the switch loops all wake at the tick
+        # boundary, and one pipeline carries them all (``_gnmi_flush_loop``)
+        self._gnmi_out: list[tuple[str, int, bytes]] = []
+        self._gnmi_health: dict[str, dict[str, Any]] = {}
+        self._gnmi_flush = asyncio.Event()
         now = time.time_ns()
         tick = framer.frame_tick(now)
         late = now - tick > LATE_START_FRACTION * framer.frame_ns
@@ -218,6 +223,8 @@ class ShardCollector:
             tasks.append(asyncio.create_task(gnmi_loop.gnmi_switch_loop(
                 spec.switch(n), self.gnmi.sessions[n], self.framer, deliver=self._deliver_gnmi,
                 record=self._record_gnmi, running=lambda: not self._stopping)))
+        if self.gnmi_names:
+            tasks.append(asyncio.create_task(self._gnmi_flush_loop()))
         tasks.append(asyncio.create_task(self._deadline_loop()))
         for t in tasks:
             t.add_done_callback(self._loop_ended)
@@ -235,6 +242,10 @@ class ShardCollector:
             if pending:
                 log.warning("shard %s: %d loop(s) ignored cancellation; left behind", self.shard.shard_id,
                             len(pending))
+            try:  # what the last tick's switch loops took, before the standby polls the next one
+                self._flush_gnmi()
+            except redis.RedisError as exc:
+                log.warning("shard %s: last gNMI slices not written (%s)", self.shard.shard_id, exc)
             self.lease.release()  # before the gNMI sessions close: the standby may start at once
             if self.gnmi is not None:
                 await self.gnmi.stop()
@@ -371,7 +382,26 @@ class ShardCollector:
             self._gnmi_ticks[switch] = tick_ns
         elif self.protocols.get(switch) == "both":
             return
-        self._deliver(switch, tick_ns, part)
+        self._gnmi_out.append((switch, tick_ns, part.encode(self.framer.index.version) if part.ok else b""))
+        self._gnmi_flush.set()
+
+    async def _gnmi_flush_loop(self) -> None:
+        """Write what the gNMI switch loops took, once per wake-up: they wake together at the tick
+        boundary and each only queues, so a tick of the shard's switches is one round trip. A
+        RedisError ends this loop, and with it the shard, as a switch loop's would."""
+        while not self._stopping:
+            await self._gnmi_flush.wait()
+            self._gnmi_flush.clear()
+            self._flush_gnmi()
+
+    def _flush_gnmi(self) -> None:
+        out, self._gnmi_out = self._gnmi_out, []
+        health, self._gnmi_health = self._gnmi_health, {}
+        def also(pipe: Any) -> None:
+            live_window.write_healths(pipe, self.fabric, health)
+
+        for frame in self.framer.report_many(self.r, out, also=also if health else None):
+            self._after_frame(frame)
 
     def _gnmi_up(self, switch: str) -> bool:
         return self.gnmi is not None and switch in self.gnmi.sessions and self.gnmi.sessions[switch].up
@@ -401,7 +431,8 @@ class ShardCollector:
             self.report.failures += 1
         h.error_counts = Counter(session.get("error_counts", {}))
         self._log_state(switch, h, None if h.up else "gnmi", h.last_error)
-        live_window.write_health(self.r, self.fabric, switch, self._health_dict(h))
+        self._gnmi_health[switch] = self._health_dict(h)  # written with the tick's slices
+        self._gnmi_flush.set()
 
     def _load_read(self, switch: str) -> SwitchRead | None:
         blob = self.r.get(keys.switch_read(self.fabric, switch))

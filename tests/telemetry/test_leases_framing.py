@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+import redis
 
 from fabricmon.base import keys
 from fabricmon.core.telemetry.frames import Frame
@@ -210,3 +211,47 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _CountingConnection(redis.Connection):
+    """A real connection that counts what it sends: one ``send_packed_command`` is one round trip."""
+
+    sends = 0
+
+    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        type(self).sends += 1
+        return super().send_packed_command(command, check_health)
+
+
+def test_a_shard_tick_of_slices_and_health_is_one_round_trip(redis_url, fabric_name) -> None:
+    """report_many: every switch's slice of a tick and their health in one pipeline (a blocking call
+    a switch was two round trips a switch a tick on the collector's event loop); the tick they
+    complete is framed once, with every slice in it, and a tick left incomplete is not."""
+    framer = FabricFramer(_fabric(fabric_name), window_s=60)
+    names = list(framer.index.switch_names)
+    tick = 3_000 * 10**9
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=_CountingConnection)
+    r = redis.Redis(connection_pool=pool)
+    try:
+        r.ping()
+        _CountingConnection.sends = 0
+        health = {sw: {"up": True, "polls": k} for k, sw in enumerate(names)}
+        reports = [(sw, tick, _slice(framer, sw, float(k + 1), tick)) for k, sw in enumerate(names[:-1])]
+        reports.append((names[0], tick + framer.frame_ns, _slice(framer, names[0], 9.0, tick)))
+        assert framer.report_many(
+            r, reports, also=lambda p: live_window.write_healths(p, fabric_name, health)) == []
+        assert _CountingConnection.sends == 1  # every slice and every health, one round trip
+        assert live_window.read_window(r, fabric_name) == []  # the last due switch is missing
+        assert live_window.read_health(r, fabric_name) == health
+        sends = _CountingConnection.sends
+        frames = framer.report_many(r, [(names[-1], tick, _slice(framer, names[-1], 5.0, tick))])
+        assert [f.ts_ns for f in frames] == [tick]
+        assert _CountingConnection.sends - sends > 1  # (building the frame: its own reads and writes)
+        frame = frames[0]
+        for k, sw in enumerate(names):
+            assert (frame.metrics["in_bps"][framer.slices[sw]] == (5.0 if sw == names[-1] else k + 1)).all()
+        assert framer.report_many(r, [(names[-1], tick, b"")]) == []  # framed once
+        assert len(live_window.read_window(r, fabric_name)) == 1
+    finally:
+        r.close()
+        pool.disconnect()
