@@ -69,6 +69,10 @@ class MovingState:
     pending: IntArray | None = None
     pending_ts_ns: int = 0
     pending_seen: int = 0
+    # while a straddle holds the hot set it moved from: the ports first seen hot beside it, and
+    # that window — a move that lands on them was first seen there, not in the window it is raised
+    straddle_new: IntArray | None = None
+    straddle_ts_ns: int = 0
 
     @classmethod
     def initial(cls, n_ports: int) -> MovingState:
@@ -113,7 +117,8 @@ class WindowFindings:
     from_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     from_ts_ns: int = 0
     # when it migrated: the hot set it moved to and the window it was first seen in — this window's
-    # for a move raised at once, an earlier one's for a move confirmed now
+    # for a move raised at once, an earlier one's for a move confirmed now or for one whose new
+    # places were first hot beside the places it left (a straddle)
     moved_ports: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     moved_ts_ns: int = 0
 
@@ -340,6 +345,14 @@ def _movement(
                 and state.gap + 1 < cfg.migration_gap_windows)
     waiting = len(v.pending) > 0 and len(hot_idx) > 0  # a move seen, not yet confirmed
     holding = carrying or straddle or waiting
+    seen_new = state.straddle_new if state.straddle_new is not None else _NONE
+    moved_ts = v.moved_ts_ns
+    if migrated and len(seen_new) and np.isin(place[moved_idx], place[seen_new]).any():
+        moved_ts = min(moved_ts, state.straddle_ts_ns)  # first seen beside the set it left
+    if straddle:
+        seen_new, seen_ts = np.union1d(seen_new, new_idx), state.straddle_ts_ns or ts_ns
+    else:
+        seen_ts = state.straddle_ts_ns
     keep = len(v.pending) > 0 and (carrying or waiting)  # else: the hot set it moved from is let go
     carried = MovingState(
         no_data=state.no_data,
@@ -355,9 +368,11 @@ def _movement(
         pending=v.pending if keep else None,
         pending_ts_ns=v.pending_ts_ns if keep else 0,
         pending_seen=v.pending_seen if keep else 0,
+        straddle_new=seen_new if holding and len(seen_new) else None,
+        straddle_ts_ns=seen_ts if holding and len(seen_new) else 0,
     )
     moving = bool(len(hot_idx) > 0 and since < cfg.moving_hold_windows)
-    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump, moved_idx, v.moved_ts_ns)
+    return _Movement(carried, jaccard, both, migrated, moving, leaf_jump, rail_jump, moved_idx, moved_ts)
 
 
 def _rail_violations(

@@ -285,6 +285,30 @@ def test_a_hotspot_that_moves_within_one_poll_still_migrated(geo) -> None:
     assert windows([a], [a, b], [c]) == [False, False, True]
 
 
+def test_a_move_first_seen_beside_the_place_it_left_is_dated_there(geo) -> None:
+    """A straddle holds the hot set it moved from, and the move is raised a window later; it was
+    first seen in the straddle, so that is when it moved (the trajectory's step and the scale run's
+    scoring: 16,896 ports, a hop raised 2.5 s after it, one window past the tolerance). A move that
+    lands elsewhere is dated where it is seen."""
+    host = np.flatnonzero(geo.is_leaf_host)
+    a, b, c = int(host[0]), int(host[-1]), int(host[3])
+    cfg = DetectConfig()
+
+    def moves(*hot_sets: list[int]) -> list[tuple[int, int]]:
+        state, out = MovingState.initial(geo.n_ports), []
+        for k, hot in enumerate(hot_sets, start=1):
+            m, fan = frame(geo, hot)
+            state, found = detect_window(m, geo, state, cfg, fan_in=fan, ts_ns=k * 10**9)
+            if found.migrated:
+                out.append((k, found.moved_ts_ns // 10**9))
+        return out
+
+    assert moves([a], [a], [a, b], [b]) == [(4, 3)]
+    assert moves([a], [a, b], [a, b], [b]) == [(4, 2)]  # the first window it was seen in
+    assert moves([a], [a, b], [c]) == [(3, 3)]  # not where the straddle's new port was
+    assert moves([a], [a, b], [b], [b, c], [c]) == [(3, 2), (5, 4)]  # each straddle dates its own move
+
+
 def test_idle_ports_without_queue_telemetry_are_never_hot(geo) -> None:
     # soak: an unused spine (every port at 0) whose gNMI sample was missing for a tick had every
     # port judged hot — 0 ≥ 1.6 × 0, and no telemetry counts as pressure
