@@ -37,11 +37,11 @@ from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pbg
 
 from collectors.gnmi.decode import TargetArrays
-from collectors.gnmi.paths import LEAVES, subscription_paths
+from collectors.gnmi.metrics import SAMPLED_KEYS
+from collectors.gnmi.paths import subscription_paths
 
 log = logging.getLogger(__name__)
 
-COUNTER_KEYS = tuple(leaf.key for leaf in LEAVES if leaf.kind != "state")
 STATE_KEYS = ("oper_status", "port_speed")
 FIRST_SYNC_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0  # stop() gives up on a session after this (and logs it)
@@ -57,7 +57,7 @@ class GnmiTargetSpec:
     port: int
     port_names: tuple[str, ...]
     sample_interval_s: float = 1.0
-    leaves: tuple[str, ...] = COUNTER_KEYS  # SAMPLE leaves; oper-status/port-speed are ON_CHANGE
+    leaves: tuple[str, ...] = SAMPLED_KEYS  # SAMPLE leaves; oper-status/port-speed are ON_CHANGE
     insecure: bool = True  # loopback/lab; TLS via root_cert_pem
     root_cert_pem: bytes | None = field(default=None, repr=False)
     backoff_base_s: float = 0.2

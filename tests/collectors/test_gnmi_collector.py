@@ -316,3 +316,43 @@ def test_a_silent_target_is_marked_down_at_stale_and_resubscribed_only_when_dead
     assert revived["reconnects"] == 1 and revived["error_counts"]["dead"] == 1  # type: ignore[index]
     sv = fabric.servicers["leaf-a"]
     assert sv.subscribes == 2 and sv.max_active_streams == 1
+
+
+def test_the_subscription_asks_for_exactly_the_counters_the_frame_metrics_read() -> None:
+    """A collector subscribes to SAMPLED_KEYS, not every counter a target offers: decoding the rest
+    was a quarter of a 16,896-port stream's updates for nothing. Every frame metric comes out of
+    those leaves alone (a leaf left out would give a metric of NaN), and dropping any one of them
+    leaves some metric without data."""
+    from collectors.gnmi.decode import TargetArrays
+    from collectors.gnmi.metrics import GNMI_METRICS, SAMPLED_KEYS, interval_metrics
+    from collectors.gnmi.paths import LEAVES
+    from collectors.gnmi.session import subscribe_request
+
+    req = subscribe_request(GnmiTargetSpec("leaf", "127.0.0.1", 1, PORTS))
+    sampled = [s for s in req.subscribe.subscription if s.mode == pb.SAMPLE]
+    names = {"/".join(e.name for e in s.path.elem) for s in sampled}
+    want = {"/".join(n for n, _ in LEAVES[LEAF_INDEX[k]].elems) for k in SAMPLED_KEYS}
+    assert names == want and len(sampled) == len(SAMPLED_KEYS)
+
+    def metrics_with(keys: tuple[str, ...], order: int) -> dict[str, np.ndarray]:
+        arrays = TargetArrays(PORTS)
+        snaps = []
+        for t, step in ((10**18, 0), (10**18 + 10**9, 1)):
+            for k in keys:  # each leaf its own delta, rising or falling along the keys
+                rank = SAMPLED_KEYS.index(k) if order > 0 else len(SAMPLED_KEYS) - SAMPLED_KEYS.index(k)
+                arrays.values[LEAF_INDEX[k]] = 1_000 + step * 100 * (rank + 1)
+                arrays.ts_ns[LEAF_INDEX[k]] = t
+                arrays.peak[LEAF_INDEX[k]] = 1_000 + step * 100 * (rank + 1)
+            snaps.append(snapshot(arrays))
+        return interval_metrics(snaps[0], snaps[1], np.full(len(PORTS), SPEED))
+
+    def differs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+        return any(not np.array_equal(a[m], b[m], equal_nan=True) for m in a)
+
+    for order in (1, -1):
+        full = metrics_with(SAMPLED_KEYS, order)
+        assert set(full) == set(GNMI_METRICS)
+        assert all(np.isfinite(v).all() for v in full.values()), full
+    for k in SAMPLED_KEYS:  # a leaf no metric reads would not be worth its updates
+        fewer = tuple(x for x in SAMPLED_KEYS if x != k)
+        assert any(differs(metrics_with(fewer, o), metrics_with(SAMPLED_KEYS, o)) for o in (1, -1)), k
