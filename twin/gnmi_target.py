@@ -36,7 +36,6 @@ from fabricmon.core.topology.cabling import LldpNeighbour
 
 Snapshot = tuple[int, Mapping[str, npt.NDArray[Any]]]
 Mangle = Callable[[pb.SubscribeResponse], Sequence[pb.SubscribeResponse]]
-Response = pb.SubscribeResponse | bytes  # a stream's sample goes out already serialized
 ON_CHANGE_CHECK_S = 0.1
 
 
@@ -75,82 +74,6 @@ def _match(req: Sequence[pb.PathElem], leaf: Leaf, port_names: Sequence[str]) ->
     return np.asarray([i for i, p in enumerate(port_names) if p == port_want], dtype=np.intp)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _varints(v: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """Protobuf varints of ``v``: (n, k) bytes, of which row i's first ``lengths[i]`` are its own."""
-    groups = np.zeros((len(v), 10), dtype=np.uint8)
-    lengths = np.ones(len(v), dtype=np.int64)
-    x = v.copy()
-    j = 0
-    for j in range(10):
-        groups[:, j] = (x & np.uint64(0x7F)).astype(np.uint8)
-        x >>= np.uint64(7)
-        more = x != 0
-        if not more.any():
-            break
-        groups[more, j] |= 0x80
-        lengths += more
-    return groups[:, : j + 1], lengths
-
-
-@dataclass
-class _Wire:
-    """A selection's updates as protobuf wire bytes, for the vectorized render. Each update is
-    ``0x22 len {0x0a len path} {0x1a len {0x18 varint}}`` (Notification.update, Update.path,
-    Update.val, TypedValue.uint_val). The paths are fixed, so every update gets a slot as long as
-    its longest encoding, built once; a render writes the lengths and the values' varints into a
-    copy and drops the bytes a shorter encoding leaves unused, in one boolean compress."""
-
-    slots: npt.NDArray[np.uint8]  # every update's slot, constant bytes in place
-    keep: npt.NDArray[np.bool_]  # the slot bytes every encoding keeps
-    starts: npt.NDArray[np.int64]  # per update: where its slot starts
-    path_len: npt.NDArray[np.int64]  # per update: its path field's bytes (tag, length, path)
-
-    @classmethod
-    def of(cls, template: pb.SubscribeResponse) -> _Wire:
-        fields = []
-        for u in template.update.update:
-            p = u.path.SerializeToString()
-            fields.append(b"\x0a" + _varint(len(p)) + p)
-        path_len = np.array([len(f) for f in fields], dtype=np.int64)
-        size = path_len + 16  # 0x22, two length bytes, the path field, 0x1a, length, 0x18, 10 varint bytes
-        starts = np.cumsum(size) - size
-        slots = np.zeros(int(size.sum()), dtype=np.uint8)
-        keep = np.ones(len(slots), dtype=np.bool_)
-        for f, at in zip(fields, starts.tolist(), strict=True):
-            slots[at] = 0x22
-            slots[at + 3: at + 3 + len(f)] = np.frombuffer(f, dtype=np.uint8)
-            slots[at + 3 + len(f)] = 0x1A
-            slots[at + 5 + len(f)] = 0x18
-            keep[at + 2] = False  # the second length byte, kept only for a long update
-            keep[at + 7 + len(f): at + 16 + len(f)] = False  # varint bytes past the first
-        return cls(slots, keep, starts, path_len)
-
-    def encode(self, ts: int, vals: npt.NDArray[np.uint64]) -> bytes:
-        groups, vlen = _varints(vals)
-        body = self.path_len + 3 + vlen
-        two = body >= 0x80  # (an update's body is under 16 KiB: one or two length bytes)
-        out, keep = self.slots.copy(), self.keep.copy()
-        out[self.starts + 1] = np.where(two, (body & 0x7F) | 0x80, body).astype(np.uint8)
-        out[self.starts + 2] = (body >> 7).astype(np.uint8)
-        keep[self.starts + 2] = two
-        at = self.starts + 3 + self.path_len
-        out[at + 1] = (vlen + 1).astype(np.uint8)
-        cols = np.arange(groups.shape[1])
-        out[at[:, None] + 3 + cols[None, :]] = groups
-        keep[at[:, None] + 3 + cols[None, :]] = cols[None, :] < vlen[:, None]
-        notification = b"\x08" + _varint(ts) + out[keep].tobytes()
-        return b"\x0a" + _varint(len(notification)) + notification
-
-
 @dataclass
 class _Selection:
     """The (leaf, ports) a set of request paths covers, with a reusable response template."""
@@ -158,7 +81,6 @@ class _Selection:
     parts: list[tuple[int, npt.NDArray[np.intp]]]
     template: pb.SubscribeResponse
     port_names: tuple[str, ...]
-    wire: _Wire
 
     @classmethod
     def build(cls, paths: Sequence[pb.Path], prefix: pb.Path, port_names: Sequence[str]) -> _Selection:
@@ -175,32 +97,13 @@ class _Selection:
             for i in idx:
                 u = tmpl.update.update.add()
                 u.path.CopyFrom(leaf_path(LEAVES[li], port_names[i]))
-        return cls(parts, tmpl, tuple(port_names), _Wire.of(tmpl))
-
-    def _wire_bytes(self, snap: Snapshot) -> bytes | None:
-        """The response as wire bytes when every leaf selected is an unsigned counter in the
-        snapshot (what SAMPLE streams send), else None."""
-        ts, values = snap
-        arrays = [values.get(LEAVES[li].key) for li, _ in self.parts]
-        if not arrays or not all(isinstance(a, np.ndarray) and a.dtype.kind == "u" for a in arrays):
-            return None
-        vals = np.concatenate([a[idx] for a, (_, idx) in zip(arrays, self.parts, strict=True)])
-        return self.wire.encode(ts, vals.astype(np.uint64, copy=False))
-
-    def render_wire(self, snap: Snapshot) -> bytes:
-        """The response to one snapshot, serialized: what a stream sends. Setting ~1,000 values
-        into a message one by one, then serializing it, was over a third of the 16,896-port
-        twin's time; written as wire bytes in a few numpy passes it is a small part of that."""
-        raw = self._wire_bytes(snap)
-        return raw if raw is not None else self.render(snap).SerializeToString()
+        return cls(parts, tmpl, tuple(port_names))
 
     def render(
         self, snap: Snapshot, only_changed: Mapping[int, npt.NDArray[np.bool_]] | None = None
     ) -> pb.SubscribeResponse:
         """Fill the template with one snapshot (a fresh copy; the template stays clean)."""
         ts, values = snap
-        if only_changed is None and (raw := self._wire_bytes(snap)) is not None:
-            return pb.SubscribeResponse.FromString(raw)
         if only_changed is not None:
             out = pb.SubscribeResponse()
             for li, idx in self.parts:
@@ -273,10 +176,8 @@ class SwitchServicer(pbg.gNMIServicer):
             self._selections[key] = hit
         return hit
 
-    def _out(self, resp: Response) -> Sequence[Response]:
-        if self.mangle is None:
-            return (resp,)
-        return self.mangle(pb.SubscribeResponse.FromString(resp) if isinstance(resp, bytes) else resp)
+    def _out(self, resp: pb.SubscribeResponse) -> Sequence[pb.SubscribeResponse]:
+        return self.mangle(resp) if self.mangle is not None else (resp,)
 
     async def Capabilities(  # noqa: N802 - gRPC method names are fixed by gnmi.proto
         self, request: pb.CapabilityRequest, context: Any
@@ -312,7 +213,7 @@ class SwitchServicer(pbg.gNMIServicer):
 
     async def Subscribe(  # noqa: N802
         self, request_iterator: AsyncIterator[pb.SubscribeRequest], context: Any
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         self.active_streams += 1
         self.subscribes += 1
         self.max_active_streams = max(self.max_active_streams, self.active_streams)
@@ -330,7 +231,7 @@ class SwitchServicer(pbg.gNMIServicer):
 
     async def _serve(
         self, sl: pb.SubscriptionList, requests: AsyncIterator[pb.SubscribeRequest], context: Any
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         sync = pb.SubscribeResponse(sync_response=True)
         every = self._selection([s.path for s in sl.subscription], sl.prefix)
         if not every.parts:
@@ -352,7 +253,7 @@ class SwitchServicer(pbg.gNMIServicer):
 
     async def _stream(
         self, sl: pb.SubscriptionList, every: _Selection, context: Any
-    ) -> AsyncIterator[Response]:
+    ) -> AsyncIterator[pb.SubscribeResponse]:
         # SAMPLE groups by interval; ON_CHANGE (and TARGET_DEFINED state leaves) are diffed.
         sampled: dict[int, list[pb.Path]] = {}
         on_change: list[pb.Path] = []
@@ -389,7 +290,7 @@ class SwitchServicer(pbg.gNMIServicer):
                     due[k] += iv
                     if due[k] < now:  # fell behind (slow consumer): skip, never burst
                         due[k] = now + iv
-                    yield sel.render_wire(self.source.read())
+                    yield sel.render(self.source.read())
             if watch and now >= next_check:
                 next_check = now + ON_CHANGE_CHECK_S
                 snap = self.source.read(clear=False)
@@ -429,29 +330,6 @@ def malformed_after(resp: pb.SubscribeResponse) -> list[pb.SubscribeResponse]:
 
 
 # ---- the fabric of servers ----------------------------------------------------------------
-def _serialize_response(resp: Response) -> bytes:
-    return resp if isinstance(resp, bytes) else resp.SerializeToString()
-
-
-def _add_servicer(servicer: SwitchServicer, server: grpc.aio.Server) -> None:
-    """pbg.add_gNMIServicer_to_server, but Subscribe may yield bytes already serialized."""
-    handlers = {
-        "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities, request_deserializer=pb.CapabilityRequest.FromString,
-            response_serializer=pb.CapabilityResponse.SerializeToString),
-        "Get": grpc.unary_unary_rpc_method_handler(
-            servicer.Get, request_deserializer=pb.GetRequest.FromString,
-            response_serializer=pb.GetResponse.SerializeToString),
-        "Set": grpc.unary_unary_rpc_method_handler(
-            servicer.Set, request_deserializer=pb.SetRequest.FromString,
-            response_serializer=pb.SetResponse.SerializeToString),
-        "Subscribe": grpc.stream_stream_rpc_method_handler(
-            servicer.Subscribe, request_deserializer=pb.SubscribeRequest.FromString,
-            response_serializer=_serialize_response),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("gnmi.gNMI", handlers),))
-
-
 class GnmiFabric:
     """All switches' targets on one background thread; ports stay fixed across stop/start."""
 
@@ -479,7 +357,7 @@ class GnmiFabric:
 
     async def _start(self, name: str) -> int:
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        _add_servicer(self.servicers[name], server)
+        pbg.add_gNMIServicer_to_server(self.servicers[name], server)
         port = server.add_insecure_port(f"127.0.0.1:{self.ports.get(name, 0)}")
         if port == 0:
             raise OSError(f"gNMI target {name}: cannot bind 127.0.0.1:{self.ports.get(name, 0)}")
