@@ -217,6 +217,29 @@ that switch's stream (fixed: FabricQueues reads or_oldest). B:
     cpu_us_per_port_s_redis=4.31 cpu_us_per_port_s_other=1.47 cpu_us_per_port_s_ingest=0.79
     cpu_us_per_port_s_framing=4.13 cpu_us_per_port_s_collection=41.5 box_share=0.897
 
+2026-12-08, a third machine whose speed moved through the session (framing replay 29-47 ms a tick).
+py-spy on a collection process: 37 % of its samples were blocking Redis round trips on its event
+loop, two a switch a tick (the slice's report and the health write); they are now one pipeline a
+shard tick (FabricFramer.report_many). A collector subscribes to the 12 counters the frame metrics
+read, not 16. A move first seen in a straddle is dated there. Runs (12 min, --record):
+A (the code before, 29.4 ms) 0.78 / 0.95, only recall failed; its replay with the straddle dating
+0.83 / 1.00. D (all three, 29.4 ms): every invariant held — recall / precision 0.83 / 0.95, no
+false alert, 13 of 14 culprits named, 0 lost ticks, 0 tracebacks, collection 39.5 us a port-second
+(42.8 in A). Also tried: the twin writing its gNMI samples as protobuf wire bytes (numpy) and
+sending them as they are, cheaper for the twin (44.9 -> 38.3 us) — but the twin then kept up with
+every sample it owes (two a second a switch: it had been skipping samples it fell behind on), and
+the collectors decoding them all cost more than the twin saved (54.1 us, box 0.94 busy): B and C
+(47 and 42 ms, a slow stretch) 0.14 / 0.33 and 0.70 / 0.64 with 30 and 11 leases lost, E (32 ms)
+0.78 / 0.90 and 5 of 8 culprits named. Reverted. So at 16,896 ports on this box the collectors'
+decoding is the stage with no headroom, and the twin's skipped samples hide part of its cost. D:
+
+    BENCH scale ports=16896 collector=gnmi minutes=12.0 lost_ticks=0 no_data_ticks=0
+    frame_lag_s_max=2.34 twin_tick_hz=7.03 twin_late_ticks=2267 twin_job_share=1.0 pixel_p95_ms=587.0
+    cpu_us_per_port_s_twin=44.87 cpu_us_per_port_s_detection=6.43 cpu_us_per_port_s_web=5.24
+    cpu_us_per_port_s_redis=3.19 cpu_us_per_port_s_other=1.43 cpu_us_per_port_s_ingest=0.68
+    cpu_us_per_port_s_framing=1.74 cpu_us_per_port_s_collection=39.49 box_share=0.871
+    peak_rss_mb_twin=1382 peak_rss_mb_worker=1221 peak_rss_mb_evaluation=424 peak_rss_mb_web=449
+
     .venv/bin/python bench/scale.py [--minutes 10] [--warmup-s 90] [--servers 672 --spines 8] [--record]
 """
 
