@@ -382,7 +382,7 @@ class ShardCollector:
             self._gnmi_ticks[switch] = tick_ns
         elif self.protocols.get(switch) == "both":
             return
-        self._gnmi_out.append((switch, tick_ns, part.encode(self.framer.index.version) if part.ok else b""))
+        self._gnmi_out.append((switch, tick_ns, self._blob(part)))
         self._gnmi_flush.set()
 
     async def _gnmi_flush_loop(self) -> None:
@@ -397,6 +397,7 @@ class ShardCollector:
     def _flush_gnmi(self) -> None:
         out, self._gnmi_out = self._gnmi_out, []
         health, self._gnmi_health = self._gnmi_health, {}
+
         def also(pipe: Any) -> None:
             live_window.write_healths(pipe, self.fabric, health)
 
@@ -438,9 +439,12 @@ class ShardCollector:
         blob = self.r.get(keys.switch_read(self.fabric, switch))
         return decode_read(blob) if isinstance(blob, bytes) else None
 
+    def _blob(self, part: SwitchSlice) -> bytes:
+        """What a slice is reported as: encoded, or b"" for an explicit failed poll."""
+        return part.encode(self.framer.index.version) if part.ok else b""
+
     def _deliver(self, switch: str, tick_ns: int, part: SwitchSlice) -> None:
-        blob = part.encode(self.framer.index.version) if part.ok else b""
-        frame = self.framer.report(self.r, switch, tick_ns, blob)
+        frame = self.framer.report(self.r, switch, tick_ns, self._blob(part))
         if frame is not None:
             self._after_frame(frame)
 
